@@ -1,0 +1,26 @@
+#pragma once
+
+// dlopen wrapper. Modules are opened RTLD_NOW | RTLD_LOCAL and never unloaded (a backend's
+// threads or atexit handlers may outlive the object that used it).
+
+#include <filesystem>
+#include <string>
+
+#include <strata/export.hpp>
+
+namespace strata {
+
+class STRATA_API DynamicLibrary {
+ public:
+  /// Throws Error(NotSupported) with dlerror()'s text (which names a missing dependency).
+  static DynamicLibrary open(const std::filesystem::path& path);
+  /// nullptr when absent.
+  void* symbol(const char* name) const;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void* handle_ = nullptr;
+  std::filesystem::path path_;
+};
+
+}  // namespace strata

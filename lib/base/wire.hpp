@@ -1,0 +1,99 @@
+#pragma once
+
+// Versioned, length-prefixed, little-endian encoding for everything that crosses a process
+// boundary (docs/wire-format.md). Decoders throw Error(ProtocolError) on bad magic, unknown
+// versions or kinds, lengths past the limit, truncated input and trailing bytes.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/export.hpp>
+
+namespace strata::wire {
+
+/// "STRA" little-endian: the first four bytes of every record.
+inline constexpr uint32_t kRecordMagic = 0x41525453u;
+/// Size of the fixed record header: magic u32, version u16, kind u16, body length u32.
+inline constexpr size_t kRecordHeaderSize = 12;
+
+/// Appends little-endian fields to a byte vector.
+class STRATA_API Writer {
+ public:
+  Writer& u8(uint8_t v);
+  Writer& u16(uint16_t v);
+  Writer& u32(uint32_t v);
+  Writer& u64(uint64_t v);
+  Writer& i32(int32_t v);
+  Writer& i64(int64_t v);
+  Writer& f64(double v);
+  /// u32 length then the bytes.
+  Writer& bytes(std::span<const uint8_t> data);
+  Writer& str(std::string_view s);
+  /// Raw bytes without a length (fixed-size fields such as a 32-byte digest).
+  Writer& raw(std::span<const uint8_t> data);
+  const std::vector<uint8_t>& data() const { return buf_; }
+  std::vector<uint8_t> take() { return std::move(buf_); }
+  size_t size() const { return buf_.size(); }
+
+ private:
+  std::vector<uint8_t> buf_;
+};
+
+/// Reads little-endian fields; every read checks the remaining length.
+/// `what` names the record in error messages ("tcp hello record").
+class STRATA_API Reader {
+ public:
+  Reader(std::span<const uint8_t> data, std::string_view what);
+  uint8_t u8();
+  uint16_t u16();
+  uint32_t u32();
+  uint64_t u64();
+  int32_t i32();
+  int64_t i64();
+  double f64();
+  /// A u32-length-prefixed field of at most maxBytes.
+  std::vector<uint8_t> bytes(size_t maxBytes);
+  std::string str(size_t maxBytes);
+  /// Exactly n raw bytes.
+  std::span<const uint8_t> raw(size_t n);
+  size_t remaining() const { return data_.size() - pos_; }
+  /// Throws ProtocolError if bytes are left over.
+  void expectEnd() const;
+
+ private:
+  void need(size_t n, const char* field) const;
+  std::span<const uint8_t> data_;
+  size_t pos_ = 0;
+  std::string what_;
+};
+
+struct RecordHeader {
+  uint32_t magic = kRecordMagic;
+  uint16_t version = 0;
+  uint16_t kind = 0;
+  uint32_t length = 0;  ///< body bytes after the header
+};
+
+/// Header + body.
+STRATA_API std::vector<uint8_t> encodeRecord(uint16_t kind, uint16_t version,
+                                             std::span<const uint8_t> body);
+
+/// Checks the header and returns a view of the body. Throws ProtocolError naming `what` for
+/// bad magic, kind != expectedKind, version == 0 or > maxVersion, length > maxLength,
+/// truncated input, or trailing bytes after the body.
+struct DecodedRecord {
+  RecordHeader header;
+  std::span<const uint8_t> body;
+};
+STRATA_API DecodedRecord decodeRecord(std::span<const uint8_t> input, uint16_t expectedKind,
+                                      uint16_t maxVersion, size_t maxLength,
+                                      std::string_view what);
+/// Decodes only a 12-byte header (for streams); same checks except truncation of the body.
+STRATA_API RecordHeader decodeHeader(std::span<const uint8_t> header, uint16_t maxVersion,
+                                     size_t maxLength, std::string_view what);
+
+}  // namespace strata::wire

@@ -1,0 +1,39 @@
+#pragma once
+
+// The plugin SDK's one entry point. A module (strata-bootstrap-<name>.so) exports
+//   extern "C" const strata::backend::ModuleInfo* strata_module_info();
+// The loader reads abiVersion (always the first field) before touching anything else and
+// refuses a module built for another ABI.
+
+#include <cstdint>
+#include <memory>
+
+#include <strata/bootstrap.hpp>
+#include <strata/config.hpp>
+
+/// Bumped whenever ModuleInfo or any interface a module implements changes.
+#define STRATA_MODULE_ABI_VERSION 1u
+#define STRATA_MODULE_ENTRY_POINT "strata_module_info"
+
+namespace strata::backend {
+
+enum class ModuleKind : uint32_t { Bootstrap = 1, Transport = 2 };
+
+struct ModuleInfo {
+  uint32_t abiVersion;        ///< STRATA_MODULE_ABI_VERSION the module was built with
+  ModuleKind kind;
+  const char* name;           ///< "pmix": must match the file name strata-bootstrap-pmix.so
+  const char* strataVersion;  ///< STRATA_VERSION_STRING the module was built with
+  const char* description;
+  /// Bootstrap modules: is this backend's environment present (for bootstrap.backend=auto)?
+  /// Must be cheap and must not throw.
+  bool (*detect)() noexcept;
+  /// Bootstrap modules: creates a connected backend. Throws strata::Error.
+  std::unique_ptr<Bootstrap> (*createBootstrap)(const Config& config);
+};
+
+}  // namespace strata::backend
+
+extern "C" {
+using strata_module_info_fn = const strata::backend::ModuleInfo* (*)();
+}

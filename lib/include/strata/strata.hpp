@@ -1,0 +1,7 @@
+#pragma once
+
+/// Umbrella header.
+#include <strata/bootstrap.hpp>
+#include <strata/config.hpp>
+#include <strata/error.hpp>
+#include <strata/version.hpp>
