@@ -60,12 +60,26 @@ class STRATA_API Reader {
   std::string str(size_t maxBytes);
   /// Exactly n raw bytes.
   std::span<const uint8_t> raw(size_t n);
+  // The same reads with the field's name, which error messages then quote
+  // ("truncated tcp hello record: field 'rank' at offset 4 needs 4 bytes, 2 left").
+  uint8_t u8(std::string_view field);
+  uint16_t u16(std::string_view field);
+  uint32_t u32(std::string_view field);
+  uint64_t u64(std::string_view field);
+  int32_t i32(std::string_view field);
+  int64_t i64(std::string_view field);
+  double f64(std::string_view field);
+  std::vector<uint8_t> bytes(size_t maxBytes, std::string_view field);
+  std::string str(size_t maxBytes, std::string_view field);
+  std::span<const uint8_t> raw(size_t n, std::string_view field);
   size_t remaining() const { return data_.size() - pos_; }
   /// Throws ProtocolError if bytes are left over.
   void expectEnd() const;
 
  private:
   void need(size_t n, const char* field) const;
+  void need(size_t n, std::string_view field) const;
+  std::span<const uint8_t> lengthPrefixed(size_t maxBytes, std::string_view field);
   std::span<const uint8_t> data_;
   size_t pos_ = 0;
   std::string what_;
@@ -90,8 +104,7 @@ struct DecodedRecord {
   std::span<const uint8_t> body;
 };
 STRATA_API DecodedRecord decodeRecord(std::span<const uint8_t> input, uint16_t expectedKind,
-                                      uint16_t maxVersion, size_t maxLength,
-                                      std::string_view what);
+                                      uint16_t maxVersion, size_t maxLength, std::string_view what);
 /// Decodes only a 12-byte header (for streams); same checks except truncation of the body.
 STRATA_API RecordHeader decodeHeader(std::span<const uint8_t> header, uint16_t maxVersion,
                                      size_t maxLength, std::string_view what);
