@@ -1,0 +1,48 @@
+#pragma once
+
+// strata-perf is `strata-perf <mode> [options]`. Each mode adds one CLI11 subcommand and says
+// how to run it; later modes (allreduce, allgather, ...) add theirs next to bootstrap.
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace strata::perf {
+
+struct Mode {
+  CLI::App* command = nullptr;
+  /// Runs the mode after a successful parse (argv: the command line, echoed in the output);
+  /// returns the exit status. Throws CLI::Error for a bad combination of flags (exit 2),
+  /// strata::Error (exit 1 with code and message) or std::exception (exit 1).
+  std::function<int(const std::vector<std::string>& argv)> run;
+};
+
+/// Size sweep and iteration flags shared by the modes, nccl-tests style.
+struct SweepOptions {
+  std::string minBytes = "8";
+  std::string maxBytes = "64K";
+  size_t factor = 8;
+  size_t iters = 1000;  ///< for sizes <= kLargeBytes unless -n was given
+  size_t warmup = 50;   ///< likewise for -w
+  std::string json;     ///< --json FILE or "-"
+  CLI::Option* itersOption = nullptr;
+  CLI::Option* warmupOption = nullptr;
+
+  /// Above this size the default iteration counts shrink in proportion, so that a sweep to
+  /// large sizes does not run for minutes; an explicit -n / -w applies to every size.
+  static constexpr size_t kLargeBytes = 64 * 1024;
+
+  void addTo(CLI::App& command);
+  /// The sizes to sweep: -b .. -e by -f, plus maxBytes and 64 B (the size peers compare at).
+  /// Throws std::invalid_argument for a malformed size.
+  std::vector<size_t> sizes() const;
+  size_t itersFor(size_t bytes) const;
+  size_t warmupFor(size_t bytes) const;
+};
+
+Mode addBootstrapMode(CLI::App& app);
+
+}  // namespace strata::perf

@@ -1,0 +1,84 @@
+#include "report.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace strata::perf {
+
+std::string jsonString(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+Reporter::Reporter(std::string mode, std::string backend, int nranks, const std::string& jsonPath)
+    : mode_(std::move(mode)), backend_(std::move(backend)), nranks_(nranks), table_(stdout) {
+  if (jsonPath == "-") {
+    json_ = stdout;
+    table_ = stderr;
+  } else if (!jsonPath.empty()) {
+    json_ = std::fopen(jsonPath.c_str(), "w");
+    if (!json_) {
+      throw std::runtime_error(fmt::format("cannot open --json file '{}': {}; check the path",
+                                           jsonPath, std::strerror(errno)));
+    }
+    ownJson_ = true;
+  }
+}
+
+Reporter::~Reporter() {
+  if (ownJson_) std::fclose(json_);
+}
+
+void Reporter::comment(std::string_view text) {
+  fmt::print(table_, "# {}\n", text);
+  std::fflush(table_);
+}
+
+void Reporter::columns() {
+  fmt::print(table_, "#\n# {:>12} {:>10} {:>7} {:>12} {:>12} {:>12}\n", "op", "size(B)", "iters",
+             "median(us)", "p99(us)", "max(us)");
+  std::fflush(table_);
+}
+
+void Reporter::row(const Row& r) {
+  fmt::print(table_, "  {:>12} {:>10} {:>7} {:>12.2f} {:>12.2f} {:>12.2f}\n", r.op, r.bytes,
+             r.iters, r.us.median, r.us.p99, r.us.max);
+  std::fflush(table_);
+  if (json_) {
+    fmt::print(json_,
+               "{{\"tool\":\"strata-perf\",\"mode\":{},\"backend\":{},\"nranks\":{},\"op\":{},"
+               "\"bytes\":{},\"iters\":{},\"median_us\":{:.3f},\"p99_us\":{:.3f},"
+               "\"max_us\":{:.3f},\"min_us\":{:.3f}}}\n",
+               jsonString(mode_), jsonString(backend_), nranks_, jsonString(r.op), r.bytes, r.iters,
+               r.us.median, r.us.p99, r.us.max, r.us.min);
+    std::fflush(json_);
+  }
+}
+
+}  // namespace strata::perf
