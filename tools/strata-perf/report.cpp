@@ -61,13 +61,13 @@ void Reporter::comment(std::string_view text) {
 }
 
 void Reporter::columns() {
-  fmt::print(table_, "#\n# {:>12} {:>10} {:>7} {:>12} {:>12} {:>12}\n", "op", "size(B)", "iters",
+  fmt::print(table_, "#\n# {:>14} {:>10} {:>7} {:>12} {:>12} {:>12}\n", "op", "size(B)", "iters",
              "median(us)", "p99(us)", "max(us)");
   std::fflush(table_);
 }
 
 void Reporter::row(const Row& r) {
-  fmt::print(table_, "  {:>12} {:>10} {:>7} {:>12.2f} {:>12.2f} {:>12.2f}\n", r.op, r.bytes,
+  fmt::print(table_, "  {:>14} {:>10} {:>7} {:>12.2f} {:>12.2f} {:>12.2f}\n", r.op, r.bytes,
              r.iters, r.us.median, r.us.p99, r.us.max);
   std::fflush(table_);
   if (json_) {
