@@ -187,11 +187,11 @@ int runBootstrap(const BootstrapOptions& opt) {
   auto t0 = Clock::now();
   std::unique_ptr<Bootstrap> boot = Bootstrap::create(config);
   const double createUs = usSince(t0);
-  t0 = Clock::now();
-  boot->barrier();
-  const double firstBarrierUs = usSince(t0);
 
   try {
+    t0 = Clock::now();
+    boot->barrier();
+    const double firstBarrierUs = usSince(t0);
     const int rank = boot->rank();
     const int size = boot->size();
 
