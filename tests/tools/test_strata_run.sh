@@ -1,0 +1,357 @@
+#!/usr/bin/env bash
+# Tests of strata-run, the local launcher. Usage: test_strata_run.sh STRATA_RUN CASE
+# Each CASE is registered as its own meson test (tests/tools/meson.build). Exit 0: pass,
+# 1: fail, 77: cannot run here (reason printed).
+set -u
+
+RUN=${1:?usage: test_strata_run.sh STRATA_RUN CASE}
+CASE=${2:?usage: test_strata_run.sh STRATA_RUN CASE}
+RUN=$(realpath "$RUN")
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-run-test.XXXXXX")
+BG_PID=""
+cleanup() {
+  # Only what this test started: a strata-run left in the background, and its ranks' groups
+  # (their pids were recorded by the ranks themselves).
+  if [[ -n $BG_PID ]] && kill -0 "$BG_PID" 2>/dev/null; then kill -KILL "$BG_PID" 2>/dev/null; fi
+  for f in "$WORK"/pid-*; do
+    [[ -e $f ]] || continue
+    local p
+    p=$(cat "$f")
+    [[ -n $p ]] && kill -KILL -- "-$p" "$p" 2>/dev/null
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL [$CASE]: $*" >&2
+  for f in "$WORK"/stdout "$WORK"/stderr; do
+    [[ -e $f ]] && { echo "--- $f" >&2; head -c 4000 "$f" >&2; }
+  done
+  exit 1
+}
+need() { command -v "$1" >/dev/null || { echo "SKIP: $1 is not installed" >&2; exit 77; }; }
+
+# Runs strata-run with the given arguments; sets RC, output in $WORK/stdout and $WORK/stderr.
+run() {
+  "$RUN" "$@" >"$WORK/stdout" 2>"$WORK/stderr"
+  RC=$?
+}
+expect_rc() { [[ $RC == "$1" ]] || fail "expected exit status $1, got $RC"; }
+expect_in() { grep -qE -- "$2" "$1" || fail "expected /$2/ in $(basename "$1")"; }
+
+# Waits until the given files exist (up to 20 s).
+wait_files() {
+  local deadline=$((SECONDS + 20)) f
+  for f in "$@"; do
+    while [[ ! -e $f ]]; do
+      ((SECONDS < deadline)) || fail "timed out waiting for $f"
+      sleep 0.05
+    done
+  done
+}
+# True when no process with this pid exists (a zombie counts as gone).
+gone() {
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
+  [[ $state == Z* ]]
+}
+expect_gone_within() {  # SECONDS PID...
+  local deadline=$((SECONDS + $1)) p
+  shift
+  for p in "$@"; do
+    until gone "$p"; do
+      ((SECONDS < deadline)) || fail "process $p still running"
+      sleep 0.05
+    done
+  done
+}
+
+case $CASE in
+
+env)
+  # Every rank reports its contract; rank 0 also checks that STRATA_ROOT_FD is a listening
+  # socket on the root port, the others that they hold no socket, and everybody that
+  # strata-run itself no longer holds one.
+  need python3
+  cat >"$WORK/rank.py" <<'EOF'
+import os, re, socket, sys
+env = os.environ
+r = env["STRATA_RANK"]
+def sockets(pid):
+    base = f"/proc/{pid}/fd"
+    out = []
+    for fd in os.listdir(base):
+        try:
+            if os.readlink(f"{base}/{fd}").startswith("socket:"):
+                out.append(int(fd))
+        except OSError:
+            pass
+    return out
+fd = env.get("STRATA_ROOT_FD", "")
+info = "none"
+if fd:
+    s = socket.socket(fileno=int(fd))
+    listening = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    host, port = s.getsockname()[:2]
+    info = f"fd={fd},listening={listening},{host}:{port}"
+    s.detach()
+# A connection to STRATA_ROOT must be accepted by the kernel (the backlog holds it).
+host, port = env["STRATA_ROOT"].rsplit(":", 1)
+c = socket.create_connection((host, int(port)), timeout=5)
+c.close()
+print(" ".join([r, env["STRATA_SIZE"], env["STRATA_LOCAL_RANK"], env["STRATA_LOCAL_SIZE"],
+                env["STRATA_ROOT"], env["STRATA_SECRET"], info,
+                "sockets=" + ",".join(map(str, sorted(sockets("self")))),
+                "parent_sockets=" + ",".join(map(str, sockets(os.getppid()))),
+                "extra=" + env.get("EXTRA", "-")]))
+EOF
+  # Values a previous launcher left behind must be replaced.
+  STRATA_RANK=9 STRATA_SIZE=99 STRATA_ROOT_FD=5 STRATA_SECRET=old \
+    run -n 3 --env EXTRA=yes python3 "$WORK/rank.py"
+  expect_rc 0
+  [[ -s $WORK/stderr ]] && fail "strata-run printed on success"
+  python3 - "$WORK/stdout" <<'EOF' || exit 1
+import re, sys
+lines = sorted(open(sys.argv[1]).read().split("\n")[:-1])
+def fail(msg):
+    print("FAIL [env]: " + msg + "\n" + "\n".join(lines), file=sys.stderr)
+    sys.exit(1)
+if len(lines) != 3:
+    fail("expected 3 lines")
+roots, secrets = set(), set()
+for i, line in enumerate(lines):
+    rank, size, lrank, lsize, root, secret, info, socks, psocks, extra = line.split(" ")
+    if (rank, size, lrank, lsize) != (str(i), "3", str(i), "3"):
+        fail(f"bad rank/size fields in line {i}")
+    if not re.fullmatch(r"127\.0\.0\.1:[1-9][0-9]*", root):
+        fail("bad STRATA_ROOT " + root)
+    if not re.fullmatch(r"[0-9a-f]{64}", secret):
+        fail("STRATA_SECRET is not 64 hex characters")
+    if extra != "extra=yes":
+        fail("--env EXTRA=yes not seen")
+    if psocks != "parent_sockets=":
+        fail("strata-run still holds a socket")
+    roots.add(root)
+    secrets.add(secret)
+    if i == 0:
+        port = root.split(":")[1]
+        fd = info.split(",")[0].removeprefix("fd=")
+        if info != f"fd={fd},listening=1,127.0.0.1:{port}":
+            fail("rank 0's STRATA_ROOT_FD is not a listener on the root port: " + info)
+        if socks != "sockets=" + fd:
+            fail("rank 0 should hold exactly one socket, the listener: " + socks)
+    else:
+        if info != "none":
+            fail(f"rank {i} got STRATA_ROOT_FD")
+        if socks != "sockets=":
+            fail(f"rank {i} inherited a socket: {socks}")
+if len(roots) != 1 or len(secrets) != 1:
+    fail("ranks disagree on STRATA_ROOT or STRATA_SECRET")
+EOF
+  # A fresh secret per run.
+  run -n 1 sh -c 'echo $STRATA_SECRET'
+  s1=$(cat "$WORK/stdout")
+  run -n 1 sh -c 'echo $STRATA_SECRET'
+  [[ $s1 != "$(cat "$WORK/stdout")" ]] || fail "two runs got the same secret"
+  # An explicit root port is used as given.
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  run -n 2 --root-port "$port" sh -c 'echo $STRATA_ROOT'
+  expect_rc 0
+  [[ $(sort -u "$WORK/stdout") == "127.0.0.1:$port" ]] || fail "--root-port $port not used"
+  ;;
+
+success)
+  run -n 4 true
+  expect_rc 0
+  [[ -s $WORK/stdout || -s $WORK/stderr ]] && fail "strata-run printed on success"
+  # PROGRAM's own options pass through untouched, also after "--".
+  run -n 2 sh -c 'printf "%s\n" "$*"' sh -n 5 --tag-output
+  expect_rc 0
+  [[ $(sort -u "$WORK/stdout") == "-n 5 --tag-output" ]] || fail "PROGRAM's arguments were changed"
+  run -n 1 -- printf "%s\n" --version
+  [[ $(cat "$WORK/stdout") == "--version" ]] || fail "'--' not handled"
+  # Usage errors.
+  run -n 0 true
+  expect_rc 2
+  run -n 4097 true
+  expect_rc 2
+  run true
+  expect_rc 2
+  run -n 2
+  expect_rc 2
+  expect_in "$WORK/stderr" "no PROGRAM"
+  run --no-such-option -n 2 true
+  expect_rc 2
+  expect_in "$WORK/stderr" "unknown option"
+  run --help
+  expect_rc 0
+  expect_in "$WORK/stdout" "PROGRAM"
+  run --version
+  expect_rc 0
+  expect_in "$WORK/stdout" "^strata-run [0-9]"
+  ;;
+
+fail-status)
+  # Rank 2 fails with status 3; the others finish normally within the grace period.
+  run -n 4 sh -c '[ "$STRATA_RANK" = 2 ] && exit 3; sleep 0.2; exit 0'
+  expect_rc 3
+  expect_in "$WORK/stderr" "^strata-run: rank 2 \(pid [0-9]+\) exited with status 3$"
+  [[ $(grep -c . "$WORK/stderr") == 1 ]] || fail "expected exactly one line on stderr"
+  ;;
+
+signal)
+  # Rank 1 kills itself with SIGKILL: exit 128+9 and a line naming the signal.
+  run -n 2 --grace 1 sh -c '[ "$STRATA_RANK" = 1 ] && kill -9 $$; exit 0'
+  expect_rc 137
+  expect_in "$WORK/stderr" "^strata-run: rank 1 \(pid [0-9]+\) killed by signal 9 \(SIGKILL\)$"
+  ;;
+
+grace)
+  # Rank 0 fails; rank 1 sleeps 100 s in a child process (a grandchild of strata-run). Both
+  # must be gone within the grace period plus a margin.
+  start=$SECONDS
+  run -n 2 --grace 1 sh -c \
+    'if [ "$STRATA_RANK" = 0 ]; then sleep 0.5; exit 5; fi
+     sleep 100 & echo $! > '"$WORK"'/sleeper; echo $$ > '"$WORK"'/pid-1; wait'
+  expect_rc 5
+  ((SECONDS - start <= 8)) || fail "took $((SECONDS - start)) s to end the job"
+  expect_in "$WORK/stderr" "rank 0 \(pid [0-9]+\) exited with status 5"
+  expect_gone_within 3 "$(cat "$WORK/sleeper")" "$(cat "$WORK/pid-1")"
+  # A rank that ignores SIGTERM is killed after a second grace period.
+  start=$SECONDS
+  run -n 2 --grace 1 sh -c \
+    'if [ "$STRATA_RANK" = 0 ]; then exit 4; fi
+     trap "" TERM; echo $$ > '"$WORK"'/pid-1; sleep 100'
+  expect_rc 4
+  ((SECONDS - start <= 8)) || fail "took $((SECONDS - start)) s to end a rank ignoring SIGTERM"
+  expect_in "$WORK/stderr" "SIGKILL"
+  expect_gone_within 3 "$(cat "$WORK/pid-1")"
+  ;;
+
+tag-output)
+  # Short lines, stderr lines and a partial last line.
+  run -n 3 --tag-output sh -c \
+    'echo "one $STRATA_RANK"; echo "err $STRATA_RANK" >&2; echo "two $STRATA_RANK"; printf "tail $STRATA_RANK"'
+  expect_rc 0
+  for r in 0 1 2; do
+    [[ $(grep "^\[$r\] " "$WORK/stdout") == "[$r] one $r"$'\n'"[$r] two $r"$'\n'"[$r] tail $r" ]] ||
+      fail "stdout of rank $r not tagged as expected"
+    [[ $(grep "^\[$r\] " "$WORK/stderr") == "[$r] err $r" ]] || fail "stderr of rank $r not tagged"
+  done
+  [[ $(grep -c . "$WORK/stdout") == 9 && $(grep -c . "$WORK/stderr") == 3 ]] || fail "extra lines"
+  # Long lines written in many small pieces by 4 ranks at once must come out whole.
+  need python3
+  cat >"$WORK/lines.py" <<'EOF'
+import os, sys
+r = os.environ["STRATA_RANK"]
+for i in range(300):
+    body = f"{r}:{i}:" + chr(ord("a") + int(r)) * (1 + (i * 977) % 9000)
+    line = (body + "\n").encode()
+    for k in range(0, len(line), 1000):  # several writes per line, so reads see partial lines
+        os.write(1, line[k:k + 1000])
+EOF
+  run -n 4 --tag-output python3 "$WORK/lines.py"
+  expect_rc 0
+  python3 - "$WORK/stdout" <<'EOF' || fail "tagged lines were mixed"
+import re, sys
+seen = {r: 0 for r in "0123"}
+for line in open(sys.argv[1]).read().split("\n")[:-1]:
+    m = re.fullmatch(r"\[([0-3])\] ([0-3]):([0-9]+):([a-d]+)", line)
+    assert m and m[1] == m[2], line[:80]
+    r, i = m[1], int(m[3])
+    assert i == seen[r], (r, i)
+    assert m[4] == chr(ord("a") + int(r)) * (1 + (i * 977) % 9000), (r, i)
+    seen[r] += 1
+assert all(v == 300 for v in seen.values()), seen
+EOF
+  ;;
+
+output-dir)
+  run -n 3 --output-dir "$WORK/out/nested" sh -c \
+    'echo "out $STRATA_RANK"; echo "err $STRATA_RANK" >&2'
+  expect_rc 0
+  [[ -s $WORK/stdout || -s $WORK/stderr ]] && fail "output leaked to strata-run's own streams"
+  for r in 0 1 2; do
+    [[ $(cat "$WORK/out/nested/rank-$r.out") == "out $r" ]] || fail "rank-$r.out"
+    [[ $(cat "$WORK/out/nested/rank-$r.err") == "err $r" ]] || fail "rank-$r.err"
+  done
+  # Both modes at once make no sense.
+  run -n 1 --tag-output --output-dir "$WORK/out" true
+  expect_rc 2
+  ;;
+
+sigterm)
+  # SIGTERM and SIGUSR1 sent to strata-run reach every rank and a child of every rank (each
+  # rank has its own process group). Ranks handle USR1 and go on; on TERM they exit 0.
+  cat >"$WORK/rank.sh" <<EOF
+#!/usr/bin/env bash
+r=\$STRATA_RANK
+echo \$\$ > "$WORK/pid-\$r"
+trap 'echo usr1 >> "$WORK/usr1-\$r"' USR1
+trap 'echo term > "$WORK/term-\$r"; exit 0' TERM
+bash -c 'trap "echo usr1 >> $WORK/child-usr1-\$0" USR1; trap "echo term > $WORK/child-term-\$0; exit 0" TERM; touch $WORK/child-ready-\$0; while :; do sleep 0.1; done' \$r &
+touch "$WORK/ready-\$r"
+while :; do sleep 0.1 & wait \$!; done
+EOF
+  chmod +x "$WORK/rank.sh"
+  "$RUN" -n 3 "$WORK/rank.sh" >"$WORK/stdout" 2>"$WORK/stderr" &
+  BG_PID=$!
+  wait_files "$WORK"/ready-{0,1,2} "$WORK"/child-ready-{0,1,2}
+  kill -USR1 "$BG_PID"
+  wait_files "$WORK"/usr1-{0,1,2} "$WORK"/child-usr1-{0,1,2}
+  kill -0 "$BG_PID" 2>/dev/null || fail "strata-run ended on SIGUSR1"
+  kill -TERM "$BG_PID"
+  wait "$BG_PID"
+  RC=$?
+  BG_PID=""
+  expect_rc 0
+  # The ranks' children run on after strata-run ends; give them a moment to write their file.
+  wait_files "$WORK"/child-term-{0,1,2}
+  for r in 0 1 2; do
+    [[ -e $WORK/term-$r ]] || fail "rank $r did not get SIGTERM"
+    [[ $(grep -c . "$WORK/usr1-$r") == 1 ]] || fail "rank $r got SIGUSR1 more than once"
+  done
+  # Ranks that do not handle SIGTERM die of it: exit 128+15, no complaint about it.
+  "$RUN" -n 2 sh -c 'echo $$ > '"$WORK"'/plain-$STRATA_RANK; exec sleep 100' \
+    >"$WORK/stdout" 2>"$WORK/stderr" &
+  BG_PID=$!
+  wait_files "$WORK"/plain-{0,1}
+  kill -TERM "$BG_PID"
+  wait "$BG_PID"
+  RC=$?
+  BG_PID=""
+  expect_rc 143
+  [[ -s $WORK/stderr ]] && fail "strata-run complained about ranks ended by the user's SIGTERM"
+  expect_gone_within 3 "$(cat "$WORK/plain-0")" "$(cat "$WORK/plain-1")"
+  ;;
+
+exec-fail)
+  run -n 3 "$WORK/no-such-program"
+  expect_rc 127
+  expect_in "$WORK/stderr" "cannot execute '.*no-such-program'"
+  run -n 2 no-such-program-in-path-strata
+  expect_rc 127
+  expect_in "$WORK/stderr" "not found in PATH"
+  touch "$WORK/not-executable"
+  run -n 2 "$WORK/not-executable"
+  expect_rc 127
+  ;;
+
+timeout)
+  start=$SECONDS
+  run -n 3 --timeout 1 --grace 1 sh -c \
+    '[ "$STRATA_RANK" = 1 ] && exit 0; echo $$ > '"$WORK"'/pid-$STRATA_RANK; exec sleep 100'
+  expect_rc 124
+  ((SECONDS - start <= 8)) || fail "took $((SECONDS - start)) s"
+  expect_in "$WORK/stderr" "timeout after 1 s; rank\(s\) still running: 0,2"
+  expect_gone_within 3 "$(cat "$WORK/pid-0")" "$(cat "$WORK/pid-2")"
+  ;;
+
+*)
+  echo "unknown case '$CASE'" >&2
+  exit 2
+  ;;
+esac
+echo "PASS [$CASE]"
