@@ -1,1 +1,333 @@
-// placeholder
+#include "config_keys.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+namespace strata::config {
+
+namespace {
+
+// The one table of configuration keys. tools/dev/gen-config-doc.py parses this table to write
+// docs/configuration.md, so keep one brace-enclosed entry per key, string literals only, in the
+// field order of KeyInfo: {key, Type::X, default, choices, help, mustMatch}.
+// For Int and Double keys, `choices` holds an optional range "min..max" (either side may be empty).
+// BEGIN KEYS
+constexpr KeyInfo kKeys[] = {
+    {"log.level", Type::Enum, "warn", "error|warn|info|debug|trace",
+     "Least severe message that is printed. Nothing is printed at warn on success.", false},
+    {"log.file", Type::String, "", "",
+     "File that log lines are appended to. Empty means standard error.", false},
+    {"module.path", Type::String, "", "",
+     "Colon-separated directories searched for backend modules before the installed module "
+     "directory.",
+     false},
+    {"bootstrap.backend", Type::Enum, "auto", "auto|tcp|pmix|ucx",
+     "Bootstrap backend. auto picks PMIx when a PMIx server is present, else TCP. Every rank must "
+     "choose the same.",
+     true},
+    {"bootstrap.timeout", Type::Double, "30", "0..",
+     "Deadline in seconds of every blocking bootstrap call (send, recv, collectives). 0 means no "
+     "deadline.",
+     false},
+    {"bootstrap.connect_timeout", Type::Double, "60", "0..",
+     "Seconds a rank keeps trying to reach rank 0's rendezvous before it gives up. 0 means no "
+     "deadline.",
+     false},
+    {"bootstrap.handshake_timeout", Type::Double, "5", "0..",
+     "Seconds an accepted connection has to prove knowledge of the job secret before it is "
+     "closed.",
+     false},
+    {"bootstrap.secret_file", Type::String, "", "",
+     "File holding the job secret used to authenticate bootstrap connections. Used when the "
+     "launcher provides no STRATA_SECRET.",
+     false},
+    {"bootstrap.max_message", Type::Bytes, "1G", "",
+     "Largest message or record accepted from a peer; anything larger is a protocol error. Every "
+     "rank must use the same limit.",
+     true},
+    {"bootstrap.tcp.root", Type::String, "", "",
+     "host:port of rank 0's rendezvous listener. Empty means STRATA_ROOT from the launcher.",
+     false},
+    {"bootstrap.tcp.port", Type::Int, "0", "0..65535",
+     "Port that rank 0's rendezvous listener binds under srun when --resv-ports is not used. 0 "
+     "means no fixed port.",
+     false},
+    {"bootstrap.tcp.interface", Type::String, "", "",
+     "Network interfaces the TCP bootstrap may use, in NCCL_SOCKET_IFNAME grammar: a comma list "
+     "of name prefixes (eth,ib), ^ to exclude (^docker), = for exact names (=eth0). Empty picks "
+     "one automatically.",
+     false},
+    {"bootstrap.tcp.family", Type::Enum, "auto", "auto|ipv4|ipv6",
+     "Address family of the TCP bootstrap. auto takes the first address of the chosen "
+     "interface.",
+     false},
+    {"bootstrap.tcp.spin_us", Type::Int, "0", "0..",
+     "Microseconds a waiting bootstrap call polls before it sleeps. Higher values cut latency "
+     "and cost CPU.",
+     false},
+};
+// END KEYS
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+[[noreturn]] void invalid(const KeyInfo& key, std::string_view value, std::string_view where,
+                          std::string_view why) {
+  throw Error(ErrorCode::InvalidConfig,
+              fmt::format("{}: invalid value '{}' for configuration key '{}': {}", where, value,
+                          key.key, why));
+}
+
+// Range text "min..max" from the choices field; either side may be empty.
+struct Range {
+  std::string_view min;
+  std::string_view max;
+};
+
+std::optional<Range> parseRange(std::string_view choices) {
+  auto dots = choices.find("..");
+  if (dots == std::string_view::npos) return std::nullopt;
+  return Range{choices.substr(0, dots), choices.substr(dots + 2)};
+}
+
+std::optional<int64_t> parseInt(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parseDouble(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<bool> parseBool(std::string_view text) {
+  std::string t = lower(text);
+  if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+  return std::nullopt;
+}
+
+// "64M", "1G", "1GiB", "512B", "4096": powers of 1024. nullopt when malformed or too large.
+std::optional<uint64_t> parseBytes(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0) return std::nullopt;
+  uint64_t number = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + digits, number);
+  if (ec != std::errc() || end != text.data() + digits) return std::nullopt;
+  std::string suffix = lower(trim(text.substr(digits)));
+  int shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix.front()) {
+      case 'k':
+        shift = 10;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      default:
+        break;
+    }
+    std::string_view rest = suffix;
+    if (shift != 0) rest.remove_prefix(1);
+    // After a multiplier "B" and "iB" are both accepted; a bare number may end in "B" only.
+    if (!(rest.empty() || rest == "b" || (shift != 0 && rest == "ib"))) return std::nullopt;
+  }
+  if (shift != 0 && number > (std::numeric_limits<uint64_t>::max() >> shift)) return std::nullopt;
+  return number << shift;
+}
+
+const KeyInfo& require(std::string_view key) {
+  const KeyInfo* info = find(key);
+  if (info == nullptr) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("configuration key '{}' is not declared in config_keys.cpp", key));
+  }
+  return *info;
+}
+
+[[noreturn]] void wrongType(const KeyInfo& key, std::string_view wanted) {
+  throw Error(ErrorCode::Internal,
+              fmt::format("configuration key '{}' was read as {} but is declared otherwise",
+                          key.key, wanted));
+}
+
+}  // namespace
+
+std::span<const KeyInfo> keys() {
+  return kKeys;
+}
+
+const KeyInfo* find(std::string_view key) {
+  for (const KeyInfo& info : kKeys) {
+    if (info.key == key) return &info;
+  }
+  return nullptr;
+}
+
+std::string envName(std::string_view key) {
+  std::string name = "STRATA_";
+  for (char c : key) {
+    name += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return name;
+}
+
+std::string validate(const KeyInfo& key, std::string_view value, std::string_view where) {
+  std::string_view text = key.type == Type::String ? value : trim(value);
+  switch (key.type) {
+    case Type::String:
+      if (text.find('\0') != std::string_view::npos) invalid(key, value, where, "contains a NUL");
+      return std::string(text);
+
+    case Type::Int: {
+      auto number = parseInt(text);
+      if (!number) invalid(key, value, where, "expected a decimal integer");
+      if (auto range = parseRange(key.choices)) {
+        if (!range->min.empty() && *number < parseInt(range->min).value_or(0)) {
+          invalid(key, value, where, fmt::format("must be at least {}", range->min));
+        }
+        if (!range->max.empty() && *number > parseInt(range->max).value_or(0)) {
+          invalid(key, value, where, fmt::format("must be at most {}", range->max));
+        }
+      }
+      return std::to_string(*number);
+    }
+
+    case Type::Double: {
+      auto number = parseDouble(text);
+      if (!number) invalid(key, value, where, "expected a number");
+      if (!std::isfinite(*number)) invalid(key, value, where, "must be finite");
+      if (auto range = parseRange(key.choices)) {
+        if (!range->min.empty() && *number < parseDouble(range->min).value_or(0)) {
+          invalid(key, value, where, fmt::format("must be at least {}", range->min));
+        }
+        if (!range->max.empty() && *number > parseDouble(range->max).value_or(0)) {
+          invalid(key, value, where, fmt::format("must be at most {}", range->max));
+        }
+      }
+      // Shortest text that round-trips, so that equal values compare equal in the agreement check.
+      return fmt::format("{}", *number);
+    }
+
+    case Type::Bool: {
+      auto flag = parseBool(text);
+      if (!flag) invalid(key, value, where, "expected true/false, 1/0, yes/no or on/off");
+      return *flag ? "true" : "false";
+    }
+
+    case Type::Enum: {
+      std::string wanted = lower(text);
+      std::string_view choices = key.choices;
+      while (!choices.empty()) {
+        auto bar = choices.find('|');
+        std::string_view choice = choices.substr(0, bar);
+        if (choice == wanted) return std::string(choice);
+        if (bar == std::string_view::npos) break;
+        choices.remove_prefix(bar + 1);
+      }
+      invalid(key, value, where, fmt::format("expected one of {}", key.choices));
+    }
+
+    case Type::Bytes: {
+      auto bytes = parseBytes(text);
+      if (!bytes) {
+        invalid(key, value, where,
+                "expected a byte count such as 4096, 64K, 64M or 1G (powers of 1024)");
+      }
+      // Canonical as a plain byte count so that "1G" and "1024M" agree between ranks.
+      return std::to_string(*bytes);
+    }
+  }
+  throw Error(ErrorCode::Internal, fmt::format("configuration key '{}' has no type", key.key));
+}
+
+std::string getString(const Config& config, std::string_view key) {
+  require(key);
+  return config.get(key).value_or("");
+}
+
+int64_t getInt(const Config& config, std::string_view key) {
+  const KeyInfo& info = require(key);
+  if (info.type != Type::Int) wrongType(info, "an integer");
+  auto text = config.get(key);
+  if (!text) {
+    throw Error(ErrorCode::InvalidConfig,
+                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
+                            envName(key)));
+  }
+  return std::stoll(validate(info, *text, source(config, key)));
+}
+
+double getDouble(const Config& config, std::string_view key) {
+  const KeyInfo& info = require(key);
+  if (info.type != Type::Double && info.type != Type::Int) wrongType(info, "a number");
+  auto text = config.get(key);
+  if (!text) {
+    throw Error(ErrorCode::InvalidConfig,
+                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
+                            envName(key)));
+  }
+  return parseDouble(validate(info, *text, source(config, key))).value_or(0);
+}
+
+bool getBool(const Config& config, std::string_view key) {
+  const KeyInfo& info = require(key);
+  if (info.type != Type::Bool) wrongType(info, "a boolean");
+  auto text = config.get(key);
+  if (!text) return false;
+  return validate(info, *text, source(config, key)) == "true";
+}
+
+uint64_t getBytes(const Config& config, std::string_view key) {
+  const KeyInfo& info = require(key);
+  if (info.type != Type::Bytes && info.type != Type::Int) wrongType(info, "a byte count");
+  auto text = config.get(key);
+  if (!text) {
+    throw Error(ErrorCode::InvalidConfig,
+                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
+                            envName(key)));
+  }
+  std::string canonical = validate(info, *text, source(config, key));
+  if (info.type == Type::Int && canonical.front() == '-') {
+    throw Error(ErrorCode::InvalidConfig,
+                fmt::format("{}: configuration key '{}' must not be negative here (got {})",
+                            source(config, key), key, canonical));
+  }
+  return std::stoull(canonical);
+}
+
+}  // namespace strata::config
