@@ -91,15 +91,29 @@ def sockets(pid):
     return out
 fd = env.get("STRATA_ROOT_FD", "")
 info = "none"
+listener = None
 if fd:
-    s = socket.socket(fileno=int(fd))
-    listening = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-    host, port = s.getsockname()[:2]
+    listener = socket.socket(fileno=int(fd))
+    listening = listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    host, port = listener.getsockname()[:2]
     info = f"fd={fd},listening={listening},{host}:{port}"
-    s.detach()
-# A connection to STRATA_ROOT must be accepted by the kernel (the backlog holds it).
+# Every rank connects to STRATA_ROOT; rank 0 accepts all of them on the inherited listener
+# (and stays alive until then, so that the listener exists when the others connect).
 host, port = env["STRATA_ROOT"].rsplit(":", 1)
-c = socket.create_connection((host, int(port)), timeout=5)
+c = socket.create_connection((host, int(port)), timeout=10)
+c.sendall(r.encode() + b"\n")
+if listener:
+    listener.settimeout(20)
+    got = set()
+    for _ in range(int(env["STRATA_SIZE"])):
+        a, _ = listener.accept()
+        got.add(a.makefile().readline().strip())
+        a.close()
+    info += ",accepted=" + "+".join(sorted(got))
+    listener.detach()
+else:
+    c.settimeout(20)
+    c.recv(1)  # returns once rank 0 closes the connection after reading it
 c.close()
 print(" ".join([r, env["STRATA_SIZE"], env["STRATA_LOCAL_RANK"], env["STRATA_LOCAL_SIZE"],
                 env["STRATA_ROOT"], env["STRATA_SECRET"], info,
@@ -138,7 +152,7 @@ for i, line in enumerate(lines):
     if i == 0:
         port = root.split(":")[1]
         fd = info.split(",")[0].removeprefix("fd=")
-        if info != f"fd={fd},listening=1,127.0.0.1:{port}":
+        if info != f"fd={fd},listening=1,127.0.0.1:{port},accepted=0+1+2":
             fail("rank 0's STRATA_ROOT_FD is not a listener on the root port: " + info)
         if socks != "sockets=" + fd:
             fail("rank 0 should hold exactly one socket, the listener: " + socks)
