@@ -19,7 +19,8 @@ struct KeyInfo {
   std::string_view key;           ///< "bootstrap.tcp.interface"
   Type type;
   std::string_view defaultValue;  ///< as text; "" = no value
-  std::string_view choices;       ///< Enum only: "auto|tcp|pmix|ucx"
+  std::string_view choices;       ///< Enum: "auto|tcp|pmix|ucx"; Int/Double: optional range
+                                  ///< "min..max", either side may be empty ("0..65535", "0..")
   std::string_view help;
   bool mustMatch;                 ///< every rank must have the same value (agreement check)
 };

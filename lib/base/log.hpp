@@ -1,8 +1,8 @@
 #pragma once
 
 // Logging: levels error..trace from log.level / STRATA_LOG_LEVEL, optional log.file.
-// Each line: "[strata host:pid rank R subsystem] LEVEL message". Nothing is printed at the
-// default level (warn) on success.
+// Each line: "[strata host:pid rR subsystem] LEVEL message" ("r?" before setRank()), written
+// with one write() call. Nothing is printed at the default level (warn) on success.
 
 #include <string_view>
 

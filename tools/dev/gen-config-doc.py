@@ -125,7 +125,7 @@ From highest to lowest:
    prefix).
 
 `Config::fromFile(path)` reads that file (which must exist) instead. Both then apply the
-environment.
+environment. A default-constructed `Config` holds the defaults only (no file, no environment).
 
 The file is TOML. Tables nest, so these two files are the same:
 
