@@ -1,1 +1,882 @@
-// placeholder
+#include "mesh.hpp"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "handshake.hpp"
+#include "log.hpp"
+#include "wire.hpp"
+
+namespace strata::mesh {
+namespace {
+
+constexpr size_t kMaxControlPayload = 4096;
+constexpr size_t kReadBudget = 4u << 20;  // per connection per poll round, for fairness
+constexpr int kPollCapMs = 1000;
+
+void putLe(uint8_t* p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t getLe(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+void encodeHeader(uint8_t* h, FrameType type, int32_t tag, uint64_t len) {
+  putLe(h, kFrameMagic, 4);
+  h[4] = kFrameVersion;
+  h[5] = static_cast<uint8_t>(type);
+  putLe(h + 6, 0, 2);
+  putLe(h + 8, static_cast<uint32_t>(tag), 4);
+  putLe(h + 12, len, 8);
+}
+
+std::string tagText(int tag) {
+  switch (tag) {
+    case kTagAllGather: return "internal allGather tag";
+    case kTagBroadcast: return "internal broadcast tag";
+    case kTagBarrier: return "internal barrier tag";
+    case kTagSetup: return "internal setup tag";
+    default: return fmt::format("tag {}", tag);
+  }
+}
+
+struct Message {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
+struct OutFrame {
+  std::vector<uint8_t> bytes;  // header + payload still to write
+  size_t offset = 0;
+  uint64_t seq = 0;
+};
+
+struct Conn {
+  net::Fd fd;
+  int peer = -1;
+  bool outgoing = false;
+  // Read side.
+  uint8_t header[kFrameHeaderSize];
+  size_t headerGot = 0;
+  bool inPayload = false;
+  FrameType type = FrameType::Data;
+  int32_t tag = 0;
+  Message payload;
+  size_t payloadGot = 0;
+  bool goodbye = false;
+  // Write side.
+  std::deque<OutFrame> outq;
+  uint64_t queuedSeq = 0;
+  uint64_t doneSeq = 0;
+};
+
+struct Peer {
+  std::string address;
+  std::unique_ptr<Conn> out;  // we send data on it
+  std::unique_ptr<Conn> in;   // the peer sends data on it
+  bool finished = false;      // said goodbye
+  bool lost = false;
+  std::string lostWhy;
+  std::unordered_map<int32_t, std::deque<Message>> inbox;
+  std::mutex connectMu;
+};
+
+}  // namespace
+
+struct PeerMesh::Impl {
+  Options opt;
+  net::Fd listener;
+  net::Fd wake;  // eventfd that interrupts the driver's poll()
+  std::string listenAddr;
+  std::vector<std::unique_ptr<Peer>> peers;
+  std::list<handshake::ListenSide> pending;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool driving = false;
+  bool closed = false;
+  bool aborted = false;
+  int abortOrigin = -1;
+  std::string abortReason;
+  std::mutex collMu;  // one engine collective at a time per process
+
+  // ---- helpers (mu held unless said otherwise) ----
+
+  void wakeDriver() {
+    if (!driving) return;
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake.get(), &one, sizeof one);
+  }
+
+  [[noreturn]] void throwAborted() {
+    if (abortOrigin == opt.rank) {
+      throw Error(ErrorCode::Aborted,
+                  fmt::format("{} bootstrap: this rank called abort(): {}", opt.backend,
+                              abortReason),
+                  abortOrigin);
+    }
+    throw Error(ErrorCode::Aborted,
+                fmt::format("{} bootstrap: rank {} aborted the job: {}", opt.backend, abortOrigin,
+                            abortReason),
+                abortOrigin);
+  }
+
+  void checkPeer(int peer, std::string_view op) const {
+    if (peer < 0 || peer >= opt.size) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("{}: peer {} is out of range 0..{}", op, peer, opt.size - 1), peer);
+    }
+    if (peer == opt.rank) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("{}: peer {} is this rank; send/recv to self is not supported", op,
+                              peer),
+                  peer);
+    }
+  }
+
+  Error peerGone(int peer, std::string_view op, int tag) {
+    Peer& p = *peers[peer];
+    if (p.lost) {
+      return Error(ErrorCode::PeerLost,
+                   fmt::format("{} {} rank {} ({}) failed: {}", op,
+                               op == "send" ? "to" : "with", peer, tagText(tag), p.lostWhy),
+                   peer);
+    }
+    return Error(ErrorCode::PeerLost,
+                 fmt::format("{} with rank {} ({}) failed: rank {} has already closed its "
+                             "bootstrap (it finished or destroyed it); make every rank take "
+                             "part in the same exchanges",
+                             op, peer, tagText(tag), peer),
+                 peer);
+  }
+
+  void queueFrame(Conn& c, FrameType type, int32_t tag, const uint8_t* data, size_t len) {
+    OutFrame f;
+    f.bytes.resize(kFrameHeaderSize + len);
+    encodeHeader(f.bytes.data(), type, tag, len);
+    if (len) std::memcpy(f.bytes.data() + kFrameHeaderSize, data, len);
+    f.seq = ++c.queuedSeq;
+    c.outq.push_back(std::move(f));
+  }
+
+  void queueControlToAll(FrameType type, const std::vector<uint8_t>& body, const Conn* except) {
+    for (auto& p : peers) {
+      if (!p) continue;
+      for (Conn* c : {p->out.get(), p->in.get()}) {
+        if (c && c != except && c->fd.valid()) queueFrame(*c, type, 0, body.data(), body.size());
+      }
+    }
+    wakeDriver();
+  }
+
+  void markLost(int peer, std::string why, bool tellOthers) {
+    Peer& p = *peers[peer];
+    if (p.lost || p.finished) return;
+    p.lost = true;
+    p.lostWhy = std::move(why);
+    STRATA_LOG(Warn, opt.backend.c_str(), "rank {} lost: {}", peer, p.lostWhy);
+    if (tellOthers && !aborted) {
+      wire::Writer w;
+      w.i32(peer);
+      queueControlToAll(FrameType::Lost, w.data(), nullptr);
+    }
+    cv.notify_all();
+  }
+
+  void closeConn(Conn& c, const std::string& why) {
+    if (!c.fd.valid()) return;
+    c.fd.reset();
+    c.outq.clear();
+    Peer& p = *peers[c.peer];
+    if (!c.goodbye && !p.finished && !closed) {
+      markLost(c.peer, why, true);
+    }
+    cv.notify_all();
+  }
+
+  void protocolViolation(Conn& c, const std::string& what) {
+    STRATA_LOG(Error, opt.backend.c_str(), "closing the connection with rank {}: {}", c.peer,
+               what);
+    int peer = c.peer;
+    c.goodbye = false;
+    closeConn(c, fmt::format("rank {} sent a malformed frame ({})", peer, what));
+  }
+
+  void dispatch(Conn& c) {
+    Peer& p = *peers[c.peer];
+    switch (c.type) {
+      case FrameType::Data:
+        p.inbox[c.tag].push_back(std::move(c.payload));
+        cv.notify_all();
+        break;
+      case FrameType::Goodbye:
+        c.goodbye = true;
+        p.finished = true;
+        cv.notify_all();
+        break;
+      case FrameType::Abort: {
+        int origin = -1;
+        std::string reason;
+        try {
+          wire::Reader r({c.payload.data.get(), c.payload.size}, "abort frame");
+          origin = r.i32();
+          reason = r.str(kMaxControlPayload);
+          r.expectEnd();
+        } catch (const Error& e) {
+          protocolViolation(c, e.what());
+          return;
+        }
+        if (origin < 0 || origin >= opt.size) origin = c.peer;
+        if (!aborted) {
+          aborted = true;
+          abortOrigin = origin;
+          abortReason = reason;
+          STRATA_LOG(Error, opt.backend.c_str(), "rank {} aborted the job: {}", origin, reason);
+          wire::Writer w;
+          w.i32(origin).str(reason);
+          queueControlToAll(FrameType::Abort, w.data(), &c);
+        }
+        cv.notify_all();
+        break;
+      }
+      case FrameType::Lost: {
+        int who = -1;
+        try {
+          wire::Reader r({c.payload.data.get(), c.payload.size}, "peer-lost frame");
+          who = r.i32();
+          r.expectEnd();
+        } catch (const Error& e) {
+          protocolViolation(c, e.what());
+          return;
+        }
+        if (who >= 0 && who < opt.size && who != opt.rank) {
+          markLost(who, fmt::format("rank {} reported that its connection to rank {} broke "
+                                    "(the process probably died)",
+                                    c.peer, who),
+                   true);
+        }
+        break;
+      }
+    }
+  }
+
+  void readConn(Conn& c) {
+    size_t budget = kReadBudget;
+    while (c.fd.valid() && budget > 0) {
+      ssize_t n;
+      if (!c.inPayload) {
+        n = ::recv(c.fd.get(), c.header + c.headerGot, kFrameHeaderSize - c.headerGot,
+                   MSG_DONTWAIT);
+      } else {
+        size_t want = std::min(c.payload.size - c.payloadGot, budget);
+        n = ::recv(c.fd.get(), c.payload.data.get() + c.payloadGot, want, MSG_DONTWAIT);
+      }
+      if (n == 0) {
+        closeConn(c, fmt::format("the connection with rank {} closed without a goodbye (the "
+                                 "process died or was killed)",
+                                 c.peer));
+        return;
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        closeConn(c, fmt::format("the connection with rank {} failed: {} (the process died or "
+                                 "its host is unreachable)",
+                                 c.peer, net::errnoText(errno)));
+        return;
+      }
+      budget -= std::min(budget, static_cast<size_t>(n));
+      if (!c.inPayload) {
+        c.headerGot += static_cast<size_t>(n);
+        if (c.headerGot < kFrameHeaderSize) continue;
+        uint32_t magic = static_cast<uint32_t>(getLe(c.header, 4));
+        uint8_t version = c.header[4];
+        uint8_t type = c.header[5];
+        int32_t tag = static_cast<int32_t>(getLe(c.header + 8, 4));
+        uint64_t len = getLe(c.header + 12, 8);
+        if (magic != kFrameMagic) {
+          return protocolViolation(c, fmt::format("bad frame magic 0x{:08x}", magic));
+        }
+        if (version != kFrameVersion) {
+          return protocolViolation(c, fmt::format("unknown frame version {}", version));
+        }
+        if (type < 1 || type > 4) {
+          return protocolViolation(c, fmt::format("unknown frame type {}", type));
+        }
+        uint64_t limit = type == 1 ? opt.maxMessage : kMaxControlPayload;
+        if (len > limit) {
+          return protocolViolation(
+              c, fmt::format("frame of {} bytes exceeds the limit of {} bytes "
+                             "(bootstrap.max_message)",
+                             len, limit));
+        }
+        c.type = static_cast<FrameType>(type);
+        c.tag = tag;
+        c.payload.size = len;
+        c.payload.data.reset(len ? new uint8_t[len] : nullptr);
+        c.payloadGot = 0;
+        c.headerGot = 0;
+        c.inPayload = true;
+      } else {
+        c.payloadGot += static_cast<size_t>(n);
+      }
+      if (c.inPayload && c.payloadGot == c.payload.size) {
+        c.inPayload = false;
+        dispatch(c);
+        c.payload = Message{};
+      }
+    }
+  }
+
+  void writeConn(Conn& c) {
+    while (c.fd.valid() && !c.outq.empty()) {
+      OutFrame& f = c.outq.front();
+      ssize_t n = ::send(c.fd.get(), f.bytes.data() + f.offset, f.bytes.size() - f.offset,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        closeConn(c, fmt::format("writing to rank {} failed: {}", c.peer,
+                                 net::errnoText(errno)));
+        return;
+      }
+      f.offset += static_cast<size_t>(n);
+      if (f.offset == f.bytes.size()) {
+        c.doneSeq = f.seq;
+        c.outq.pop_front();
+        cv.notify_all();
+      }
+    }
+  }
+
+  void acceptAll() {
+    for (;;) {
+      net::SockAddr remote;
+      net::Fd fd;
+      try {
+        fd = net::acceptOne(listener.get(), &remote);
+      } catch (const Error& e) {
+        STRATA_LOG(Warn, opt.backend.c_str(), "accept failed: {}", e.what());
+        return;
+      }
+      if (!fd.valid()) return;
+      pending.emplace_back(std::move(fd), remote, opt.secret, handshake::Purpose::Mesh, opt.rank,
+                           opt.size, Deadline::after(opt.handshakeTimeout));
+      stepPending(std::prev(pending.end()));
+    }
+  }
+
+  void stepPending(std::list<handshake::ListenSide>::iterator it) {
+    auto state = it->step();
+    if (state == handshake::ListenSide::State::InProgress) return;
+    if (state == handshake::ListenSide::State::Rejected) {
+      STRATA_LOG(Warn, opt.backend.c_str(), "rejected a connection from {}: {}",
+                 it->remote().toString(), it->reason());
+      pending.erase(it);
+      return;
+    }
+    int r = it->peerRank();
+    Peer& p = *peers[r];
+    if (p.in && p.in->fd.valid()) {
+      STRATA_LOG(Warn, opt.backend.c_str(),
+                 "rejected a second connection claiming rank {} from {}", r,
+                 it->remote().toString());
+      pending.erase(it);
+      return;
+    }
+    auto c = std::make_unique<Conn>();
+    c->fd = it->takeFd();
+    c->peer = r;
+    c->outgoing = false;
+    p.in = std::move(c);
+    pending.erase(it);
+    STRATA_LOG(Debug, opt.backend.c_str(), "accepted the connection from rank {}", r);
+    // Anything we queued for this peer before (abort, lost) goes out on it too.
+    if (aborted) {
+      wire::Writer w;
+      w.i32(abortOrigin).str(abortReason);
+      queueFrame(*p.in, FrameType::Abort, 0, w.data().data(), w.size());
+    }
+  }
+
+  /// One round of poll over every socket. Called by the driving thread with mu held; releases
+  /// it while blocked in poll().
+  void progressOnce(std::unique_lock<std::mutex>& lk, int timeoutMs) {
+    std::vector<pollfd> fds;
+    std::vector<Conn*> conns;
+    std::vector<handshake::ListenSide*> hs;
+    fds.push_back({wake.get(), POLLIN, 0});
+    if (listener.valid()) fds.push_back({listener.get(), POLLIN, 0});
+    size_t firstPending = fds.size();
+    Deadline next = Deadline::never();
+    for (auto& h : pending) {
+      fds.push_back({h.fd(), POLLIN, 0});
+      hs.push_back(&h);
+      next = Deadline::earlier(next, h.deadline());
+    }
+    size_t firstConn = fds.size();
+    for (auto& p : peers) {
+      if (!p) continue;
+      for (Conn* c : {p->out.get(), p->in.get()}) {
+        if (!c || !c->fd.valid()) continue;
+        short ev = POLLIN;
+        if (!c->outq.empty()) ev |= POLLOUT;
+        fds.push_back({c->fd.get(), ev, 0});
+        conns.push_back(c);
+      }
+    }
+    if (!next.isNever()) timeoutMs = std::min(timeoutMs, next.pollMs(kPollCapMs) + 1);
+    lk.unlock();
+    int rc = ::poll(fds.data(), fds.size(), timeoutMs);
+    int err = errno;
+    lk.lock();
+    if (rc < 0) {
+      if (err == EINTR) return;
+      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(err)));
+    }
+    if (fds[0].revents) {
+      uint64_t v;
+      [[maybe_unused]] auto n = ::read(wake.get(), &v, sizeof v);
+    }
+    // Pending handshakes: step the readable ones and expire the stalled ones.
+    for (size_t i = 0; i < hs.size(); ++i) {
+      auto it = std::find_if(pending.begin(), pending.end(),
+                             [&](const handshake::ListenSide& h) { return &h == hs[i]; });
+      if (it == pending.end()) continue;
+      if (fds[firstPending + i].revents || it->deadline().expired()) stepPending(it);
+    }
+    for (size_t i = 0; i < conns.size(); ++i) {
+      short re = fds[firstConn + i].revents;
+      Conn* c = conns[i];
+      if (!re || !c->fd.valid()) continue;
+      if (re & POLLOUT) writeConn(*c);
+      if (re & (POLLIN | POLLHUP | POLLERR)) readConn(*c);
+    }
+    if (listener.valid() && fds[1].revents) acceptAll();
+  }
+
+  /// Waits until done() holds, driving progress when no other thread does.
+  template <class Done, class OnTimeout>
+  void waitUntil(std::unique_lock<std::mutex>& lk, Done done, const Deadline& deadline,
+                 OnTimeout onTimeout) {
+    auto spinUntil = Deadline::Clock::now() + std::chrono::microseconds(opt.spinUs);
+    for (;;) {
+      if (done()) return;
+      if (aborted) throwAborted();
+      if (deadline.expired()) onTimeout();
+      if (!driving) {
+        driving = true;
+        try {
+          int ms = Deadline::Clock::now() < spinUntil ? 0 : deadline.pollMs(kPollCapMs);
+          progressOnce(lk, ms);
+        } catch (...) {
+          driving = false;
+          cv.notify_all();
+          throw;
+        }
+        driving = false;
+        cv.notify_all();
+      } else {
+        cv.wait_until(lk, std::min(deadline.at(), Deadline::Clock::now() +
+                                                      std::chrono::milliseconds(kPollCapMs)));
+      }
+    }
+  }
+
+  /// Drives progress until no frame is queued anywhere, or the deadline passes.
+  void flushAll(std::unique_lock<std::mutex>& lk, const Deadline& deadline) {
+    auto empty = [&] {
+      for (auto& p : peers) {
+        if (!p) continue;
+        for (Conn* c : {p->out.get(), p->in.get()}) {
+          if (c && c->fd.valid() && !c->outq.empty()) return false;
+        }
+      }
+      return true;
+    };
+    while (!empty() && !deadline.expired()) {
+      if (!driving) {
+        driving = true;
+        try {
+          progressOnce(lk, deadline.pollMs(100));
+        } catch (...) {
+        }
+        driving = false;
+        cv.notify_all();
+      } else {
+        cv.wait_until(lk, std::min(deadline.at(), Deadline::Clock::now() +
+                                                      std::chrono::milliseconds(100)));
+      }
+    }
+  }
+
+  Conn& outgoing(int peer, const Deadline& deadline, std::string_view op, int tag) {
+    {
+      std::unique_lock lk(mu);
+      Peer& p = *peers[peer];
+      if (aborted) throwAborted();
+      if (p.lost || p.finished) throw peerGone(peer, op, tag);
+      if (p.out && p.out->fd.valid()) return *p.out;
+    }
+    Peer& p = *peers[peer];
+    std::lock_guard connectLock(p.connectMu);
+    std::string address;
+    {
+      std::unique_lock lk(mu);
+      if (p.out && p.out->fd.valid()) return *p.out;
+      if (p.out) throw peerGone(peer, op, tag);
+      address = p.address;
+    }
+    if (address.empty()) {
+      throw Error(ErrorCode::Internal,
+                  fmt::format("{}: no address known for rank {} (the rendezvous did not finish)",
+                              op, peer),
+                  peer);
+    }
+    std::string what = fmt::format("{} bootstrap: connecting to rank {} at {}", opt.backend,
+                                   peer, address);
+    auto addr = net::SockAddr::parseNumeric(address);
+    // A peer that is alive is already listening: refusal for more than a moment means it died.
+    Deadline connectDeadline =
+        Deadline::earlier(deadline, Deadline::after(std::max(2.0, opt.handshakeTimeout)));
+    net::Fd fd;
+    try {
+      fd = net::connectWithRetry({addr}, connectDeadline, what);
+      handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Mesh, opt.rank, opt.size,
+                             peer, deadline, what);
+    } catch (const Error& e) {
+      std::unique_lock lk(mu);
+      if (aborted) throwAborted();
+      if (e.code() == ErrorCode::Timeout && deadline.expired()) {
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("{} to rank {} ({}) timed out after {} s: {}", op, peer,
+                                tagText(tag), opt.timeout, e.what()),
+                    peer);
+      }
+      if (e.code() == ErrorCode::AuthFailed || e.code() == ErrorCode::ProtocolError) {
+        throw Error(e.code(), fmt::format("{}: {}", op, e.what()), peer);
+      }
+      markLost(peer, fmt::format("cannot reach rank {} at {}: {}", peer, address, e.what()),
+               true);
+      throw peerGone(peer, op, tag);
+    }
+    std::unique_lock lk(mu);
+    auto c = std::make_unique<Conn>();
+    c->fd = std::move(fd);
+    c->peer = peer;
+    c->outgoing = true;
+    p.out = std::move(c);
+    if (aborted) {
+      wire::Writer w;
+      w.i32(abortOrigin).str(abortReason);
+      queueFrame(*p.out, FrameType::Abort, 0, w.data().data(), w.size());
+    }
+    wakeDriver();
+    STRATA_LOG(Debug, opt.backend.c_str(), "connected to rank {} at {}", peer, address);
+    return *p.out;
+  }
+
+  void send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
+            std::string_view op, bool internal) {
+    checkPeer(peer, op);
+    if (tag < 0 && !internal) {
+      throw Error(ErrorCode::InvalidArgument, fmt::format("{}: tag {} is negative", op, tag),
+                  peer);
+    }
+    if (bytes > opt.maxMessage) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("{} to rank {}: {} bytes exceed bootstrap.max_message ({} bytes)",
+                              op, peer, bytes, opt.maxMessage),
+                  peer);
+    }
+    if (bytes && !data) {
+      throw Error(ErrorCode::InvalidArgument, fmt::format("{}: null buffer", op), peer);
+    }
+    Conn& c = outgoing(peer, deadline, op, tag);
+    std::unique_lock lk(mu);
+    if (aborted) throwAborted();
+    if (!c.fd.valid()) throw peerGone(peer, op, tag);
+    uint8_t header[kFrameHeaderSize];
+    encodeHeader(header, FrameType::Data, tag, bytes);
+    size_t written = 0;
+    const size_t total = kFrameHeaderSize + bytes;
+    if (c.outq.empty()) {
+      // Fast path: straight from the caller's buffer into the socket.
+      iovec iov[2] = {{header, kFrameHeaderSize}, {const_cast<void*>(data), bytes}};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = bytes ? 2 : 1;
+      for (;;) {
+        ssize_t n = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0) {
+          written = static_cast<size_t>(n);
+          break;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          closeConn(c, fmt::format("writing to rank {} failed: {}", peer, net::errnoText(errno)));
+          throw peerGone(peer, op, tag);
+        }
+        break;
+      }
+      if (written == total) return;
+    }
+    OutFrame f;
+    f.bytes.resize(total - written);
+    for (size_t i = written; i < total; ++i) {
+      if (i < kFrameHeaderSize) {
+        f.bytes[i - written] = header[i];
+      } else {
+        std::memcpy(f.bytes.data() + (i - written), static_cast<const uint8_t*>(data) +
+                                                        (i - kFrameHeaderSize),
+                    total - i);
+        break;
+      }
+    }
+    uint64_t seq = f.seq = ++c.queuedSeq;
+    c.outq.push_back(std::move(f));
+    wakeDriver();
+    Peer& p = *peers[peer];
+    waitUntil(
+        lk, [&] { return c.doneSeq >= seq || !c.fd.valid(); }, deadline,
+        [&] {
+          // A half-written frame cannot be taken back: the connection is unusable now.
+          bool started = !c.outq.empty() && c.outq.front().seq == seq && written + c.outq.front().offset > 0;
+          if (started || written > 0) {
+            closeConn(c, fmt::format("a send to rank {} timed out half-way", peer));
+          } else {
+            std::erase_if(c.outq, [&](const OutFrame& o) { return o.seq == seq; });
+          }
+          throw Error(ErrorCode::Timeout,
+                      fmt::format("{} to rank {} ({}, {} bytes) timed out after {} s: rank {} is "
+                                  "not reading (is it stuck, or waiting for something else?)",
+                                  op, peer, tagText(tag), bytes, opt.timeout, peer),
+                      peer);
+        });
+    if (c.doneSeq < seq) {
+      if (aborted) throwAborted();
+      throw peerGone(peer, op, tag);
+    }
+    (void)p;
+  }
+
+  void recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
+            std::string_view op, bool internal) {
+    checkPeer(peer, op);
+    if (tag < 0 && !internal) {
+      throw Error(ErrorCode::InvalidArgument, fmt::format("{}: tag {} is negative", op, tag),
+                  peer);
+    }
+    if (bytes && !data) {
+      throw Error(ErrorCode::InvalidArgument, fmt::format("{}: null buffer", op), peer);
+    }
+    std::unique_lock lk(mu);
+    Peer& p = *peers[peer];
+    auto ready = [&] {
+      auto it = p.inbox.find(tag);
+      return (it != p.inbox.end() && !it->second.empty()) || p.lost || p.finished;
+    };
+    waitUntil(lk, ready, deadline, [&] {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{} from rank {} ({}, {} bytes) timed out after {} s: rank {} did "
+                              "not send it (is it stuck, or did the ranks call different "
+                              "operations?)",
+                              op, peer, tagText(tag), bytes, opt.timeout, peer),
+                  peer);
+    });
+    auto it = p.inbox.find(tag);
+    if (it == p.inbox.end() || it->second.empty()) {
+      if (aborted) throwAborted();
+      throw peerGone(peer, op, tag);
+    }
+    Message m = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) p.inbox.erase(it);
+    lk.unlock();
+    if (m.size != bytes) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("{} from rank {} ({}): expected {} bytes but rank {} sent {} "
+                              "bytes; the message was discarded",
+                              op, peer, tagText(tag), bytes, peer, m.size),
+                  peer);
+    }
+    if (bytes) std::memcpy(data, m.data.get(), bytes);
+  }
+};
+
+PeerMesh::PeerMesh(Options options, net::Fd listener) : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  I.opt = std::move(options);
+  I.listener = std::move(listener);
+  I.wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!I.wake.valid()) {
+    throw Error(ErrorCode::SystemError, fmt::format("eventfd(): {}", net::errnoText(errno)));
+  }
+  if (I.listener.valid()) I.listenAddr = net::localAddress(I.listener.get()).toString();
+  I.peers.resize(static_cast<size_t>(I.opt.size));
+  for (int r = 0; r < I.opt.size; ++r) {
+    if (r != I.opt.rank) I.peers[static_cast<size_t>(r)] = std::make_unique<Peer>();
+  }
+}
+
+PeerMesh::~PeerMesh() { close(); }
+
+const Options& PeerMesh::options() const { return impl_->opt; }
+std::string PeerMesh::listenAddress() const { return impl_->listenAddr; }
+
+Deadline PeerMesh::callDeadline() const {
+  return impl_->opt.timeout > 0 ? Deadline::after(impl_->opt.timeout) : Deadline::never();
+}
+
+void PeerMesh::setPeerAddress(int rank, const std::string& address) {
+  std::lock_guard lk(impl_->mu);
+  if (rank >= 0 && rank < impl_->opt.size && rank != impl_->opt.rank) {
+    impl_->peers[static_cast<size_t>(rank)]->address = address;
+  }
+}
+
+void PeerMesh::setPeerAddresses(const std::vector<std::string>& addresses) {
+  for (size_t r = 0; r < addresses.size(); ++r) setPeerAddress(static_cast<int>(r), addresses[r]);
+}
+
+void PeerMesh::send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
+                    std::string_view op, bool internal) {
+  impl_->send(peer, tag, data, bytes, deadline, op, internal);
+}
+
+void PeerMesh::recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
+                    std::string_view op, bool internal) {
+  impl_->recv(peer, tag, data, bytes, deadline, op, internal);
+}
+
+void PeerMesh::allGather(void* data, size_t bytesPerRank) {
+  auto& I = *impl_;
+  const int n = I.opt.size, r = I.opt.rank;
+  if (n == 1 || bytesPerRank == 0) return;
+  if (!data) throw Error(ErrorCode::InvalidArgument, "allGather: null buffer");
+  std::lock_guard coll(I.collMu);
+  Deadline dl = callDeadline();
+  auto* out = static_cast<uint8_t*>(data);
+  // tmp[i] holds the block of rank (r + i) % n.
+  std::vector<uint8_t> tmp(static_cast<size_t>(n) * bytesPerRank);
+  std::memcpy(tmp.data(), out + static_cast<size_t>(r) * bytesPerRank, bytesPerRank);
+  for (int dist = 1; dist < n; dist *= 2) {
+    int cnt = std::min(dist, n - dist);
+    int to = (r - dist + n) % n, from = (r + dist) % n;
+    I.send(to, kTagAllGather, tmp.data(), static_cast<size_t>(cnt) * bytesPerRank, dl,
+           "allGather", true);
+    I.recv(from, kTagAllGather, tmp.data() + static_cast<size_t>(dist) * bytesPerRank,
+           static_cast<size_t>(cnt) * bytesPerRank, dl, "allGather", true);
+  }
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(out + static_cast<size_t>((r + i) % n) * bytesPerRank,
+                tmp.data() + static_cast<size_t>(i) * bytesPerRank, bytesPerRank);
+  }
+}
+
+void PeerMesh::broadcast(void* data, size_t bytes, int root) {
+  auto& I = *impl_;
+  const int n = I.opt.size, r = I.opt.rank;
+  if (root < 0 || root >= n) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("broadcast: root {} is out of range 0..{}", root, n - 1), root);
+  }
+  if (bytes && !data) throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer");
+  if (n == 1) return;
+  std::lock_guard coll(I.collMu);
+  Deadline dl = callDeadline();
+  int vr = (r - root + n) % n;
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      I.recv((vr - mask + root) % n, kTagBroadcast, data, bytes, dl, "broadcast", true);
+      break;
+    }
+    mask <<= 1;
+  }
+  mask >>= 1;
+  while (mask > 0) {
+    if (vr + mask < n) {
+      I.send((vr + mask + root) % n, kTagBroadcast, data, bytes, dl, "broadcast", true);
+    }
+    mask >>= 1;
+  }
+}
+
+void PeerMesh::barrier() {
+  auto& I = *impl_;
+  const int n = I.opt.size, r = I.opt.rank;
+  if (n == 1) return;
+  std::lock_guard coll(I.collMu);
+  Deadline dl = callDeadline();
+  for (int dist = 1; dist < n; dist *= 2) {
+    I.send((r + dist) % n, kTagBarrier, nullptr, 0, dl, "barrier", true);
+    I.recv((r - dist + n) % n, kTagBarrier, nullptr, 0, dl, "barrier", true);
+  }
+}
+
+void PeerMesh::abort(std::string_view reason) noexcept {
+  auto& I = *impl_;
+  try {
+    std::unique_lock lk(I.mu);
+    if (I.aborted || I.closed) return;
+    I.aborted = true;
+    I.abortOrigin = I.opt.rank;
+    I.abortReason = std::string(reason.substr(0, 1024));
+    STRATA_LOG(Error, I.opt.backend.c_str(), "aborting the job: {}", I.abortReason);
+    wire::Writer w;
+    w.i32(I.opt.rank).str(I.abortReason);
+    I.queueControlToAll(FrameType::Abort, w.data(), nullptr);
+    I.cv.notify_all();
+    I.flushAll(lk, Deadline::after(2.0));
+  } catch (...) {
+  }
+}
+
+void PeerMesh::close() noexcept {
+  auto& I = *impl_;
+  try {
+    std::unique_lock lk(I.mu);
+    if (I.closed) return;
+    // Deliver what is queued (sends that completed from the caller's view are already in the
+    // kernel; this covers forwarded abort/lost notices), then say goodbye.
+    I.flushAll(lk, Deadline::after(std::min(I.opt.timeout > 0 ? I.opt.timeout : 10.0, 10.0)));
+    I.queueControlToAll(FrameType::Goodbye, {}, nullptr);
+    I.flushAll(lk, Deadline::after(2.0));
+    I.closed = true;
+    for (auto& p : I.peers) {
+      if (!p) continue;
+      for (Conn* c : {p->out.get(), p->in.get()}) {
+        if (c && c->fd.valid()) {
+          ::shutdown(c->fd.get(), SHUT_WR);
+          c->fd.reset();
+        }
+      }
+    }
+    I.pending.clear();
+    I.listener.reset();
+    I.cv.notify_all();
+  } catch (...) {
+  }
+}
+
+}  // namespace strata::mesh

@@ -1,1 +1,200 @@
-// placeholder
+#include "registry.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include <strata/backend/module.hpp>
+#include <strata/error.hpp>
+#include <strata/version.hpp>
+
+#include "backends/bootstrap/tcp/tcp_bootstrap.hpp"
+#include "config_keys.hpp"
+#include "dynload.hpp"
+#include "log.hpp"
+
+#ifndef STRATA_MODULE_DIR
+#define STRATA_MODULE_DIR "/usr/local/lib/strata"
+#endif
+
+extern char** environ;
+
+namespace strata::bootstrap {
+namespace {
+
+struct Builtin {
+  const char* name;
+  const char* description;
+  std::function<std::unique_ptr<Bootstrap>(const Config&)> create;
+};
+
+// Built-in backends, registered explicitly (no static registrars).
+const std::vector<Builtin>& builtins() {
+  static const std::vector<Builtin> list = {
+      {"tcp", "TCP sockets: persistent authenticated connections, rank 0 rendezvous",
+       [](const Config& c) { return std::make_unique<tcp::TcpBootstrap>(c); }},
+  };
+  return list;
+}
+
+// Names the registry always reports, even when their module is absent.
+const std::vector<std::string> kKnownModules = {"pmix", "ucx"};
+
+struct LoadedModule {
+  std::string path;
+  const backend::ModuleInfo* info = nullptr;
+  std::string error;
+};
+
+std::mutex gModuleMu;
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string moduleFile(const std::string& name) { return "strata-bootstrap-" + name + ".so"; }
+
+/// Loads (once per path) and checks a module; never throws.
+LoadedModule loadModule(const std::string& name, const Config& config) {
+  static std::map<std::string, LoadedModule> cache;
+  std::lock_guard lk(gModuleMu);
+  std::vector<std::string> tried;
+  for (const auto& dir : modulePath(config)) {
+    std::filesystem::path p = std::filesystem::path(dir) / moduleFile(name);
+    std::error_code ec;
+    if (!std::filesystem::exists(p, ec)) {
+      tried.push_back(dir);
+      continue;
+    }
+    auto key = p.string();
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    LoadedModule m;
+    m.path = key;
+    try {
+      auto lib = DynamicLibrary::open(p);
+      auto entry = reinterpret_cast<strata_module_info_fn>(lib.symbol(STRATA_MODULE_ENTRY_POINT));
+      if (!entry) {
+        m.error = fmt::format("{} has no {} entry point (not a strata module?)", key,
+                              STRATA_MODULE_ENTRY_POINT);
+      } else {
+        const backend::ModuleInfo* info = entry();
+        if (!info) {
+          m.error = fmt::format("{}: {} returned nothing", key, STRATA_MODULE_ENTRY_POINT);
+        } else if (info->abiVersion != STRATA_MODULE_ABI_VERSION) {
+          m.error = fmt::format(
+              "{} was built for module ABI {}, this libstrata {} has ABI {}: rebuild the module "
+              "against this strata",
+              key, info->abiVersion, STRATA_VERSION_STRING, STRATA_MODULE_ABI_VERSION);
+        } else if (info->kind != backend::ModuleKind::Bootstrap || !info->name ||
+                   name != info->name || !info->createBootstrap) {
+          m.error = fmt::format("{} is not the bootstrap module '{}'", key, name);
+        } else {
+          m.info = info;
+        }
+      }
+    } catch (const Error& e) {
+      m.error = e.what();
+    }
+    cache[key] = m;
+    return m;
+  }
+  LoadedModule m;
+  std::string dirs;
+  for (auto& d : tried) dirs += (dirs.empty() ? "" : ", ") + d;
+  m.error = fmt::format("{} not found (searched: {})", moduleFile(name),
+                        dirs.empty() ? "no directories" : dirs);
+  return m;
+}
+
+bool envPresent(const char* prefix) {
+  size_t n = std::strlen(prefix);
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, prefix, n) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> modulePath(const Config& config) {
+  std::vector<std::string> dirs = split(config::getString(config, "module.path"), ':');
+  dirs.push_back(STRATA_MODULE_DIR);
+  return dirs;
+}
+
+std::vector<BackendStatus> listBackends(const Config& config) {
+  std::vector<BackendStatus> out;
+  for (const auto& b : builtins()) {
+    out.push_back({b.name, "built-in", "", true, "", b.description});
+  }
+  std::vector<std::string> names = kKnownModules;
+  for (const auto& dir : modulePath(config)) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      auto f = entry.path().filename().string();
+      const std::string prefix = "strata-bootstrap-", suffix = ".so";
+      if (f.size() > prefix.size() + suffix.size() && f.rfind(prefix, 0) == 0 &&
+          f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        auto n = f.substr(prefix.size(), f.size() - prefix.size() - suffix.size());
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+      }
+    }
+  }
+  for (const auto& n : names) {
+    auto m = loadModule(n, config);
+    BackendStatus s;
+    s.name = n;
+    s.path = m.path;
+    s.usable = m.info != nullptr;
+    s.kind = s.usable ? "module" : "missing";
+    s.error = m.error;
+    s.description = m.info && m.info->description ? m.info->description : "";
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string resolveBackendName(const Config& config) {
+  std::string name = config::getString(config, "bootstrap.backend");
+  if (name != "auto") return name;
+  // PMIx servers (srun --mpi=pmix, mpirun) export these; only then is the module worth loading.
+  if (envPresent("PMIX_SERVER_URI") || envPresent("PMIX_NAMESPACE=")) {
+    auto m = loadModule("pmix", config);
+    if (m.info && (!m.info->detect || m.info->detect())) return "pmix";
+    STRATA_LOG(Info, "bootstrap", "a PMIx server is present but the pmix backend is not usable "
+               "({}); using tcp", m.error.empty() ? "its detect() said no" : m.error);
+  }
+  return "tcp";
+}
+
+std::unique_ptr<Bootstrap> createBackend(const std::string& name, const Config& config) {
+  for (const auto& b : builtins()) {
+    if (name == b.name) return b.create(config);
+  }
+  auto m = loadModule(name, config);
+  if (!m.info) {
+    throw Error(ErrorCode::NotSupported,
+                fmt::format("bootstrap.backend={} is not available: {}. Build strata with the "
+                            "backend's development package installed, set STRATA_MODULE_PATH to "
+                            "where the module is, or choose another bootstrap.backend "
+                            "(strata-info lists what this installation has)",
+                            name, m.error));
+  }
+  return m.info->createBootstrap(config);
+}
+
+}  // namespace strata::bootstrap

@@ -1,0 +1,231 @@
+#include "handshake.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "hmac.hpp"
+#include "wire.hpp"
+
+namespace strata::handshake {
+namespace {
+
+constexpr uint16_t kChallenge = 1;
+constexpr uint16_t kAuth = 2;
+constexpr uint16_t kResult = 3;
+constexpr uint16_t kVersion = 1;
+constexpr size_t kAuthBody = 1 + 4 + 4 + 32 + 32;
+constexpr size_t kMaxReason = 512;
+
+crypto::Digest mac(std::string_view secret, char side, Purpose purpose, const Nonce& nl,
+                   const Nonce& nc, int rank, int size, int listenerRank, uint8_t ok) {
+  wire::Writer w;
+  w.raw({reinterpret_cast<const uint8_t*>("strata-auth-v1"), 14});
+  w.u8(static_cast<uint8_t>(side)).u8(static_cast<uint8_t>(purpose));
+  w.raw(nl).raw(nc).i32(rank).i32(size).i32(listenerRank).u8(ok);
+  return crypto::hmacSha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()},
+                            w.data());
+}
+
+std::string_view purposeName(Purpose p) {
+  return p == Purpose::Rendezvous ? "rendezvous" : "peer";
+}
+
+}  // namespace
+
+void writeRecord(int fd, const std::vector<uint8_t>& record, const Deadline& deadline,
+                 std::string_view what) {
+  net::writeFull(fd, record.data(), record.size(), deadline, what);
+}
+
+std::vector<uint8_t> readRecord(int fd, size_t maxBody, const Deadline& deadline,
+                                std::string_view what) {
+  std::vector<uint8_t> buf(wire::kRecordHeaderSize);
+  net::readFull(fd, buf.data(), buf.size(), deadline, what);
+  auto h = wire::decodeHeader(buf, 0xffff, maxBody, what);
+  buf.resize(wire::kRecordHeaderSize + h.length);
+  net::readFull(fd, buf.data() + wire::kRecordHeaderSize, h.length, deadline, what);
+  return buf;
+}
+
+void connectSide(int fd, std::string_view secret, Purpose purpose, int rank, int size,
+                 int expectedListenerRank, const Deadline& deadline, std::string_view what) {
+  auto chRec = readRecord(fd, 64, deadline, what);
+  auto ch = wire::decodeRecord(chRec, kChallenge, kVersion, 64, what);
+  wire::Reader r(ch.body, fmt::format("{} challenge", what));
+  auto p = static_cast<Purpose>(r.u8());
+  int listenerRank = r.i32();
+  Nonce nl;
+  auto raw = r.raw(32);
+  std::copy(raw.begin(), raw.end(), nl.begin());
+  r.expectEnd();
+  if (p != purpose) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("{}: the listener serves {} connections, expected {}", what,
+                            purposeName(p), purposeName(purpose)));
+  }
+  if (expectedListenerRank >= 0 && listenerRank != expectedListenerRank) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("{}: reached rank {} but expected rank {} (stale address?)", what,
+                            listenerRank, expectedListenerRank),
+                expectedListenerRank);
+  }
+  Nonce nc;
+  crypto::randomBytes(nc);
+  auto m = mac(secret, 'C', purpose, nl, nc, rank, size, listenerRank, 0);
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(purpose)).i32(rank).i32(size).raw(nc).raw(m);
+  writeRecord(fd, wire::encodeRecord(kAuth, kVersion, w.data()), deadline, what);
+
+  auto resRec = readRecord(fd, 32 + 1 + 4 + kMaxReason, deadline, what);
+  auto res = wire::decodeRecord(resRec, kResult, kVersion, 32 + 1 + 4 + kMaxReason, what);
+  wire::Reader rr(res.body, fmt::format("{} result", what));
+  uint8_t ok = rr.u8();
+  auto sm = rr.raw(32);
+  std::string reason = rr.str(kMaxReason);
+  rr.expectEnd();
+  if (!ok) {
+    throw Error(ErrorCode::AuthFailed,
+                fmt::format("{}: rank {} refused the connection: {}", what, listenerRank, reason),
+                listenerRank);
+  }
+  auto expect = mac(secret, 'S', purpose, nl, nc, rank, size, listenerRank, 1);
+  if (!crypto::equalConstantTime(expect, sm)) {
+    throw Error(ErrorCode::AuthFailed,
+                fmt::format("{}: the listener could not prove the job secret (another job on "
+                            "this port, or a different STRATA_SECRET)",
+                            what),
+                listenerRank);
+  }
+}
+
+ListenSide::ListenSide(net::Fd fd, net::SockAddr remote, std::string_view secret,
+                       Purpose purpose, int listenerRank, int size, const Deadline& deadline)
+    : fd_(std::move(fd)),
+      remote_(remote),
+      secret_(secret),
+      purpose_(purpose),
+      listenerRank_(listenerRank),
+      size_(size),
+      deadline_(deadline) {
+  crypto::randomBytes(nonceL_);
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(purpose_)).i32(listenerRank_).raw(nonceL_);
+  auto rec = wire::encodeRecord(kChallenge, kVersion, w.data());
+  // A fresh socket's send buffer always takes 49 bytes.
+  ssize_t n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(rec.size())) {
+    reject(fmt::format("could not send the challenge: {}", net::errnoText(errno)), false);
+  }
+}
+
+ListenSide::State ListenSide::reject(std::string reason, bool tellPeer) {
+  reason_ = std::move(reason);
+  if (tellPeer && fd_.valid()) {
+    wire::Writer w;
+    crypto::Digest zero{};
+    w.u8(0).raw(zero).str(reason_.substr(0, kMaxReason));
+    auto rec = wire::encodeRecord(kResult, kVersion, w.data());
+    [[maybe_unused]] auto n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  fd_.reset();
+  state_ = State::Rejected;
+  return state_;
+}
+
+ListenSide::State ListenSide::step() {
+  if (state_ != State::InProgress) return state_;
+  const size_t total = wire::kRecordHeaderSize + kAuthBody;
+  while (in_.size() < total) {
+    uint8_t buf[total];
+    ssize_t n = ::recv(fd_.get(), buf, total - in_.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      in_.insert(in_.end(), buf, buf + n);
+      // Reject a bad header as soon as it is complete, without waiting for a body.
+      if (in_.size() >= wire::kRecordHeaderSize && in_.size() - n < wire::kRecordHeaderSize) {
+        try {
+          auto h = wire::decodeHeader({in_.data(), wire::kRecordHeaderSize}, kVersion, kAuthBody,
+                                      "handshake");
+          if (h.kind != kAuth || h.length != kAuthBody) {
+            return reject("unexpected handshake record", false);
+          }
+        } catch (const Error& e) {
+          return reject(fmt::format("garbage instead of a handshake ({})", e.what()), false);
+        }
+      }
+      continue;
+    }
+    if (n == 0) return reject("closed the connection during the handshake", false);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (deadline_.expired()) return reject("sent no complete handshake in time", false);
+      return state_;
+    }
+    return reject(fmt::format("read failed during the handshake: {}", net::errnoText(errno)),
+                  false);
+  }
+  wire::Reader r({in_.data() + wire::kRecordHeaderSize, kAuthBody}, "handshake");
+  auto p = static_cast<Purpose>(r.u8());
+  int rank = r.i32();
+  int size = r.i32();
+  Nonce nc;
+  auto raw = r.raw(32);
+  std::copy(raw.begin(), raw.end(), nc.begin());
+  auto m = r.raw(32);
+  auto expect = mac(secret_, 'C', purpose_, nonceL_, nc, rank, size, listenerRank_, 0);
+  if (p != purpose_ || !crypto::equalConstantTime(expect, m)) {
+    return reject("failed authentication (wrong job secret or not a strata peer)", true);
+  }
+  if (size != size_) {
+    return reject(fmt::format("claims a job of {} ranks, this job has {} (two jobs sharing a "
+                              "port, or mismatched launch)",
+                              size, size_),
+                  true);
+  }
+  if (rank < 0 || rank >= size_ || (purpose_ == Purpose::Mesh && rank == listenerRank_)) {
+    return reject(fmt::format("claims an invalid rank {}", rank), true);
+  }
+  peerRank_ = rank;
+  wire::Writer w;
+  auto sm = mac(secret_, 'S', purpose_, nonceL_, nc, rank, size, listenerRank_, 1);
+  w.u8(1).raw(sm).str("");
+  auto rec = wire::encodeRecord(kResult, kVersion, w.data());
+  ssize_t n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(rec.size())) {
+    return reject("could not send the handshake result", false);
+  }
+  state_ = State::Accepted;
+  return state_;
+}
+
+bool RecordReader::step(int fd, std::string_view what) {
+  for (;;) {
+    size_t want = buf_.size() < wire::kRecordHeaderSize ? wire::kRecordHeaderSize : need_;
+    if (buf_.size() >= want && buf_.size() >= wire::kRecordHeaderSize) return true;
+    size_t old = buf_.size();
+    buf_.resize(want);
+    ssize_t n = ::recv(fd, buf_.data() + old, want - old, MSG_DONTWAIT);
+    if (n > 0) {
+      buf_.resize(old + static_cast<size_t>(n));
+      if (old < wire::kRecordHeaderSize && buf_.size() == wire::kRecordHeaderSize) {
+        auto h = wire::decodeHeader(buf_, 0xffff, maxBody_, what);
+        need_ = wire::kRecordHeaderSize + h.length;
+        if (h.length == 0) return true;
+      }
+      continue;
+    }
+    buf_.resize(old);
+    if (n == 0) throw Error(ErrorCode::PeerLost, fmt::format("{}: connection closed", what));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    throw Error(ErrorCode::PeerLost,
+                fmt::format("{}: read failed: {}", what, net::errnoText(errno)));
+  }
+}
+
+}  // namespace strata::handshake

@@ -1,0 +1,96 @@
+#pragma once
+
+// Connection authentication shared by every socket-based bootstrap listener: an HMAC-SHA256
+// challenge-response over the job secret (docs/wire-format.md, "Handshake").
+//
+//   listener -> connector  CHALLENGE {purpose, listenerRank, nonceL}
+//   connector -> listener  AUTH      {purpose, rank, size, nonceC, mac_c}
+//   listener -> connector  RESULT    {ok, mac_s, reason}
+//
+// The listener side is a non-blocking state machine so that a stalled or hostile connection
+// never delays another; the connector side blocks with a deadline.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/export.hpp>
+
+#include "deadline.hpp"
+#include "socket.hpp"
+
+namespace strata::handshake {
+
+enum class Purpose : uint8_t { Rendezvous = 1, Mesh = 2 };
+
+using Nonce = std::array<uint8_t, 32>;
+
+/// Authenticates a freshly connected socket as `rank` of `size`. Throws AuthFailed when the
+/// listener rejects us or cannot prove the secret, ProtocolError for garbage, Timeout/PeerLost.
+STRATA_API void connectSide(int fd, std::string_view secret, Purpose purpose, int rank, int size,
+                            int expectedListenerRank, const Deadline& deadline,
+                            std::string_view what);
+
+/// One accepted connection going through the handshake without blocking.
+class STRATA_API ListenSide {
+ public:
+  enum class State { InProgress, Accepted, Rejected };
+
+  ListenSide(net::Fd fd, net::SockAddr remote, std::string_view secret, Purpose purpose,
+             int listenerRank, int size, const Deadline& deadline);
+  /// Call when the socket is readable (or periodically); never blocks.
+  State step();
+  int fd() const { return fd_.get(); }
+  const Deadline& deadline() const { return deadline_; }
+  /// After Accepted: the authenticated rank. After Rejected: why (for the warn log).
+  int peerRank() const { return peerRank_; }
+  const std::string& reason() const { return reason_; }
+  const net::SockAddr& remote() const { return remote_; }
+  net::Fd takeFd() { return std::move(fd_); }
+  State state() const { return state_; }
+
+ private:
+  State reject(std::string reason, bool tellPeer);
+  net::Fd fd_;
+  net::SockAddr remote_;
+  std::string secret_;
+  Purpose purpose_;
+  int listenerRank_;
+  int size_;
+  Deadline deadline_;
+  Nonce nonceL_{};
+  std::vector<uint8_t> in_;
+  int peerRank_ = -1;
+  std::string reason_;
+  State state_ = State::InProgress;
+};
+
+/// Non-blocking accumulation of one length-prefixed wire record from a socket.
+class STRATA_API RecordReader {
+ public:
+  RecordReader(size_t maxBody) : maxBody_(maxBody) {}
+  /// Reads what is available; returns true when a whole record is buffered. Throws
+  /// ProtocolError (bad header/too long) or PeerLost (EOF) naming `what`.
+  bool step(int fd, std::string_view what);
+  const std::vector<uint8_t>& record() const { return buf_; }
+  void reset() {
+    buf_.clear();
+    need_ = 0;
+  }
+
+ private:
+  size_t maxBody_;
+  std::vector<uint8_t> buf_;
+  size_t need_ = 0;
+};
+
+/// Writes a whole record with a deadline (blocking on a non-blocking socket).
+STRATA_API void writeRecord(int fd, const std::vector<uint8_t>& record, const Deadline& deadline,
+                            std::string_view what);
+/// Reads one whole record (header + body <= maxBody) with a deadline.
+STRATA_API std::vector<uint8_t> readRecord(int fd, size_t maxBody, const Deadline& deadline,
+                                           std::string_view what);
+
+}  // namespace strata::handshake
