@@ -32,8 +32,12 @@ void* operator new(size_t size) {
   throw std::bad_alloc();
 }
 // Out of line: once inlined, g++ pairs the free() with the new-expression and warns.
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p) noexcept {
+  std::free(p);
+}
+[[gnu::noinline]] void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
 
 using namespace strata;
 using strata::wire::Reader;
