@@ -1,5 +1,6 @@
 #include "handshake.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -200,6 +201,205 @@ ListenSide::State ListenSide::step() {
     return reject("could not send the handshake result", false);
   }
   state_ = State::Accepted;
+  return state_;
+}
+
+ConnectSide::ConnectSide(net::SockAddr addr, std::string_view secret, Purpose purpose, int rank,
+                         int size, int expectedListenerRank, const Deadline& connectDeadline,
+                         const Deadline& deadline, std::string what)
+    : addr_(addr),
+      secret_(secret),
+      purpose_(purpose),
+      rank_(rank),
+      size_(size),
+      expectedListener_(expectedListenerRank),
+      connectDeadline_(Deadline::earlier(connectDeadline, deadline)),
+      deadline_(deadline),
+      what_(std::move(what)) {
+  startConnect();
+}
+
+void ConnectSide::startConnect() {
+  phase_ = Phase::Connecting;
+  fd_ = net::Fd(::socket(addr_.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd_.valid()) {
+    fail(ErrorCode::SystemError, fmt::format("{}: socket(): {}", what_, net::errnoText(errno)));
+    return;
+  }
+  int rc = ::connect(fd_.get(), addr_.get(), addr_.len);
+  if (rc == 0 || errno == EINPROGRESS || errno == EINTR) return;
+  int err = errno;
+  fd_.reset();
+  phase_ = Phase::Waiting;
+  retryAt_ = Deadline::after(backoff_);
+  backoff_ = std::min(backoff_ * 2, 0.2);
+  error_ = net::errnoText(err);
+}
+
+short ConnectSide::events() const { return phase_ == Phase::Connecting ? POLLOUT : POLLIN; }
+
+Deadline ConnectSide::wakeAt() const {
+  Deadline d = phase_ == Phase::Waiting ? retryAt_ : Deadline::never();
+  d = Deadline::earlier(d, deadline_);
+  if (phase_ == Phase::Connecting || phase_ == Phase::Waiting) {
+    d = Deadline::earlier(d, connectDeadline_);
+  }
+  return d;
+}
+
+ConnectSide::State ConnectSide::fail(ErrorCode code, std::string message) {
+  fd_.reset();
+  errorCode_ = code;
+  error_ = std::move(message);
+  state_ = State::Failed;
+  return state_;
+}
+
+ConnectSide::State ConnectSide::step() {
+  while (state_ == State::InProgress) {
+    if (deadline_.expired()) {
+      return fail(ErrorCode::Timeout, fmt::format("{}: timed out during the {}", what_,
+                                                  phase_ == Phase::Connecting ||
+                                                          phase_ == Phase::Waiting
+                                                      ? "connect"
+                                                      : "handshake"));
+    }
+    switch (phase_) {
+      case Phase::Waiting:
+        if (connectDeadline_.expired()) {
+          return fail(ErrorCode::PeerLost,
+                      fmt::format("{}: connection refused ({}); nothing listens there any more",
+                                  what_, error_));
+        }
+        if (!retryAt_.expired()) return state_;
+        startConnect();
+        continue;
+      case Phase::Connecting: {
+        pollfd p{fd_.get(), POLLOUT, 0};
+        if (::poll(&p, 1, 0) <= 0) {
+          if (connectDeadline_.expired()) {
+            return fail(ErrorCode::PeerLost, fmt::format("{}: connect timed out", what_));
+          }
+          return state_;
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          fd_.reset();
+          error_ = net::errnoText(err);
+          phase_ = Phase::Waiting;
+          retryAt_ = Deadline::after(backoff_);
+          backoff_ = std::min(backoff_ * 2, 0.2);
+          continue;
+        }
+        net::setNoDelay(fd_.get());
+        phase_ = Phase::ReadChallenge;
+        continue;
+      }
+      case Phase::ReadChallenge: {
+        const size_t total = wire::kRecordHeaderSize + 1 + 4 + 32;
+        uint8_t buf[64];
+        ssize_t n = ::recv(fd_.get(), buf, total - in_.size(), MSG_DONTWAIT);
+        if (n == 0) {
+          return fail(ErrorCode::PeerLost,
+                      fmt::format("{}: the listener closed the connection", what_));
+        }
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return state_;
+          return fail(ErrorCode::PeerLost, fmt::format("{}: {}", what_, net::errnoText(errno)));
+        }
+        in_.insert(in_.end(), buf, buf + n);
+        if (in_.size() < total) continue;
+        try {
+          auto ch = wire::decodeRecord(in_, kChallenge, kVersion, 64, what_);
+          wire::Reader r(ch.body, fmt::format("{} challenge", what_));
+          auto p = static_cast<Purpose>(r.u8());
+          listenerRank_ = r.i32();
+          auto raw = r.raw(32);
+          std::copy(raw.begin(), raw.end(), nonceL_.begin());
+          r.expectEnd();
+          if (p != purpose_) {
+            return fail(ErrorCode::ProtocolError,
+                        fmt::format("{}: the listener serves {} connections, expected {}", what_,
+                                    purposeName(p), purposeName(purpose_)));
+          }
+          if (expectedListener_ >= 0 && listenerRank_ != expectedListener_) {
+            return fail(ErrorCode::ProtocolError,
+                        fmt::format("{}: reached rank {} but expected rank {} (stale address?)",
+                                    what_, listenerRank_, expectedListener_));
+          }
+        } catch (const Error& e) {
+          return fail(ErrorCode::ProtocolError, e.what());
+        }
+        crypto::randomBytes(nonceC_);
+        auto m = mac(secret_, 'C', purpose_, nonceL_, nonceC_, rank_, size_, listenerRank_, 0);
+        wire::Writer w;
+        w.u8(static_cast<uint8_t>(purpose_)).i32(rank_).i32(size_).raw(nonceC_).raw(m);
+        auto rec = wire::encodeRecord(kAuth, kVersion, w.data());
+        ssize_t sent = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent != static_cast<ssize_t>(rec.size())) {
+          return fail(ErrorCode::PeerLost, fmt::format("{}: could not send the handshake", what_));
+        }
+        in_.clear();
+        phase_ = Phase::ReadResult;
+        continue;
+      }
+      case Phase::ReadResult: {
+        const size_t maxBody = 32 + 1 + 4 + kMaxReason;
+        size_t want = in_.size() < wire::kRecordHeaderSize ? wire::kRecordHeaderSize : resultNeed_;
+        if (in_.size() >= wire::kRecordHeaderSize && in_.size() >= want) {
+          try {
+            auto res = wire::decodeRecord(in_, kResult, kVersion, maxBody, what_);
+            wire::Reader rr(res.body, fmt::format("{} result", what_));
+            uint8_t ok = rr.u8();
+            auto sm = rr.raw(32);
+            std::string reason = rr.str(kMaxReason);
+            rr.expectEnd();
+            if (!ok) {
+              return fail(ErrorCode::AuthFailed,
+                          fmt::format("{}: rank {} refused the connection: {}", what_,
+                                      listenerRank_, reason));
+            }
+            auto expect = mac(secret_, 'S', purpose_, nonceL_, nonceC_, rank_, size_,
+                              listenerRank_, 1);
+            if (!crypto::equalConstantTime(expect, sm)) {
+              return fail(ErrorCode::AuthFailed,
+                          fmt::format("{}: the listener could not prove the job secret", what_));
+            }
+          } catch (const Error& e) {
+            return fail(ErrorCode::ProtocolError, e.what());
+          }
+          state_ = State::Done;
+          return state_;
+        }
+        size_t old = in_.size();
+        in_.resize(want);
+        ssize_t n = ::recv(fd_.get(), in_.data() + old, want - old, MSG_DONTWAIT);
+        if (n <= 0) {
+          in_.resize(old);
+          if (n == 0) {
+            return fail(ErrorCode::PeerLost,
+                        fmt::format("{}: the listener closed the connection", what_));
+          }
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return state_;
+          return fail(ErrorCode::PeerLost, fmt::format("{}: {}", what_, net::errnoText(errno)));
+        }
+        in_.resize(old + static_cast<size_t>(n));
+        if (old < wire::kRecordHeaderSize && in_.size() == wire::kRecordHeaderSize) {
+          try {
+            auto h = wire::decodeHeader(in_, kVersion, maxBody, what_);
+            resultNeed_ = wire::kRecordHeaderSize + h.length;
+          } catch (const Error& e) {
+            return fail(ErrorCode::ProtocolError, e.what());
+          }
+        }
+        continue;
+      }
+    }
+  }
   return state_;
 }
 

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include <strata/error.hpp>
 #include <strata/export.hpp>
 
 #include "deadline.hpp"
@@ -65,6 +66,53 @@ class STRATA_API ListenSide {
   int peerRank_ = -1;
   std::string reason_;
   State state_ = State::InProgress;
+};
+
+/// The connecting side as a non-blocking state machine, for engines that must keep serving
+/// their own listener while they connect (two ranks connecting to each other at once).
+/// Refused connections are retried with capped back-off until `connectDeadline`.
+class STRATA_API ConnectSide {
+ public:
+  enum class State { InProgress, Done, Failed };
+
+  ConnectSide(net::SockAddr addr, std::string_view secret, Purpose purpose, int rank, int size,
+              int expectedListenerRank, const Deadline& connectDeadline, const Deadline& deadline,
+              std::string what);
+  /// Advances on readiness or timers; never blocks.
+  State step();
+  State state() const { return state_; }
+  /// The socket to poll (-1 while waiting to retry) and the events to poll for.
+  int fd() const { return fd_.get(); }
+  short events() const;
+  /// When step() must run again even without an event.
+  Deadline wakeAt() const;
+  net::Fd takeFd() { return std::move(fd_); }
+  /// After Failed.
+  ErrorCode errorCode() const { return errorCode_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  enum class Phase { Connecting, Waiting, ReadChallenge, ReadResult };
+  State fail(ErrorCode code, std::string message);
+  void startConnect();
+  net::SockAddr addr_;
+  std::string secret_;
+  Purpose purpose_;
+  int rank_, size_, expectedListener_;
+  Deadline connectDeadline_, deadline_;
+  std::string what_;
+  net::Fd fd_;
+  Phase phase_ = Phase::Connecting;
+  State state_ = State::InProgress;
+  Deadline retryAt_ = Deadline::never();
+  double backoff_ = 0.001;
+  std::vector<uint8_t> in_;
+  Nonce nonceL_{}, nonceC_{};
+  int listenerRank_ = -1;
+  std::vector<uint8_t> resultBuf_;
+  size_t resultNeed_ = 0;
+  ErrorCode errorCode_ = ErrorCode::Internal;
+  std::string error_;
 };
 
 /// Non-blocking accumulation of one length-prefixed wire record from a socket.

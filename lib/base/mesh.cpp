@@ -96,8 +96,9 @@ struct Peer {
   bool finished = false;      // said goodbye
   bool lost = false;
   std::string lostWhy;
+  ErrorCode lostCode = ErrorCode::PeerLost;
   std::unordered_map<int32_t, std::deque<Message>> inbox;
-  std::mutex connectMu;
+  std::unique_ptr<handshake::ConnectSide> connecting;
 };
 
 }  // namespace
@@ -156,7 +157,7 @@ struct PeerMesh::Impl {
   Error peerGone(int peer, std::string_view op, int tag) {
     Peer& p = *peers[peer];
     if (p.lost) {
-      return Error(ErrorCode::PeerLost,
+      return Error(p.lostCode,
                    fmt::format("{} {} rank {} ({}) failed: {}", op,
                                op == "send" ? "to" : "with", peer, tagText(tag), p.lostWhy),
                    peer);
@@ -433,6 +434,15 @@ struct PeerMesh::Impl {
       hs.push_back(&h);
       next = Deadline::earlier(next, h.deadline());
     }
+    std::vector<int> connectingPeers;
+    size_t firstConnecting = fds.size();
+    for (size_t r = 0; r < peers.size(); ++r) {
+      auto& p = peers[r];
+      if (!p || !p->connecting) continue;
+      fds.push_back({p->connecting->fd(), p->connecting->events(), 0});
+      connectingPeers.push_back(static_cast<int>(r));
+      next = Deadline::earlier(next, p->connecting->wakeAt());
+    }
     size_t firstConn = fds.size();
     for (auto& p : peers) {
       if (!p) continue;
@@ -463,6 +473,14 @@ struct PeerMesh::Impl {
                              [&](const handshake::ListenSide& h) { return &h == hs[i]; });
       if (it == pending.end()) continue;
       if (fds[firstPending + i].revents || it->deadline().expired()) stepPending(it);
+    }
+    for (size_t i = 0; i < connectingPeers.size(); ++i) {
+      Peer& p = *peers[static_cast<size_t>(connectingPeers[i])];
+      if (!p.connecting) continue;
+      if (fds[firstConnecting + i].revents || p.connecting->wakeAt().expired() ||
+          p.connecting->fd() < 0) {
+        stepConnecting(connectingPeers[i]);
+      }
     }
     for (size_t i = 0; i < conns.size(); ++i) {
       short re = fds[firstConn + i].revents;
@@ -529,70 +547,74 @@ struct PeerMesh::Impl {
     }
   }
 
-  Conn& outgoing(int peer, const Deadline& deadline, std::string_view op, int tag) {
-    {
-      std::unique_lock lk(mu);
-      Peer& p = *peers[peer];
-      if (aborted) throwAborted();
-      if (p.lost || p.finished) throw peerGone(peer, op, tag);
-      if (p.out && p.out->fd.valid()) return *p.out;
-    }
-    Peer& p = *peers[peer];
-    std::lock_guard connectLock(p.connectMu);
-    std::string address;
-    {
-      std::unique_lock lk(mu);
-      if (p.out && p.out->fd.valid()) return *p.out;
-      if (p.out) throw peerGone(peer, op, tag);
-      address = p.address;
-    }
-    if (address.empty()) {
-      throw Error(ErrorCode::Internal,
-                  fmt::format("{}: no address known for rank {} (the rendezvous did not finish)",
-                              op, peer),
-                  peer);
-    }
-    std::string what = fmt::format("{} bootstrap: connecting to rank {} at {}", opt.backend,
-                                   peer, address);
-    auto addr = net::SockAddr::parseNumeric(address);
-    // A peer that is alive is already listening: refusal for more than a moment means it died.
-    Deadline connectDeadline =
-        Deadline::earlier(deadline, Deadline::after(std::max(2.0, opt.handshakeTimeout)));
-    net::Fd fd;
-    try {
-      fd = net::connectWithRetry({addr}, connectDeadline, what);
-      handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Mesh, opt.rank, opt.size,
-                             peer, deadline, what);
-    } catch (const Error& e) {
-      std::unique_lock lk(mu);
-      if (aborted) throwAborted();
-      if (e.code() == ErrorCode::Timeout && deadline.expired()) {
-        throw Error(ErrorCode::Timeout,
-                    fmt::format("{} to rank {} ({}) timed out after {} s: {}", op, peer,
-                                tagText(tag), opt.timeout, e.what()),
-                    peer);
+  void stepConnecting(int peer) {
+    Peer& p = *peers[static_cast<size_t>(peer)];
+    auto st = p.connecting->step();
+    if (st == handshake::ConnectSide::State::InProgress) return;
+    if (st == handshake::ConnectSide::State::Failed) {
+      auto code = p.connecting->errorCode();
+      std::string why = p.connecting->error();
+      p.connecting.reset();
+      if (code == ErrorCode::AuthFailed || code == ErrorCode::ProtocolError) {
+        p.lostCode = code;
       }
-      if (e.code() == ErrorCode::AuthFailed || e.code() == ErrorCode::ProtocolError) {
-        throw Error(e.code(), fmt::format("{}: {}", op, e.what()), peer);
-      }
-      markLost(peer, fmt::format("cannot reach rank {} at {}: {}", peer, address, e.what()),
-               true);
-      throw peerGone(peer, op, tag);
+      markLost(peer, fmt::format("cannot connect to rank {} at {}: {}", peer, p.address, why),
+               code != ErrorCode::Timeout);
+      cv.notify_all();
+      return;
     }
-    std::unique_lock lk(mu);
     auto c = std::make_unique<Conn>();
-    c->fd = std::move(fd);
+    c->fd = p.connecting->takeFd();
     c->peer = peer;
     c->outgoing = true;
+    p.connecting.reset();
     p.out = std::move(c);
     if (aborted) {
       wire::Writer w;
       w.i32(abortOrigin).str(abortReason);
       queueFrame(*p.out, FrameType::Abort, 0, w.data().data(), w.size());
     }
-    wakeDriver();
-    STRATA_LOG(Debug, opt.backend.c_str(), "connected to rank {} at {}", peer, address);
-    return *p.out;
+    STRATA_LOG(Debug, opt.backend.c_str(), "connected to rank {} at {}", peer, p.address);
+    cv.notify_all();
+  }
+
+  /// The connection we send to `peer` on, made on first use. The handshake runs inside the
+  /// progress engine, so two ranks that connect to each other at once both make progress.
+  Conn& outgoing(std::unique_lock<std::mutex>& lk, int peer, const Deadline& deadline,
+                 std::string_view op, int tag) {
+    Peer& p = *peers[static_cast<size_t>(peer)];
+    if (aborted) throwAborted();
+    if (p.out && p.out->fd.valid()) return *p.out;
+    if (p.lost || p.finished || p.out) throw peerGone(peer, op, tag);
+    if (!p.connecting) {
+      if (p.address.empty()) {
+        throw Error(ErrorCode::Internal,
+                    fmt::format("{}: no address known for rank {} (the rendezvous did not "
+                                "finish)",
+                                op, peer),
+                    peer);
+      }
+      // A live peer already listens: refusal for more than a moment means it is gone.
+      Deadline connectDeadline =
+          Deadline::earlier(deadline, Deadline::after(std::max(2.0, opt.handshakeTimeout)));
+      p.connecting = std::make_unique<handshake::ConnectSide>(
+          net::SockAddr::parseNumeric(p.address), opt.secret, handshake::Purpose::Mesh, opt.rank,
+          opt.size, peer, connectDeadline, deadline,
+          fmt::format("{} bootstrap: connecting to rank {} at {}", opt.backend, peer,
+                      p.address));
+      wakeDriver();
+    }
+    waitUntil(
+        lk, [&] { return (p.out && p.out->fd.valid()) || p.lost || p.finished || !p.connecting; },
+        deadline, [&] {
+          throw Error(ErrorCode::Timeout,
+                      fmt::format("{} to rank {} ({}) timed out after {} s while connecting to "
+                                  "it at {}",
+                                  op, peer, tagText(tag), opt.timeout, p.address),
+                      peer);
+        });
+    if (p.out && p.out->fd.valid()) return *p.out;
+    throw peerGone(peer, op, tag);
   }
 
   void send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
@@ -611,10 +633,8 @@ struct PeerMesh::Impl {
     if (bytes && !data) {
       throw Error(ErrorCode::InvalidArgument, fmt::format("{}: null buffer", op), peer);
     }
-    Conn& c = outgoing(peer, deadline, op, tag);
     std::unique_lock lk(mu);
-    if (aborted) throwAborted();
-    if (!c.fd.valid()) throw peerGone(peer, op, tag);
+    Conn& c = outgoing(lk, peer, deadline, op, tag);
     uint8_t header[kFrameHeaderSize];
     encodeHeader(header, FrameType::Data, tag, bytes);
     size_t written = 0;
@@ -655,7 +675,6 @@ struct PeerMesh::Impl {
     uint64_t seq = f.seq = ++c.queuedSeq;
     c.outq.push_back(std::move(f));
     wakeDriver();
-    Peer& p = *peers[peer];
     waitUntil(
         lk, [&] { return c.doneSeq >= seq || !c.fd.valid(); }, deadline,
         [&] {
@@ -676,7 +695,6 @@ struct PeerMesh::Impl {
       if (aborted) throwAborted();
       throw peerGone(peer, op, tag);
     }
-    (void)p;
   }
 
   void recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
