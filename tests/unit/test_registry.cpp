@@ -1,0 +1,129 @@
+#define BOOST_TEST_MODULE registry
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include <strata/backend/module.hpp>
+#include <strata/strata.hpp>
+
+#include "lib/bootstrap/registry.hpp"
+
+using strata::Config;
+using strata::Error;
+using strata::ErrorCode;
+namespace reg = strata::bootstrap;
+
+namespace {
+
+Config withModules() {
+  Config c;
+  c.set("module.path", TEST_MODULE_DIR);
+  return c;
+}
+
+// Runs in a process without any launcher environment: a single-rank job.
+struct CleanEnv {
+  CleanEnv() {
+    for (const char* v : {"STRATA_RANK", "STRATA_SIZE", "STRATA_ROOT", "STRATA_ROOT_FD",
+                          "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK",
+                          "PMIX_NAMESPACE", "PMIX_SERVER_URI4", "PMIX_SERVER_URI41",
+                          "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"}) {
+      unsetenv(v);
+    }
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(CleanEnv);
+
+template <class F>
+Error expectError(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  BOOST_FAIL("expected a strata::Error");
+  return Error(ErrorCode::Internal, "unreachable");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(lists_builtin_and_known_modules) {
+  auto list = reg::listBackends(withModules());
+  bool tcp = false, pmix = false, good = false, bad = false, noentry = false;
+  for (const auto& b : list) {
+    if (b.name == "tcp") tcp = b.kind == "built-in" && b.usable;
+    if (b.name == "pmix") pmix = true;
+    if (b.name == "testgood") good = b.kind == "module" && b.usable;
+    if (b.name == "testbadabi") {
+      bad = !b.usable && b.error.find("module ABI 999") != std::string::npos;
+      BOOST_TEST_MESSAGE("testbadabi: " << b.error);
+    }
+    if (b.name == "testnoentry") {
+      noentry = !b.usable && b.error.find("strata_module_info") != std::string::npos;
+    }
+  }
+  BOOST_TEST(tcp);
+  BOOST_TEST(pmix);  // always listed, usable or not
+  BOOST_TEST(good);
+  BOOST_TEST(bad);
+  BOOST_TEST(noentry);
+}
+
+BOOST_AUTO_TEST_CASE(good_module_creates_a_backend) {
+  Config c = withModules();
+  auto b = reg::createBackend("testgood", c);
+  BOOST_TEST(b->backend() == "testgood");
+  BOOST_TEST(b->size() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(abi_mismatch_is_refused_before_use) {
+  Config c = withModules();
+  auto e = expectError([&] { reg::createBackend("testbadabi", c); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  BOOST_TEST(std::string(e.what()).find("rebuild the module") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(missing_module_names_the_file_and_the_search_path) {
+  Config c = withModules();
+  auto e = expectError([&] { reg::createBackend("nosuchbackend", c); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  std::string msg = e.what();
+  BOOST_TEST(msg.find("strata-bootstrap-nosuchbackend.so") != std::string::npos);
+  BOOST_TEST(msg.find(TEST_MODULE_DIR) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(asking_for_a_missing_pmix_is_a_clear_error) {
+  Config c;
+  c.set("module.path", "/nonexistent-strata-modules");
+  c.set("bootstrap.backend", "pmix");
+  auto e = expectError([&] { strata::Bootstrap::create(c); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  BOOST_TEST(std::string(e.what()).find("strata-bootstrap-pmix.so") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(auto_picks_tcp_without_a_pmix_server) {
+  Config c = withModules();
+  BOOST_TEST(reg::resolveBackendName(c) == "tcp");
+  c.set("bootstrap.backend", "tcp");
+  BOOST_TEST(reg::resolveBackendName(c) == "tcp");
+}
+
+BOOST_AUTO_TEST_CASE(single_rank_tcp_bootstrap) {
+  Config c;
+  auto b = strata::Bootstrap::create(c);
+  BOOST_TEST(b->backend() == "tcp");
+  BOOST_TEST(b->rank() == 0);
+  BOOST_TEST(b->size() == 1);
+  int v = 42;
+  b->allGather(&v, sizeof v);
+  b->broadcast(&v, sizeof v, 0);
+  b->barrier();
+  BOOST_TEST(v == 42);
+  auto e = expectError([&] { b->send(0, 1, &v, sizeof v); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+  e = expectError([&] { b->recv(3, 1, &v, sizeof v); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+  e = expectError([&] { b->broadcast(&v, sizeof v, 1); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+}
