@@ -111,8 +111,8 @@ BOOST_AUTO_TEST_CASE(srun_port_from_config_and_explicit_root) {
                              {"SLURM_NTASKS", "2"}, {"SLURM_NODEID", "5"},
                              {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}})));
   // A malformed host list is rejected by the host-list parser, naming the text.
-  BOOST_TEST(codeOf({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
-                     {"SLURM_STEP_NODELIST", "n[1-"}}) == ErrorCode::InvalidArgument);
+  BOOST_TEST((codeOf({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+                      {"SLURM_STEP_NODELIST", "n[1-"}}) == ErrorCode::InvalidArgument));
 }
 
 BOOST_AUTO_TEST_CASE(mpirun_variables) {
