@@ -115,11 +115,12 @@ else:
     c.settimeout(20)
     c.recv(1)  # returns once rank 0 closes the connection after reading it
 c.close()
-print(" ".join([r, env["STRATA_SIZE"], env["STRATA_LOCAL_RANK"], env["STRATA_LOCAL_SIZE"],
-                env["STRATA_ROOT"], env["STRATA_SECRET"], info,
-                "sockets=" + ",".join(map(str, sorted(sockets("self")))),
-                "parent_sockets=" + ",".join(map(str, sockets(os.getppid()))),
-                "extra=" + env.get("EXTRA", "-")]))
+# One write() per line: the ranks share strata-run's stdout.
+os.write(1, (" ".join([r, env["STRATA_SIZE"], env["STRATA_LOCAL_RANK"], env["STRATA_LOCAL_SIZE"],
+                       env["STRATA_ROOT"], env["STRATA_SECRET"], info,
+                       "sockets=" + ",".join(map(str, sorted(sockets("self")))),
+                       "parent_sockets=" + ",".join(map(str, sockets(os.getppid()))),
+                       "extra=" + env.get("EXTRA", "-")]) + "\n").encode())
 EOF
   # Values a previous launcher left behind must be replaced.
   STRATA_RANK=9 STRATA_SIZE=99 STRATA_ROOT_FD=5 STRATA_SECRET=old \
