@@ -69,9 +69,10 @@ constexpr KeyInfo kKeys[] = {
      "Address family of the TCP bootstrap. auto takes the first address of the chosen "
      "interface.",
      false},
-    {"bootstrap.tcp.spin_us", Type::Int, "0", "0..",
+    {"bootstrap.tcp.spin_us", Type::Int, "-1", "-1..",
      "Microseconds a waiting bootstrap call polls before it sleeps. Higher values cut latency "
-     "and cost CPU.",
+     "and cost CPU. -1 (auto): 200 when this host runs no more ranks than it has CPUs; else 500 "
+     "with a sched_yield() between polls, so that ranks sharing cores still make progress.",
      false},
 };
 // END KEYS

@@ -504,8 +504,13 @@ struct PeerMesh::Impl {
       if (!driving) {
         driving = true;
         try {
-          int ms = Deadline::Clock::now() < spinUntil ? 0 : deadline.pollMs(kPollCapMs);
-          progressOnce(lk, ms);
+          bool spinning = Deadline::Clock::now() < spinUntil;
+          progressOnce(lk, spinning ? 0 : deadline.pollMs(kPollCapMs));
+          if (spinning && opt.spinYield) {
+            lk.unlock();
+            sched_yield();
+            lk.lock();
+          }
         } catch (...) {
           driving = false;
           cv.notify_all();

@@ -45,6 +45,7 @@ struct Options {
   double handshakeTimeout = 5;   ///< an accepted connection must authenticate within it
   uint64_t maxMessage = 1ull << 30;
   int spinUs = 0;                ///< poll without sleeping this long before blocking
+  bool spinYield = false;        ///< sched_yield() between spinning polls (oversubscribed hosts)
 };
 
 class STRATA_API PeerMesh {

@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(defaults) {
   BOOST_TEST(strata::config::getDouble(config, "bootstrap.handshake_timeout") == 5.0);
   BOOST_TEST(strata::config::getBytes(config, "bootstrap.max_message") == (uint64_t{1} << 30));
   BOOST_TEST(strata::config::getInt(config, "bootstrap.tcp.port") == 0);
-  BOOST_TEST(strata::config::getInt(config, "bootstrap.tcp.spin_us") == 0);
+  BOOST_TEST(strata::config::getInt(config, "bootstrap.tcp.spin_us") == -1);  // auto
   BOOST_TEST(strata::config::getString(config, "bootstrap.tcp.root") == "");
   for (const auto& key : strata::config::keys()) {
     BOOST_TEST(strata::config::source(config, key.key) == "default", key.key);
