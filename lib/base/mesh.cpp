@@ -30,6 +30,7 @@ namespace {
 constexpr size_t kMaxControlPayload = 4096;
 constexpr size_t kReadBudget = 4u << 20;  // per connection per poll round, for fairness
 constexpr int kPollCapMs = 1000;
+constexpr size_t kStageSize = 64u << 10;
 
 void putLe(uint8_t* p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -110,6 +111,7 @@ struct PeerMesh::Impl {
   std::string listenAddr;
   std::vector<std::unique_ptr<Peer>> peers;
   std::list<handshake::ListenSide> pending;
+  std::vector<uint8_t> stage = std::vector<uint8_t>(kStageSize);  // used by the driver only
 
   std::mutex mu;
   std::condition_variable cv;
@@ -280,17 +282,59 @@ struct PeerMesh::Impl {
     }
   }
 
+  /// Validates a complete frame header and prepares the payload; false if it was refused.
+  bool startFrame(Conn& c) {
+    uint32_t magic = static_cast<uint32_t>(getLe(c.header, 4));
+    uint8_t version = c.header[4];
+    uint8_t type = c.header[5];
+    int32_t tag = static_cast<int32_t>(getLe(c.header + 8, 4));
+    uint64_t len = getLe(c.header + 12, 8);
+    c.headerGot = 0;
+    if (magic != kFrameMagic) {
+      protocolViolation(c, fmt::format("bad frame magic 0x{:08x}", magic));
+      return false;
+    }
+    if (version != kFrameVersion) {
+      protocolViolation(c, fmt::format("unknown frame version {}", version));
+      return false;
+    }
+    if (type < 1 || type > 4) {
+      protocolViolation(c, fmt::format("unknown frame type {}", type));
+      return false;
+    }
+    uint64_t limit = type == 1 ? opt.maxMessage : kMaxControlPayload;
+    if (len > limit) {
+      protocolViolation(c, fmt::format("frame of {} bytes exceeds the limit of {} bytes "
+                                       "(bootstrap.max_message)",
+                                       len, limit));
+      return false;
+    }
+    c.type = static_cast<FrameType>(type);
+    c.tag = tag;
+    c.payload.size = len;
+    c.payload.data.reset(len ? new uint8_t[len] : nullptr);
+    c.payloadGot = 0;
+    c.inPayload = true;
+    return true;
+  }
+
+  void finishFrameIfComplete(Conn& c) {
+    if (c.inPayload && c.payloadGot == c.payload.size) {
+      c.inPayload = false;
+      dispatch(c);
+      c.payload = Message{};
+    }
+  }
+
+  /// Reads what the socket has. Small frames arrive through one staging buffer (one recv()
+  /// for many frames); the bulk of a large payload is read straight into its final buffer.
   void readConn(Conn& c) {
     size_t budget = kReadBudget;
     while (c.fd.valid() && budget > 0) {
-      ssize_t n;
-      if (!c.inPayload) {
-        n = ::recv(c.fd.get(), c.header + c.headerGot, kFrameHeaderSize - c.headerGot,
-                   MSG_DONTWAIT);
-      } else {
-        size_t want = std::min(c.payload.size - c.payloadGot, budget);
-        n = ::recv(c.fd.get(), c.payload.data.get() + c.payloadGot, want, MSG_DONTWAIT);
-      }
+      bool direct = c.inPayload && c.payload.size - c.payloadGot >= kStageSize;
+      size_t want = direct ? std::min(c.payload.size - c.payloadGot, budget) : kStageSize;
+      uint8_t* dst = direct ? c.payload.data.get() + c.payloadGot : stage.data();
+      ssize_t n = ::recv(c.fd.get(), dst, want, MSG_DONTWAIT);
       if (n == 0) {
         closeConn(c, fmt::format("the connection with rank {} closed without a goodbye (the "
                                  "process died or was killed)",
@@ -305,46 +349,32 @@ struct PeerMesh::Impl {
                                  c.peer, net::errnoText(errno)));
         return;
       }
-      budget -= std::min(budget, static_cast<size_t>(n));
-      if (!c.inPayload) {
-        c.headerGot += static_cast<size_t>(n);
-        if (c.headerGot < kFrameHeaderSize) continue;
-        uint32_t magic = static_cast<uint32_t>(getLe(c.header, 4));
-        uint8_t version = c.header[4];
-        uint8_t type = c.header[5];
-        int32_t tag = static_cast<int32_t>(getLe(c.header + 8, 4));
-        uint64_t len = getLe(c.header + 12, 8);
-        if (magic != kFrameMagic) {
-          return protocolViolation(c, fmt::format("bad frame magic 0x{:08x}", magic));
-        }
-        if (version != kFrameVersion) {
-          return protocolViolation(c, fmt::format("unknown frame version {}", version));
-        }
-        if (type < 1 || type > 4) {
-          return protocolViolation(c, fmt::format("unknown frame type {}", type));
-        }
-        uint64_t limit = type == 1 ? opt.maxMessage : kMaxControlPayload;
-        if (len > limit) {
-          return protocolViolation(
-              c, fmt::format("frame of {} bytes exceeds the limit of {} bytes "
-                             "(bootstrap.max_message)",
-                             len, limit));
-        }
-        c.type = static_cast<FrameType>(type);
-        c.tag = tag;
-        c.payload.size = len;
-        c.payload.data.reset(len ? new uint8_t[len] : nullptr);
-        c.payloadGot = 0;
-        c.headerGot = 0;
-        c.inPayload = true;
+      size_t got = static_cast<size_t>(n);
+      budget -= std::min(budget, got);
+      if (direct) {
+        c.payloadGot += got;
+        finishFrameIfComplete(c);
       } else {
-        c.payloadGot += static_cast<size_t>(n);
+        const uint8_t* p = stage.data();
+        while (got > 0 && c.fd.valid()) {
+          size_t k;
+          if (!c.inPayload) {
+            k = std::min(got, kFrameHeaderSize - c.headerGot);
+            std::memcpy(c.header + c.headerGot, p, k);
+            c.headerGot += k;
+            if (c.headerGot == kFrameHeaderSize && !startFrame(c)) return;
+          } else {
+            k = std::min(got, c.payload.size - c.payloadGot);
+            std::memcpy(c.payload.data.get() + c.payloadGot, p, k);
+            c.payloadGot += k;
+          }
+          p += k;
+          got -= k;
+          finishFrameIfComplete(c);
+        }
       }
-      if (c.inPayload && c.payloadGot == c.payload.size) {
-        c.inPayload = false;
-        dispatch(c);
-        c.payload = Message{};
-      }
+      // A short read means the socket is drained for now; poll() reports the rest.
+      if (static_cast<size_t>(n) < want) return;
     }
   }
 
