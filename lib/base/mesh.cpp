@@ -111,7 +111,12 @@ struct PeerMesh::Impl {
   std::string listenAddr;
   std::vector<std::unique_ptr<Peer>> peers;
   std::list<handshake::ListenSide> pending;
-  std::vector<uint8_t> stage = std::vector<uint8_t>(kStageSize);  // used by the driver only
+  // Used by the driving thread only.
+  std::vector<uint8_t> stage = std::vector<uint8_t>(kStageSize);
+  std::vector<pollfd> pollFds;
+  std::vector<Conn*> pollConns;
+  std::vector<handshake::ListenSide*> pollPending;
+  std::vector<int> pollConnecting;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -452,9 +457,15 @@ struct PeerMesh::Impl {
   /// One round of poll over every socket. Called by the driving thread with mu held; releases
   /// it while blocked in poll().
   void progressOnce(std::unique_lock<std::mutex>& lk, int timeoutMs) {
-    std::vector<pollfd> fds;
-    std::vector<Conn*> conns;
-    std::vector<handshake::ListenSide*> hs;
+    // Reused across rounds: a spinning driver calls this in a tight loop.
+    auto& fds = pollFds;
+    auto& conns = pollConns;
+    auto& hs = pollPending;
+    auto& connectingPeers = pollConnecting;
+    fds.clear();
+    conns.clear();
+    hs.clear();
+    connectingPeers.clear();
     fds.push_back({wake.get(), POLLIN, 0});
     if (listener.valid()) fds.push_back({listener.get(), POLLIN, 0});
     size_t firstPending = fds.size();
@@ -464,7 +475,6 @@ struct PeerMesh::Impl {
       hs.push_back(&h);
       next = Deadline::earlier(next, h.deadline());
     }
-    std::vector<int> connectingPeers;
     size_t firstConnecting = fds.size();
     for (size_t r = 0; r < peers.size(); ++r) {
       auto& p = peers[r];
