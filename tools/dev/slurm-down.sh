@@ -82,7 +82,8 @@ is_running() {
 
 # Sends TERM, waits up to $2 seconds, then KILLs whatever of the PIDs is left.
 stop_pids() {  # "pids" grace
-  local pids=($1) grace=$2 left
+  local pids grace=$2 left
+  read -r -d '' -a pids <<<"$1"
   [[ ${#pids[@]} -eq 0 ]] && return 0
   kill -TERM "${pids[@]}" 2>/dev/null
   for _ in $(seq $((grace * 10))); do
@@ -104,9 +105,9 @@ stopped=0
 # the jobs never finish completing, and the sweep below ends their processes instead.
 if pid_alive "$(recorded_pid slurmctld)" slurmctld && pid_alive "$(recorded_pid slurmd)" slurmd &&
   [[ -f $conf ]]; then
-  jobs=$(SLURM_CONF=$conf timeout 10 squeue -h -o %A 2>/dev/null)
-  if [[ -n $jobs ]]; then
-    SLURM_CONF=$conf timeout 10 scancel $jobs 2>/dev/null
+  mapfile -t jobs < <(SLURM_CONF=$conf timeout 10 squeue -h -o %A 2>/dev/null)
+  if [[ ${#jobs[@]} -gt 0 ]]; then
+    SLURM_CONF=$conf timeout 10 scancel "${jobs[@]}" 2>/dev/null
     for _ in $(seq 25); do
       [[ -z $(SLURM_CONF=$conf timeout 5 squeue -h -o %A 2>/dev/null) ]] && break
       sleep 0.2
@@ -138,9 +139,9 @@ if [[ -n $leftover ]]; then
 fi
 
 rm -f "$pids_file" "$state/env"
-left=$(marked_pids)
-if [[ -n $left ]]; then
-  die "processes of $state still alive after SIGKILL: $(echo $left)"
+survivors=$(marked_pids)
+if [[ -n $survivors ]]; then
+  die "processes of $state still alive after SIGKILL: ${survivors//$'\n'/ }"
 fi
 if [[ $stopped -gt 0 ]]; then
   echo "slurm-down: stopped the local Slurm in $state"
