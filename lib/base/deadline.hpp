@@ -20,6 +20,10 @@ class Deadline {
                                std::chrono::duration<double>(seconds > 0 ? seconds : 0.0));
     return d;
   }
+  /// For configured timeouts, where 0 (or less) means "no deadline".
+  static Deadline fromTimeout(double seconds) {
+    return seconds > 0 ? after(seconds) : never();
+  }
   static Deadline never() {
     Deadline d;
     d.never_ = true;

@@ -416,7 +416,7 @@ struct PeerMesh::Impl {
       }
       if (!fd.valid()) return;
       pending.emplace_back(std::move(fd), remote, opt.secret, handshake::Purpose::Mesh, opt.rank,
-                           opt.size, Deadline::after(opt.handshakeTimeout));
+                           opt.size, Deadline::fromTimeout(opt.handshakeTimeout));
       stepPending(std::prev(pending.end()));
     }
   }
@@ -807,7 +807,7 @@ const Options& PeerMesh::options() const { return impl_->opt; }
 std::string PeerMesh::listenAddress() const { return impl_->listenAddr; }
 
 Deadline PeerMesh::callDeadline() const {
-  return impl_->opt.timeout > 0 ? Deadline::after(impl_->opt.timeout) : Deadline::never();
+  return Deadline::fromTimeout(impl_->opt.timeout);
 }
 
 void PeerMesh::setPeerAddress(int rank, const std::string& address) {

@@ -114,7 +114,7 @@ struct TcpBootstrap::Impl {
                        std::vector<std::string>& table, const mesh::Options& opt) {
     (void)unusedAddrs;
     const int n = opt.size;
-    Deadline deadline = Deadline::after(connectTimeout);
+    Deadline deadline = Deadline::fromTimeout(connectTimeout);
     struct Client {
       handshake::ListenSide hs;
       handshake::RecordReader reader{kMaxRecord};
@@ -204,7 +204,7 @@ struct TcpBootstrap::Impl {
           if (!fd.valid()) break;
           clients.push_back(Client{handshake::ListenSide(std::move(fd), remote, launch.secret,
                                                          handshake::Purpose::Rendezvous, 0, n,
-                                                         Deadline::after(opt.handshakeTimeout)),
+                                                         Deadline::fromTimeout(opt.handshakeTimeout)),
                                    handshake::RecordReader(kMaxRecord), -1});
           auto st = clients.back().hs.step();
           if (st == handshake::ListenSide::State::Rejected) {
@@ -240,7 +240,7 @@ struct TcpBootstrap::Impl {
   /// Other ranks: check in at the root and learn the ring successor's address.
   std::string checkIn(const std::vector<net::SockAddr>& rootAddrs, const mesh::Options& opt,
                       const std::string& myAddress) {
-    Deadline deadline = Deadline::after(connectTimeout);
+    Deadline deadline = Deadline::fromTimeout(connectTimeout);
     std::string what = fmt::format("tcp bootstrap rendezvous with rank 0 at {}", root);
     for (;;) {
       net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
@@ -307,7 +307,6 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
     opt.spinYield = oversubscribed;
   }
   I.connectTimeout = config::getDouble(config, "bootstrap.connect_timeout");
-  if (I.connectTimeout <= 0) I.connectTimeout = 1e10;
   I.root = I.launch.root;
 
   if (opt.size == 1) {
