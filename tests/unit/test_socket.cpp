@@ -1,0 +1,215 @@
+#define BOOST_TEST_MODULE socket
+#include <boost/test/unit_test.hpp>
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <strata/error.hpp>
+
+#include "handshake.hpp"
+#include "socket.hpp"
+
+using namespace strata;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <class F>
+Error expectError(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  BOOST_FAIL("expected a strata::Error");
+  return Error(ErrorCode::Internal, "unreachable");
+}
+
+bool is(const Error& e, ErrorCode c) { return e.code() == c; }
+
+net::SockAddr loopback(int family = AF_INET) {
+  return net::SockAddr::parseNumeric(family == AF_INET ? "127.0.0.1:1" : "[::1]:1");
+}
+
+// A listener on an ephemeral loopback port.
+struct Listener {
+  net::Fd fd;
+  net::SockAddr addr;
+  explicit Listener(int family = AF_INET) {
+    auto a = loopback(family);
+    a.setPort(0);
+    fd = net::listenOn(a);
+    addr = net::localAddress(fd.get());
+  }
+  net::Fd accept(double seconds = 5) {
+    auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end) {
+      pollfd p{fd.get(), POLLIN, 0};
+      ::poll(&p, 1, 100);
+      auto c = net::acceptOne(fd.get());
+      if (c.valid()) return c;
+    }
+    BOOST_FAIL("nothing connected");
+    return net::Fd();
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(host_port_parsing) {
+  std::string host;
+  uint16_t port = 0;
+  net::splitHostPort("node01:29500", host, port, "t");
+  BOOST_TEST(host == "node01");
+  BOOST_TEST(port == 29500);
+  net::splitHostPort("[fe80::1]:7", host, port, "t");
+  BOOST_TEST(host == "fe80::1");
+  BOOST_TEST(port == 7);
+  for (const char* bad : {"", "node", "node:", ":80", "node:0", "node:65536", "node:8x",
+                          "fe80::1:80", "[::1]80", "[::1"}) {
+    BOOST_TEST(is(expectError([&] { net::splitHostPort(bad, host, port, "t"); }),
+                  ErrorCode::InvalidConfig),
+               bad);
+  }
+  auto a = net::SockAddr::parseNumeric("127.0.0.1:5000");
+  BOOST_TEST(a.toString() == "127.0.0.1:5000");
+  BOOST_TEST(a.isLoopback());
+  auto b = net::SockAddr::parseNumeric("[::1]:5000");
+  BOOST_TEST(b.toString() == "[::1]:5000");
+  BOOST_TEST(is(expectError([] { net::SockAddr::parseNumeric("localhost:1"); }),
+                ErrorCode::InvalidArgument));
+  auto r = net::resolve("localhost", 80);
+  BOOST_TEST(!r.empty());
+  BOOST_TEST(r.front().isLoopback());
+}
+
+BOOST_AUTO_TEST_CASE(ipv4_and_ipv6_round_trip) {
+  for (int family : {AF_INET, AF_INET6}) {
+    std::unique_ptr<Listener> l;
+    try {
+      l = std::make_unique<Listener>(family);
+    } catch (const Error& e) {
+      BOOST_TEST_MESSAGE("no IPv6 loopback here: " << e.what());
+      continue;
+    }
+    auto c = net::connectWithRetry({l->addr}, Deadline::after(5), "test connect");
+    auto s = l->accept();
+    std::vector<uint8_t> out(3 << 20), in(out.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7);
+    std::thread w([&] { net::writeFull(c.get(), out.data(), out.size(), Deadline::after(10), "w"); });
+    net::readFull(s.get(), in.data(), in.size(), Deadline::after(10), "r");
+    w.join();
+    BOOST_TEST((in == out));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(read_timeout_and_peer_close) {
+  Listener l;
+  auto c = net::connectWithRetry({l.addr}, Deadline::after(5), "test connect");
+  auto s = l.accept();
+  uint8_t buf[4];
+  auto t0 = Clock::now();
+  auto e = expectError([&] { net::readFull(s.get(), buf, 4, Deadline::after(0.3), "r"); });
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  BOOST_TEST(is(e, ErrorCode::Timeout));
+  BOOST_TEST(took >= 0.3);
+  BOOST_TEST(took < 3.0);
+  c.reset();
+  e = expectError([&] { net::readFull(s.get(), buf, 4, Deadline::after(5), "r"); });
+  BOOST_TEST(is(e, ErrorCode::PeerLost));
+}
+
+BOOST_AUTO_TEST_CASE(connect_retries_until_the_deadline) {
+  Listener l;
+  auto addr = l.addr;
+  l.fd.reset();  // nothing listens there now
+  auto t0 = Clock::now();
+  auto e = expectError([&] { net::connectWithRetry({addr}, Deadline::after(0.5), "test"); });
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  BOOST_TEST(is(e, ErrorCode::Timeout));
+  BOOST_TEST(took >= 0.5);
+  BOOST_TEST(took < 3.0);
+  BOOST_TEST(std::string(e.what()).find(addr.toString()) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(listen_on_a_taken_port_says_so) {
+  Listener l;
+  auto e = expectError([&] {
+    // SO_REUSEADDR does not allow two listeners on one port.
+    net::listenOn(l.addr);
+  });
+  BOOST_TEST(is(e, ErrorCode::SystemError));
+  BOOST_TEST(std::string(e.what()).find(l.addr.toString()) != std::string::npos);
+}
+
+namespace {
+
+// Runs the listening side of a handshake to completion (or rejection).
+handshake::ListenSide::State serve(net::Fd fd, const std::string& secret, double timeout,
+                                   int* rank = nullptr) {
+  handshake::ListenSide hs(std::move(fd), net::SockAddr(), secret, handshake::Purpose::Mesh, 0, 4,
+                           Deadline::after(timeout));
+  while (hs.state() == handshake::ListenSide::State::InProgress) {
+    if (hs.fd() >= 0) {
+      pollfd p{hs.fd(), POLLIN, 0};
+      ::poll(&p, 1, 20);
+    }
+    hs.step();
+  }
+  if (rank) *rank = hs.peerRank();
+  return hs.state();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(handshake_accepts_the_right_secret) {
+  Listener l;
+  auto c = net::connectWithRetry({l.addr}, Deadline::after(5), "c");
+  auto s = l.accept();
+  int rank = -1;
+  std::thread server([&] { serve(std::move(s), "secret", 5, &rank); });
+  handshake::connectSide(c.get(), "secret", handshake::Purpose::Mesh, 2, 4, 0, Deadline::after(5),
+                         "c");
+  server.join();
+  BOOST_TEST(rank == 2);
+}
+
+BOOST_AUTO_TEST_CASE(handshake_rejects_a_wrong_secret_and_a_wrong_size) {
+  for (int size : {4, 5}) {
+    Listener l;
+    auto c = net::connectWithRetry({l.addr}, Deadline::after(5), "c");
+    auto s = l.accept();
+    handshake::ListenSide::State st{};
+    std::thread server([&] { st = serve(std::move(s), "secret", 5); });
+    auto e = expectError([&] {
+      handshake::connectSide(c.get(), size == 4 ? "wrong" : "secret", handshake::Purpose::Mesh,
+                             1, size, 0, Deadline::after(5), "c");
+    });
+    server.join();
+    BOOST_TEST(is(e, ErrorCode::AuthFailed));
+    BOOST_TEST((st == handshake::ListenSide::State::Rejected));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(handshake_drops_garbage_and_stalls_on_their_own_deadline) {
+  Listener l;
+  auto garbage = net::connectWithRetry({l.addr}, Deadline::after(5), "g");
+  auto gs = l.accept();
+  const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+  ::write(garbage.get(), junk, sizeof junk);
+  auto t0 = Clock::now();
+  BOOST_TEST((serve(std::move(gs), "s", 5) == handshake::ListenSide::State::Rejected));
+  BOOST_TEST(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+
+  auto staller = net::connectWithRetry({l.addr}, Deadline::after(5), "s");
+  auto ss = l.accept();
+  t0 = Clock::now();
+  BOOST_TEST((serve(std::move(ss), "s", 0.3) == handshake::ListenSide::State::Rejected));
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  BOOST_TEST(took >= 0.3);
+  BOOST_TEST(took < 3.0);
+}
