@@ -1,0 +1,1368 @@
+// strata-bootstrap-ucx.so: the UCX bootstrap backend.
+//
+// Rendezvous over TCP, data over UCX. Rank 0 serves the rendezvous on STRATA_ROOT (or the
+// listening socket strata-run hands it in STRATA_ROOT_FD) with the same HMAC handshake as the
+// tcp backend; every rank sends its UCX worker address there. Rank 0 then broadcasts the
+// address table over UCX along a binomial tree, so the root sends O(N) bytes per child and
+// O(N log N) in all, instead of N tables of N addresses. Doing the rendezvous over the
+// inherited TCP socket, rather than a UCX listener on STRATA_ROOT, avoids closing and
+// re-binding the launcher's port (a race with other processes) and authenticates every rank
+// before anyone learns a worker address.
+//
+// Messages use UCX tag matching. The 64-bit tag holds a kind (user, collective, abort, setup)
+// in the top 8 bits, the sender's rank in the next 24 and the user tag or collective sequence
+// in the low 32, and receives match it with a full mask, so a message is only ever taken for
+// the (peer, tag) it was sent on. UCX matches messages of one endpoint in send order.
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <ucp/api/ucp.h>
+
+#include <strata/backend/module.hpp>
+#include <strata/bootstrap.hpp>
+#include <strata/error.hpp>
+#include <strata/version.hpp>
+
+#include "config_keys.hpp"
+#include "deadline.hpp"
+#include "handshake.hpp"
+#include "launcher.hpp"
+#include "log.hpp"
+#include "socket.hpp"
+#include "wire.hpp"
+
+namespace strata::ucx {
+namespace {
+
+constexpr const char* kSub = "ucx";
+
+// Rendezvous records (docs/wire-format.md). Kinds differ from the tcp backend's 10/11 so
+// that a rank started with another backend is recognised instead of misread.
+constexpr uint16_t kTcpHello = 10;
+constexpr uint16_t kTcpReply = 11;
+constexpr uint16_t kHello = 30;
+constexpr uint16_t kReply = 31;
+constexpr uint16_t kTable = 32;
+constexpr uint16_t kAbortRecord = 33;
+constexpr uint16_t kVersion = 1;
+constexpr size_t kMaxWorkerAddress = 16384;
+constexpr size_t kMaxRecord = kMaxWorkerAddress + 1024;
+constexpr size_t kMaxAbortReason = 1024;
+
+// Tag layout: kind (8 bits) | sender rank (24 bits) | user tag or collective tag (32 bits).
+enum class Kind : uint64_t { User = 0, Collective = 1, Abort = 2, Setup = 3 };
+constexpr uint64_t kFullMask = ~uint64_t{0};
+constexpr uint64_t kKindMask = uint64_t{0xFF} << 56;
+
+uint64_t makeTag(Kind kind, int rank, uint32_t low) {
+  return (static_cast<uint64_t>(kind) << 56) |
+         ((static_cast<uint64_t>(static_cast<uint32_t>(rank)) & 0xFFFFFF) << 32) | low;
+}
+int tagRank(uint64_t tag) {
+  return static_cast<int>((tag >> 32) & 0xFFFFFF);
+}
+
+// A waiting thread blocks on the worker's event fd for at most this long, so that deadlines
+// and peers lost without an event are noticed.
+constexpr int kMaxSleepMs = 50;
+// A peer whose endpoint failed is reported lost only after this long, so that an abort
+// message it sent just before closing (possibly on another connection) is seen first.
+constexpr auto kLostGrace = std::chrono::milliseconds(150);
+// Sends are buffered (see send()); past this many bytes in flight a send waits.
+constexpr size_t kMaxInFlightBytes = size_t{1} << 30;
+
+std::once_flag gSecretWarning;
+
+// strata-run hands rank 0 its root socket. It stays open for the life of the process, so
+// that create/destroy cycles reuse it instead of racing to bind the port again.
+std::mutex gRootMu;
+
+std::string statusText(ucs_status_t status) {
+  return ucs_status_string(status);
+}
+
+bool isPeerFailure(ucs_status_t status) {
+  switch (status) {
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_IO_ERROR:
+    case UCS_ERR_TIMED_OUT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string hostName() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string tagText(Kind kind, int tag) {
+  return kind == Kind::User ? fmt::format("tag {}", tag) : std::string("internal tag");
+}
+
+struct Hello {
+  int rank = -1;
+  int size = 0;
+  std::string host;
+  std::vector<uint8_t> address;
+};
+
+std::vector<uint8_t> encodeHello(const Hello& h) {
+  wire::Writer w;
+  w.i32(h.rank).i32(h.size).str(h.host).bytes(h.address);
+  return wire::encodeRecord(kHello, kVersion, w.data());
+}
+
+Hello decodeHello(std::span<const uint8_t> body) {
+  wire::Reader r(body, "ucx hello record");
+  Hello h;
+  h.rank = r.i32("rank");
+  h.size = r.i32("size");
+  h.host = r.str(256, "host");
+  h.address = r.bytes(kMaxWorkerAddress, "worker address");
+  r.expectEnd();
+  if (h.address.empty()) {
+    throw Error(ErrorCode::ProtocolError, "ucx hello record: empty worker address");
+  }
+  return h;
+}
+
+std::vector<uint8_t> encodeReply(bool ok, const std::string& error) {
+  wire::Writer w;
+  w.u8(ok ? 1 : 0).str(error.substr(0, 2048));
+  return wire::encodeRecord(kReply, kVersion, w.data());
+}
+
+// Per-operation completion state, filled by UCX callbacks from inside ucp_worker_progress.
+struct OpState {
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  size_t length = 0;
+  uint64_t senderTag = 0;
+};
+
+void sendDone(void* /*request*/, ucs_status_t status, void* user) {
+  auto* op = static_cast<OpState*>(user);
+  op->done = true;
+  op->status = status;
+}
+
+void recvDone(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* op = static_cast<OpState*>(user);
+  op->done = true;
+  op->status = status;
+  if (info) {
+    op->length = info->length;
+    op->senderTag = info->sender_tag;
+  }
+}
+
+void closeDone(void* /*request*/, ucs_status_t status, void* user) {
+  auto* op = static_cast<OpState*>(user);
+  op->done = true;
+  op->status = status;
+}
+
+class UcxBootstrap;
+
+struct Peer {
+  UcxBootstrap* owner = nullptr;
+  int rank = -1;
+  ucp_ep_h ep = nullptr;
+  // Set from UCX's error callback.
+  std::atomic<bool> lost{false};
+  std::chrono::steady_clock::time_point lostAt;
+  std::string lostWhy;
+};
+
+struct PendingSend {
+  OpState op;
+  void* request = nullptr;
+  int peer = -1;
+  std::unique_ptr<uint8_t[]> data;
+  size_t bytes = 0;
+};
+
+class UcxBootstrap final : public Bootstrap {
+ public:
+  explicit UcxBootstrap(const Config& config);
+  ~UcxBootstrap() override;
+
+  std::string_view backend() const noexcept override { return "ucx"; }
+  int rank() const noexcept override { return launch_.rank; }
+  int size() const noexcept override { return launch_.size; }
+  int localRank() const noexcept override { return launch_.localRank; }
+  int localSize() const noexcept override { return launch_.localSize; }
+  void send(int peer, int tag, const void* data, size_t bytes) override;
+  void recv(int peer, int tag, void* data, size_t bytes) override;
+  void allGather(void* data, size_t bytesPerRank) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override;
+  void abort(std::string_view reason) noexcept override;
+
+  static void onPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+ private:
+  using Lock = std::unique_lock<std::mutex>;
+
+  // Set-up and tear-down.
+  void initUcx();
+  void teardown() noexcept;
+  void serveRendezvous(int listenFd, const std::vector<uint8_t>& myAddress);
+  void checkIn(const std::vector<net::SockAddr>& rootAddrs, const std::vector<uint8_t>& myAddress);
+  void exchangeTable();
+
+  // Engine; every function below runs with mu_ held.
+  Deadline callDeadline() const { return Deadline::fromTimeout(timeout_); }
+  void checkPeer(int peer, std::string_view op) const;
+  void progress(Lock& lk);
+  void blockOnce(Lock& lk, const Deadline& deadline, int capMs);
+  void progressLoop();
+  template <class Done, class OnTimeout>
+  void waitUntil(Lock& lk, const Deadline& deadline, int peer, Done done, OnTimeout onTimeout,
+                 std::string_view op, Kind kind, int tag);
+  ucp_ep_h endpoint(int peer);
+  void startSend(Lock& lk, int peer, uint64_t tag, const void* data, size_t bytes,
+                 const Deadline& deadline, std::string_view op, Kind kind, int userTag);
+  /// Receives exactly `bytes` (or any size when exact is false; the size goes to *got).
+  void recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size_t bytes,
+                  const Deadline& deadline, std::string_view op, Kind kind, int userTag,
+                  std::vector<uint8_t>* any = nullptr);
+  void sendInternal(Lock& lk, int peer, Kind kind, uint32_t low, const void* data, size_t bytes,
+                    const Deadline& deadline, std::string_view op);
+  void recvInternal(Lock& lk, int peer, Kind kind, uint32_t low, void* data, size_t bytes,
+                    const Deadline& deadline, std::string_view op);
+  void reapSends();
+  void checkAbortMessage();
+  [[noreturn]] void throwAborted() const;
+  bool lostLongEnough(int peer) const;
+  [[noreturn]] void throwLost(int peer, std::string_view op, Kind kind, int tag) const;
+  uint32_t nextCollective();
+  void waitRequest(Lock& lk, void* request, OpState& state, const Deadline& deadline, int peer,
+                   std::string_view op, Kind kind, int tag);
+
+  LaunchInfo launch_;
+  double timeout_ = 30;
+  double connectTimeout_ = 60;
+  double handshakeTimeout_ = 5;
+  uint64_t maxMessage_ = uint64_t{1} << 30;
+  std::string root_;
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  std::vector<std::vector<uint8_t>> table_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool driving_ = false;
+  bool stopping_ = false;
+  std::thread progressThread_;
+  std::list<std::unique_ptr<PendingSend>> sends_;
+  size_t inFlightBytes_ = 0;
+  uint32_t collectiveSeq_ = 0;
+
+  // The pre-posted receive that catches abort messages from any rank.
+  void* abortRequest_ = nullptr;
+  OpState abortOp_;
+  std::vector<uint8_t> abortBuf_;
+  bool aborted_ = false;
+  int abortOrigin_ = -1;
+  std::string abortReason_;
+};
+
+void UcxBootstrap::onPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* p = static_cast<Peer*>(arg);
+  if (p->lost.load()) return;
+  p->lostWhy = fmt::format("its UCX endpoint failed: {}", statusText(status));
+  p->lostAt = std::chrono::steady_clock::now();
+  p->lost.store(true);
+  STRATA_LOG(Debug, kSub, "rank {} lost: {}", p->rank, p->lostWhy);
+}
+
+UcxBootstrap::UcxBootstrap(const Config& config) {
+  launch_ = detectLaunch(config);
+  log::setRank(launch_.rank);
+  timeout_ = config::getDouble(config, "bootstrap.timeout");
+  connectTimeout_ = config::getDouble(config, "bootstrap.connect_timeout");
+  handshakeTimeout_ = config::getDouble(config, "bootstrap.handshake_timeout");
+  maxMessage_ = config::getBytes(config, "bootstrap.max_message");
+  root_ = launch_.root;
+  const int n = launch_.size;
+
+  try {
+    initUcx();
+    peers_.resize(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      peers_[static_cast<size_t>(r)] = std::make_unique<Peer>();
+      peers_[static_cast<size_t>(r)]->owner = this;
+      peers_[static_cast<size_t>(r)]->rank = r;
+    }
+    table_.resize(static_cast<size_t>(n));
+    progressThread_ = std::thread([this] { progressLoop(); });
+
+    std::vector<uint8_t> myAddress;
+    {
+      ucp_worker_attr_t attr{};
+      attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+      ucs_status_t st = ucp_worker_query(worker_, &attr);
+      if (st != UCS_OK) {
+        throw Error(ErrorCode::BackendError,
+                    fmt::format("ucx bootstrap: ucp_worker_query() failed: {}", statusText(st)));
+      }
+      auto* a = reinterpret_cast<const uint8_t*>(attr.address);
+      myAddress.assign(a, a + attr.address_length);
+      ucp_worker_release_address(worker_, attr.address);
+      if (myAddress.size() > kMaxWorkerAddress) {
+        throw Error(ErrorCode::BackendError,
+                    fmt::format("ucx bootstrap: the UCX worker address has {} bytes, more than "
+                                "the {} this backend exchanges; restrict UCX_TLS or "
+                                "UCX_NET_DEVICES",
+                                myAddress.size(), kMaxWorkerAddress));
+      }
+    }
+    table_[static_cast<size_t>(launch_.rank)] = myAddress;
+    if (n == 1) return;
+
+    if (launch_.secret.empty()) {
+      std::call_once(gSecretWarning, [] {
+        STRATA_LOG(Warn, kSub,
+                   "no job secret (STRATA_SECRET or bootstrap.secret_file): the rendezvous is "
+                   "not authenticated; launch with strata-run or set bootstrap.secret_file");
+      });
+    }
+    if (root_.empty()) {
+      throw Error(ErrorCode::InvalidConfig,
+                  fmt::format("ucx bootstrap: rank {} of {} has no rendezvous address. Launch "
+                              "with strata-run, set STRATA_ROOT or bootstrap.tcp.root=host:port, "
+                              "or under srun use --resv-ports=<ntasks> or bootstrap.tcp.port",
+                              launch_.rank, n));
+    }
+    std::string rootHost;
+    uint16_t rootPort = 0;
+    net::splitHostPort(root_, rootHost, rootPort, "rendezvous address (STRATA_ROOT)");
+    auto rootAddrs = net::resolve(rootHost, rootPort);
+
+    if (launch_.rank == 0) {
+      net::Fd own;
+      int fd = -1;
+      std::unique_lock rootLock(gRootMu, std::defer_lock);
+      if (launch_.rootFd >= 0) {
+        rootLock.lock();
+        fd = launch_.rootFd;
+        net::setNonBlocking(fd);
+      } else {
+        std::string lastError;
+        for (const auto& a : rootAddrs) {
+          try {
+            own = net::listenOn(a);
+            break;
+          } catch (const Error& e) {
+            lastError = e.what();
+          }
+        }
+        if (!own.valid()) {
+          throw Error(ErrorCode::SystemError,
+                      fmt::format("ucx bootstrap: rank 0 cannot serve the rendezvous at {}: {}",
+                                  root_, lastError));
+        }
+        fd = own.get();
+      }
+      serveRendezvous(fd, myAddress);
+    } else {
+      checkIn(rootAddrs, myAddress);
+    }
+    exchangeTable();
+  } catch (...) {
+    teardown();
+    throw;
+  }
+}
+
+UcxBootstrap::~UcxBootstrap() {
+  teardown();
+}
+
+void UcxBootstrap::initUcx() {
+  ucp_config_t* cfg = nullptr;
+  // NULL prefix and file: UCX reads UCX_* from the environment and ucx.conf itself; strata
+  // never overrides what the user set there.
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) {
+    throw Error(ErrorCode::BackendError,
+                fmt::format("ucx bootstrap: reading the UCX configuration failed: {}. Check "
+                            "the UCX_* environment variables and ucx.conf",
+                            statusText(st)));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_PPN | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = static_cast<size_t>(launch_.size);
+  params.estimated_num_ppn = static_cast<size_t>(launch_.localSize);
+  params.name = "strata-bootstrap";
+  st = ucp_init(&params, cfg, &context_);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) {
+    context_ = nullptr;
+    throw Error(ErrorCode::BackendError,
+                fmt::format("ucx bootstrap: ucp_init() failed: {}. Check UCX_TLS and "
+                            "UCX_NET_DEVICES (tests use UCX_TLS=tcp,self UCX_NET_DEVICES=lo)",
+                            statusText(st)));
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Every worker call happens under mu_, so UCX need not lock on its own.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  st = ucp_worker_create(context_, &wp, &worker_);
+  if (st != UCS_OK) {
+    worker_ = nullptr;
+    throw Error(ErrorCode::BackendError,
+                fmt::format("ucx bootstrap: ucp_worker_create() failed: {}. Check UCX_TLS and "
+                            "UCX_NET_DEVICES",
+                            statusText(st)));
+  }
+  if (ucp_worker_get_efd(worker_, &efd_) != UCS_OK) efd_ = -1;  // fall back to short sleeps
+
+  // Abort messages may come from any rank at any time: keep a receive posted for them.
+  abortBuf_.resize(wire::kRecordHeaderSize + kMaxAbortReason + 64);
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  rp.cb.recv = recvDone;
+  rp.user_data = &abortOp_;
+  void* req = ucp_tag_recv_nbx(worker_, abortBuf_.data(), abortBuf_.size(),
+                               makeTag(Kind::Abort, 0, 0), kKindMask, &rp);
+  if (UCS_PTR_IS_ERR(req)) {
+    throw Error(ErrorCode::BackendError,
+                fmt::format("ucx bootstrap: posting the abort receive failed: {}",
+                            statusText(UCS_PTR_STATUS(req))));
+  }
+  abortRequest_ = req;
+}
+
+void UcxBootstrap::teardown() noexcept {
+  try {
+    if (progressThread_.joinable()) {
+      {
+        Lock lk(mu_);
+        stopping_ = true;
+        if (worker_) ucp_worker_signal(worker_);
+        cv_.notify_all();
+      }
+      progressThread_.join();
+    }
+    Lock lk(mu_);
+    if (worker_) {
+      // Deliver what was sent (the last barrier messages, an abort) before disconnecting.
+      Deadline flush = Deadline::after(std::min(timeout_ > 0 ? timeout_ : 10.0, 10.0));
+      auto flushStart = std::chrono::steady_clock::now();
+      STRATA_LOG(Debug, kSub, "teardown: {} sends in flight", sends_.size());
+      while (!sends_.empty() && !flush.expired()) {
+        progress(lk);
+        if (!sends_.empty()) {
+          lk.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          lk.lock();
+        }
+      }
+      STRATA_LOG(
+          Debug, kSub, "teardown: flushed in {:.3f} ms, {} left",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - flushStart)
+              .count(),
+          sends_.size());
+      for (auto& s : sends_) {
+        if (!s->op.done) {
+          STRATA_LOG(Warn, kSub,
+                     "destroying the bootstrap while a {}-byte send to rank {} is unfinished "
+                     "(rank {} never received it)",
+                     s->bytes, s->peer, s->peer);
+          ucp_request_cancel(worker_, s->request);
+        }
+      }
+      if (abortRequest_) ucp_request_cancel(worker_, abortRequest_);
+      Deadline cancel = Deadline::after(2.0);
+      while ((!sends_.empty() || (abortRequest_ && !abortOp_.done)) && !cancel.expired()) {
+        ucp_worker_progress(worker_);
+        reapSends();
+      }
+      if (abortRequest_ && abortOp_.done) {
+        ucp_request_free(abortRequest_);
+        abortRequest_ = nullptr;
+      }
+
+      // Close every endpoint, flushing it unless its peer is gone.
+      std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
+      for (auto& p : peers_) {
+        if (!p || !p->ep) continue;
+        auto op = std::make_unique<OpState>();
+        ucp_request_param_t cp{};
+        cp.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+        cp.cb.send = closeDone;
+        cp.user_data = op.get();
+        cp.flags = p->lost.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        void* req = ucp_ep_close_nbx(p->ep, &cp);
+        p->ep = nullptr;
+        if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.emplace_back(req, std::move(op));
+      }
+      Deadline closeBy = Deadline::after(2.0);
+      auto allClosed = [&] {
+        return std::all_of(closing.begin(), closing.end(),
+                           [](const auto& c) { return c.second->done; });
+      };
+      while (!allClosed() && !closeBy.expired()) {
+        if (ucp_worker_progress(worker_) == 0) {
+          lk.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          lk.lock();
+        }
+      }
+      for (auto& c : closing) {
+        if (!c.second->done) STRATA_LOG(Debug, kSub, "an endpoint did not close within 2 s");
+        ucp_request_free(c.first);  // UCX releases unfinished ones when they complete
+      }
+      for (auto& s : sends_) ucp_request_free(s->request);
+      if (abortRequest_) ucp_request_free(abortRequest_);
+      abortRequest_ = nullptr;
+      ucp_worker_destroy(worker_);
+      worker_ = nullptr;
+      sends_.clear();
+    }
+    if (context_) {
+      ucp_cleanup(context_);
+      context_ = nullptr;
+    }
+  } catch (...) {
+  }
+}
+
+void UcxBootstrap::serveRendezvous(int listenFd, const std::vector<uint8_t>& myAddress) {
+  (void)myAddress;
+  const int n = launch_.size;
+  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
+  struct Client {
+    handshake::ListenSide hs;
+    handshake::RecordReader reader{kMaxRecord};
+  };
+  std::list<Client> clients;
+  std::vector<net::Fd> ready(static_cast<size_t>(n));
+  std::vector<std::string> hosts(static_cast<size_t>(n));
+  int count = 1;
+  std::string failure;
+  while (count < n && failure.empty()) {
+    if (deadline.expired()) {
+      std::string missing;
+      int shown = 0;
+      for (int r = 1; r < n && shown < 16; ++r) {
+        if (!ready[static_cast<size_t>(r)].valid()) {
+          missing += (shown++ ? ", " : "") + std::to_string(r);
+        }
+      }
+      failure = fmt::format(
+          "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: {}. "
+          "Check that every rank was started with bootstrap.backend=ucx and the same "
+          "STRATA_ROOT, and can reach {} (bootstrap.connect_timeout to wait longer)",
+          root_, connectTimeout_, count, n, missing, root_);
+      break;
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({listenFd, POLLIN, 0});
+    Deadline next = deadline;
+    for (auto& c : clients) {
+      fds.push_back({c.hs.fd(), POLLIN, 0});
+      next = Deadline::earlier(next, c.hs.deadline());
+    }
+    int rc = ::poll(fds.data(), fds.size(), next.pollMs(1000) + 1);
+    if (rc < 0 && errno != EINTR) {
+      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(errno)));
+    }
+    size_t i = 1;
+    for (auto it = clients.begin(); it != clients.end(); ++i) {
+      Client& c = *it;
+      bool readable = i < fds.size() && fds[i].revents != 0;
+      bool drop = false;
+      if (c.hs.state() == handshake::ListenSide::State::InProgress &&
+          (readable || c.hs.deadline().expired())) {
+        auto st = c.hs.step();
+        if (st == handshake::ListenSide::State::Rejected) {
+          STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}",
+                     c.hs.remote().toString(), c.hs.reason());
+          drop = true;
+        } else if (st == handshake::ListenSide::State::Accepted) {
+          readable = true;  // the hello may already be buffered
+        }
+      }
+      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
+        try {
+          if (c.reader.step(c.hs.fd(), "ucx hello record")) {
+            const auto& rec = c.reader.record();
+            auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xFFFF, kMaxRecord,
+                                        "ucx hello record");
+            if (h.kind == kTcpHello) {
+              // A rank running the tcp backend: tell it why it cannot join, in its format.
+              wire::Writer w;
+              w.u8(0)
+                  .str(fmt::format("rank 0 uses bootstrap.backend=ucx but rank {} uses tcp; "
+                                   "every rank must choose the same backend",
+                                   c.hs.peerRank()))
+                  .str("");
+              handshake::writeRecord(c.hs.fd(), wire::encodeRecord(kTcpReply, 1, w.data()),
+                                     Deadline::after(1.0), "rendezvous reply");
+              failure = fmt::format(
+                  "ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} has 'tcp'. "
+                  "Every rank must use the same value: check the STRATA_* environment and "
+                  "strata.toml on every node",
+                  c.hs.peerRank());
+            } else {
+              auto d = wire::decodeRecord(rec, kHello, kVersion, kMaxRecord, "ucx hello record");
+              Hello hello = decodeHello(d.body);
+              if (hello.rank != c.hs.peerRank() || hello.size != n || hello.rank <= 0 ||
+                  hello.rank >= n) {
+                failure = fmt::format(
+                    "rendezvous: a peer authenticated as rank {} sent a hello for rank {} of "
+                    "{} (this job has {} ranks)",
+                    c.hs.peerRank(), hello.rank, hello.size, n);
+              } else if (ready[static_cast<size_t>(hello.rank)].valid()) {
+                failure = fmt::format(
+                    "rendezvous: rank {} checked in twice (from {} and from {} at {}); two "
+                    "processes were given the same rank",
+                    hello.rank, hosts[static_cast<size_t>(hello.rank)], hello.host,
+                    c.hs.remote().toString());
+              } else {
+                ready[static_cast<size_t>(hello.rank)] = c.hs.takeFd();
+                table_[static_cast<size_t>(hello.rank)] = std::move(hello.address);
+                hosts[static_cast<size_t>(hello.rank)] = hello.host;
+                ++count;
+              }
+            }
+            drop = true;
+          }
+        } catch (const Error& e) {
+          STRATA_LOG(Warn, kSub, "rendezvous: dropped rank {} connection from {}: {}",
+                     c.hs.peerRank(), c.hs.remote().toString(), e.what());
+          drop = true;
+        }
+      }
+      it = drop ? clients.erase(it) : std::next(it);
+    }
+    if (rc > 0 && (fds[0].revents & POLLIN)) {
+      for (;;) {
+        net::SockAddr remote;
+        net::Fd fd = net::acceptOne(listenFd, &remote);
+        if (!fd.valid()) break;
+        clients.push_back(Client{handshake::ListenSide(std::move(fd), remote, launch_.secret,
+                                                       handshake::Purpose::Rendezvous, 0, n,
+                                                       Deadline::after(handshakeTimeout_)),
+                                 handshake::RecordReader(kMaxRecord)});
+        if (clients.back().hs.step() == handshake::ListenSide::State::Rejected) {
+          STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}", remote.toString(),
+                     clients.back().hs.reason());
+          clients.pop_back();
+        }
+      }
+    }
+  }
+  Deadline replyDeadline = Deadline::after(std::max(1.0, handshakeTimeout_));
+  for (int r = 1; r < n; ++r) {
+    auto& fd = ready[static_cast<size_t>(r)];
+    if (!fd.valid()) continue;
+    try {
+      handshake::writeRecord(fd.get(), encodeReply(failure.empty(), failure), replyDeadline,
+                             fmt::format("rendezvous reply to rank {}", r));
+    } catch (const Error& e) {
+      if (failure.empty()) {
+        failure = fmt::format("rendezvous: rank {} vanished before its reply: {}", r, e.what());
+      }
+    }
+  }
+  if (!failure.empty()) {
+    throw Error(failure.find("timed out") != std::string::npos ? ErrorCode::Timeout
+                                                               : ErrorCode::InvalidConfig,
+                failure);
+  }
+}
+
+void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
+                           const std::vector<uint8_t>& myAddress) {
+  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
+  std::string what = fmt::format("ucx bootstrap rendezvous with rank 0 at {}", root_);
+  for (;;) {
+    net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
+    try {
+      handshake::connectSide(fd.get(), launch_.secret, handshake::Purpose::Rendezvous, launch_.rank,
+                             launch_.size, 0, deadline, what);
+      Hello h{launch_.rank, launch_.size, hostName(), myAddress};
+      handshake::writeRecord(fd.get(), encodeHello(h), deadline, what);
+      auto rec = handshake::readRecord(fd.get(), kMaxRecord, deadline, what);
+      auto hdr = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xFFFF, kMaxRecord,
+                                    "ucx rendezvous reply");
+      if (hdr.kind == kTcpReply) {
+        throw Error(ErrorCode::InvalidConfig,
+                    fmt::format("ranks disagree on bootstrap backend: rank 0 runs the tcp "
+                                "backend, rank {} has 'ucx'. Every rank must use the same "
+                                "value: check the STRATA_* environment and strata.toml on "
+                                "every node",
+                                launch_.rank),
+                    0);
+      }
+      auto d = wire::decodeRecord(rec, kReply, kVersion, kMaxRecord, "ucx rendezvous reply");
+      wire::Reader r(d.body, "ucx rendezvous reply");
+      bool ok = r.u8("ok") != 0;
+      std::string error = r.str(2048, "error");
+      r.expectEnd();
+      if (!ok) {
+        throw Error(error.find("timed out") != std::string::npos ? ErrorCode::Timeout
+                                                                 : ErrorCode::InvalidConfig,
+                    fmt::format("rank 0 failed the rendezvous: {}", error), 0);
+      }
+      return;
+    } catch (const Error& e) {
+      // Rank 0 from an earlier bootstrap in this process may still be closing: retry.
+      bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
+      if (!transient) {
+        if (e.code() == ErrorCode::Timeout) {
+          throw Error(ErrorCode::Timeout,
+                      fmt::format("{}: {} (is rank 0 running? bootstrap.connect_timeout={} s)",
+                                  what, e.what(), connectTimeout_),
+                      0);
+        }
+        throw;
+      }
+      STRATA_LOG(Debug, kSub, "rendezvous attempt failed, retrying: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+// Binomial-tree broadcast of the address table from rank 0: a rank receives it from its
+// parent (no endpoint needed to receive), then sends it on to its children.
+void UcxBootstrap::exchangeTable() {
+  const int n = launch_.size, me = launch_.rank;
+  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
+  Lock lk(mu_);
+  std::vector<uint8_t> blob;
+  int mask = 1;
+  if (me != 0) {
+    while (mask < n && !(me & mask)) mask <<= 1;
+    int parent = me - mask;
+    recvTagged(lk, parent, makeTag(Kind::Setup, parent, 0), nullptr, 0, deadline,
+               "rendezvous (address table)", Kind::Setup, 0, &blob);
+    auto d = wire::decodeRecord(blob, kTable, kVersion, maxMessage_, "ucx address table");
+    wire::Reader r(d.body, "ucx address table");
+    uint32_t count = r.u32("count");
+    if (count != static_cast<uint32_t>(n)) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("ucx address table from rank {} has {} entries, the job has {} "
+                              "ranks",
+                              parent, count, n),
+                  parent);
+    }
+    for (int q = 0; q < n; ++q) {
+      auto a = r.bytes(kMaxWorkerAddress, "worker address");
+      if (a.empty()) {
+        throw Error(
+            ErrorCode::ProtocolError,
+            fmt::format("ucx address table from rank {}: rank {} has no address", parent, q),
+            parent);
+      }
+      if (q != me) table_[static_cast<size_t>(q)] = std::move(a);
+    }
+    r.expectEnd();
+  } else {
+    wire::Writer w;
+    w.u32(static_cast<uint32_t>(n));
+    for (const auto& a : table_) w.bytes(a);
+    blob = wire::encodeRecord(kTable, kVersion, w.data());
+    mask = 1;
+    while (mask < n) mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    int child = me + mask;
+    if (child < n) {
+      startSend(lk, child, makeTag(Kind::Setup, me, 0), blob.data(), blob.size(), deadline,
+                "rendezvous (address table)", Kind::Setup, 0);
+    }
+  }
+}
+
+void UcxBootstrap::checkPeer(int peer, std::string_view op) const {
+  if (peer < 0 || peer >= launch_.size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: peer {} is out of range 0..{}", op, peer, launch_.size - 1), peer);
+  }
+  if (peer == launch_.rank) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{}: peer {} is this rank; send/recv to self is not supported", op, peer),
+        peer);
+  }
+}
+
+ucp_ep_h UcxBootstrap::endpoint(int peer) {
+  Peer& p = *peers_[static_cast<size_t>(peer)];
+  if (p.ep) return p.ep;
+  const auto& address = table_[static_cast<size_t>(peer)];
+  if (address.empty()) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("ucx bootstrap: no worker address for rank {}", peer), peer);
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  // PEER mode: requests to a dead peer fail, and onPeerError tells waiting calls.
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxBootstrap::onPeerError;
+  ep.err_handler.arg = &p;
+  ucs_status_t st = ucp_ep_create(worker_, &ep, &p.ep);
+  if (st != UCS_OK) {
+    p.ep = nullptr;
+    throw Error(ErrorCode::BackendError,
+                fmt::format("ucx bootstrap: creating an endpoint to rank {} failed: {}. Check "
+                            "that UCX_TLS and UCX_NET_DEVICES give both ranks a common transport",
+                            peer, statusText(st)),
+                peer);
+  }
+  return p.ep;
+}
+
+void UcxBootstrap::reapSends() {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    PendingSend& s = **it;
+    if (!s.op.done) {
+      ++it;
+      continue;
+    }
+    if (s.op.status != UCS_OK && s.op.status != UCS_ERR_CANCELED) {
+      Peer& p = *peers_[static_cast<size_t>(s.peer)];
+      if (!p.lost.load()) {
+        p.lostWhy = fmt::format("a send to it failed: {}", statusText(s.op.status));
+        p.lostAt = std::chrono::steady_clock::now();
+        p.lost.store(true);
+      }
+    }
+    ucp_request_free(s.request);
+    inFlightBytes_ -= s.bytes;
+    it = sends_.erase(it);
+  }
+}
+
+void UcxBootstrap::checkAbortMessage() {
+  if (!abortRequest_ || !abortOp_.done) return;
+  ucp_request_free(abortRequest_);
+  abortRequest_ = nullptr;
+  if (abortOp_.status == UCS_ERR_CANCELED) return;
+  int origin = tagRank(abortOp_.senderTag);
+  std::string reason = "(no reason received)";
+  if (abortOp_.status == UCS_OK) {
+    try {
+      auto d = wire::decodeRecord({abortBuf_.data(), abortOp_.length}, kAbortRecord, kVersion,
+                                  abortBuf_.size(), "ucx abort record");
+      wire::Reader r(d.body, "ucx abort record");
+      origin = r.i32("origin");
+      reason = r.str(kMaxAbortReason, "reason");
+    } catch (const Error& e) {
+      reason = fmt::format("(unreadable abort record: {})", e.what());
+    }
+  }
+  if (!aborted_) {
+    aborted_ = true;
+    abortOrigin_ = origin;
+    abortReason_ = reason;
+    STRATA_LOG(Error, kSub, "rank {} aborted the job: {}", origin, reason);
+  }
+  cv_.notify_all();
+}
+
+void UcxBootstrap::progress(Lock& /*lk*/) {
+  unsigned events = 0;
+  for (int i = 0; i < 64; ++i) {
+    unsigned e = ucp_worker_progress(worker_);
+    events += e;
+    if (e == 0) break;
+  }
+  reapSends();
+  checkAbortMessage();
+  if (events > 0 && driving_) {
+    ucp_worker_signal(worker_);  // the thread asleep on the efd may be waiting for this
+  }
+  if (events > 0) cv_.notify_all();
+}
+
+void UcxBootstrap::throwAborted() const {
+  if (abortOrigin_ == launch_.rank) {
+    throw Error(ErrorCode::Aborted,
+                fmt::format("ucx bootstrap: this rank called abort(): {}", abortReason_),
+                abortOrigin_);
+  }
+  throw Error(ErrorCode::Aborted,
+              fmt::format("ucx bootstrap: rank {} aborted the job: {}", abortOrigin_, abortReason_),
+              abortOrigin_);
+}
+
+bool UcxBootstrap::lostLongEnough(int peer) const {
+  if (peer < 0) return false;
+  const Peer& p = *peers_[static_cast<size_t>(peer)];
+  return p.lost.load() && std::chrono::steady_clock::now() - p.lostAt >= kLostGrace;
+}
+
+void UcxBootstrap::throwLost(int peer, std::string_view op, Kind kind, int tag) const {
+  const Peer& p = *peers_[static_cast<size_t>(peer)];
+  throw Error(
+      ErrorCode::PeerLost,
+      fmt::format("{} {} rank {} ({}) failed: rank {} is gone ({}); it died or "
+                  "destroyed its bootstrap. Make every rank take part in the same "
+                  "exchanges",
+                  op, op == "send" ? "to" : "with", peer, tagText(kind, tag), peer, p.lostWhy),
+      peer);
+}
+
+template <class Done, class OnTimeout>
+void UcxBootstrap::waitUntil(Lock& lk, const Deadline& deadline, int peer, Done done,
+                             OnTimeout onTimeout, std::string_view op, Kind kind, int tag) {
+  for (;;) {
+    progress(lk);
+    if (aborted_) throwAborted();
+    if (done()) return;
+    if (lostLongEnough(peer)) throwLost(peer, op, kind, tag);
+    if (deadline.expired()) {
+      onTimeout();  // throws, except where the caller only wanted to wait a while
+      return;
+    }
+    int capMs = kMaxSleepMs;
+    if (peer >= 0 && peers_[static_cast<size_t>(peer)]->lost.load()) capMs = 10;
+    blockOnce(lk, deadline, capMs);
+  }
+}
+
+void UcxBootstrap::blockOnce(Lock& lk, const Deadline& deadline, int capMs) {
+  if (driving_ || efd_ < 0) {
+    if (efd_ < 0 && !driving_) {
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lk.lock();
+    } else {
+      // Another thread sleeps on the worker's fd and wakes us after each progress.
+      cv_.wait_for(lk, std::chrono::milliseconds(deadline.pollMs(capMs) + 1));
+    }
+    return;
+  }
+  ucs_status_t st = ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return;  // events arrived meanwhile: progress again
+  driving_ = true;
+  lk.unlock();
+  pollfd pfd{efd_, POLLIN, 0};
+  ::poll(&pfd, 1, st == UCS_OK ? deadline.pollMs(capMs) + 1 : 1);
+  lk.lock();
+  driving_ = false;
+  cv_.notify_all();
+}
+
+// Sends complete, wireup requests are answered and aborts and lost peers are noticed even
+// while the user makes no call (a rank that sends and then computes must still deliver).
+void UcxBootstrap::progressLoop() {
+  Lock lk(mu_);
+  while (!stopping_) {
+    progress(lk);
+    if (stopping_) break;
+    blockOnce(lk, Deadline::never(), 100);
+  }
+}
+
+void UcxBootstrap::waitRequest(Lock& lk, void* request, OpState& op, const Deadline& deadline,
+                               int peer, std::string_view opName, Kind kind, int tag) {
+  try {
+    waitUntil(
+        lk, deadline, peer, [&] { return op.done; },
+        [&] {
+          throw Error(ErrorCode::Timeout,
+                      fmt::format("{} {} rank {} ({}) timed out after {} s in the middle of the "
+                                  "transfer",
+                                  opName, opName == "send" ? "to" : "from", peer,
+                                  tagText(kind, tag), timeout_),
+                      peer);
+        },
+        opName, kind, tag);
+  } catch (...) {
+    // Take the request back before the caller's buffer goes away.
+    ucp_request_cancel(worker_, request);
+    Deadline grace = Deadline::after(5.0);
+    while (!op.done && !grace.expired()) {
+      if (ucp_worker_progress(worker_) == 0) {
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        lk.lock();
+      }
+    }
+    if (op.done) ucp_request_free(request);
+    throw;
+  }
+  ucp_request_free(request);
+}
+
+void UcxBootstrap::startSend(Lock& lk, int peer, uint64_t tag, const void* data, size_t bytes,
+                             const Deadline& deadline, std::string_view op, Kind kind,
+                             int userTag) {
+  if (aborted_) throwAborted();
+  if (peers_[static_cast<size_t>(peer)]->lost.load()) {
+    // Give a just-sent abort the chance to arrive first.
+    waitUntil(
+        lk, Deadline::after(1.0), peer, [] { return false; }, [] {}, op, kind, userTag);
+    throwLost(peer, op, kind, userTag);
+  }
+  if (inFlightBytes_ + bytes > kMaxInFlightBytes && !sends_.empty()) {
+    waitUntil(
+        lk, deadline, peer,
+        [&] { return sends_.empty() || inFlightBytes_ + bytes <= kMaxInFlightBytes; },
+        [&] {
+          throw Error(
+              ErrorCode::Timeout,
+              fmt::format("{} to rank {} ({}, {} bytes) timed out after {} s: {} bytes "
+                          "sent earlier are still not received by their peers",
+                          op, peer, tagText(kind, userTag), bytes, timeout_, inFlightBytes_),
+              peer);
+        },
+        op, kind, userTag);
+  }
+  ucp_ep_h ep = endpoint(peer);
+  // The message is copied so that send() returns without waiting for the receiver: a large
+  // message goes by rendezvous, which completes only once the peer receives it, and two
+  // ranks sending to each other must not deadlock.
+  auto s = std::make_unique<PendingSend>();
+  s->peer = peer;
+  s->bytes = bytes;
+  s->data.reset(new uint8_t[bytes ? bytes : 1]);
+  if (bytes) std::memcpy(s->data.get(), data, bytes);
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = sendDone;
+  rp.user_data = &s->op;
+  void* req = ucp_tag_send_nbx(ep, s->data.get(), bytes, tag, &rp);
+  if (req == nullptr) return;  // completed in place
+  if (UCS_PTR_IS_ERR(req)) {
+    ucs_status_t st = UCS_PTR_STATUS(req);
+    if (isPeerFailure(st)) {
+      Peer& p = *peers_[static_cast<size_t>(peer)];
+      if (!p.lost.load()) {
+        p.lostWhy = fmt::format("a send to it failed: {}", statusText(st));
+        p.lostAt = std::chrono::steady_clock::now() - kLostGrace;
+        p.lost.store(true);
+      }
+      throwLost(peer, op, kind, userTag);
+    }
+    throw Error(ErrorCode::BackendError,
+                fmt::format("{} to rank {} ({}, {} bytes): ucp_tag_send_nbx() failed: {}", op, peer,
+                            tagText(kind, userTag), bytes, statusText(st)),
+                peer);
+  }
+  s->request = req;
+  inFlightBytes_ += bytes;
+  sends_.push_back(std::move(s));
+}
+
+void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size_t bytes,
+                              const Deadline& deadline, std::string_view op, Kind kind, int userTag,
+                              std::vector<uint8_t>* any) {
+  if (aborted_) throwAborted();
+  // An endpoint of our own makes the peer's death visible to us (onPeerError).
+  if (!table_[static_cast<size_t>(peer)].empty()) endpoint(peer);
+  ucp_tag_message_h msg = nullptr;
+  ucp_tag_recv_info_t info{};
+  waitUntil(
+      lk, deadline, peer,
+      [&] {
+        msg = ucp_tag_probe_nb(worker_, tag, kFullMask, 1, &info);
+        return msg != nullptr;
+      },
+      [&] {
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("{} from rank {} ({}, {} bytes) timed out after {} s: rank {} "
+                                "did not send it (is it stuck, or did the ranks call different "
+                                "operations?)",
+                                op, peer, tagText(kind, userTag), bytes, timeout_, peer),
+                    peer);
+      },
+      op, kind, userTag);
+
+  const size_t length = info.length;
+  std::unique_ptr<uint8_t[]> scratch;
+  void* target = data;
+  size_t capacity = bytes;
+  bool mismatch = false;
+  if (any) {
+    if (length > maxMessage_) {
+      mismatch = true;
+    } else {
+      any->resize(length);
+      target = any->data();
+      capacity = length;
+    }
+  } else if (length != bytes) {
+    mismatch = true;
+  }
+  if (mismatch) {
+    // Consume the message so that the stream stays in step, then report.
+    capacity = length <= maxMessage_ ? length : 0;
+    scratch.reset(new uint8_t[capacity ? capacity : 1]);
+    target = scratch.get();
+  }
+  OpState state;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  rp.cb.recv = recvDone;
+  rp.user_data = &state;
+  uint8_t dummy = 0;
+  void* req = ucp_tag_msg_recv_nbx(worker_, target ? target : &dummy, capacity, msg, &rp);
+  if (UCS_PTR_IS_ERR(req)) {
+    throw Error(ErrorCode::BackendError,
+                fmt::format("{} from rank {} ({}): ucp_tag_msg_recv_nbx() failed: {}", op, peer,
+                            tagText(kind, userTag), statusText(UCS_PTR_STATUS(req))),
+                peer);
+  }
+  waitRequest(lk, req, state, deadline, peer, op, kind, userTag);
+  if (mismatch) {
+    throw Error(ErrorCode::ProtocolError,
+                any ? fmt::format("{} from rank {} ({}): rank {} sent {} bytes, more than "
+                                  "bootstrap.max_message ({} bytes); the message was discarded",
+                                  op, peer, tagText(kind, userTag), peer, length, maxMessage_)
+                    : fmt::format("{} from rank {} ({}): expected {} bytes but rank {} sent {} "
+                                  "bytes; the message was discarded",
+                                  op, peer, tagText(kind, userTag), bytes, peer, length),
+                peer);
+  }
+  if (state.status != UCS_OK) {
+    if (isPeerFailure(state.status)) {
+      Peer& p = *peers_[static_cast<size_t>(peer)];
+      if (!p.lost.load()) {
+        p.lostWhy = fmt::format("a receive from it failed: {}", statusText(state.status));
+        p.lostAt = std::chrono::steady_clock::now() - kLostGrace;
+        p.lost.store(true);
+      }
+      throwLost(peer, op, kind, userTag);
+    }
+    throw Error(ErrorCode::BackendError,
+                fmt::format("{} from rank {} ({}, {} bytes) failed in UCX: {}", op, peer,
+                            tagText(kind, userTag), length, statusText(state.status)),
+                peer);
+  }
+}
+
+void UcxBootstrap::sendInternal(Lock& lk, int peer, Kind kind, uint32_t low, const void* data,
+                                size_t bytes, const Deadline& deadline, std::string_view op) {
+  startSend(lk, peer, makeTag(kind, launch_.rank, low), data, bytes, deadline, op, kind, 0);
+}
+
+void UcxBootstrap::recvInternal(Lock& lk, int peer, Kind kind, uint32_t low, void* data,
+                                size_t bytes, const Deadline& deadline, std::string_view op) {
+  recvTagged(lk, peer, makeTag(kind, peer, low), data, bytes, deadline, op, kind, 0);
+}
+
+uint32_t UcxBootstrap::nextCollective() {
+  // Every rank calls the collectives in the same order, so sequence numbers agree; the low
+  // 8 bits number the steps within one collective.
+  return (++collectiveSeq_ & 0xFFFFFF) << 8;
+}
+
+void UcxBootstrap::send(int peer, int tag, const void* data, size_t bytes) {
+  checkPeer(peer, "send");
+  if (tag < 0) {
+    throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} is negative", tag), peer);
+  }
+  if (bytes > maxMessage_) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("send to rank {}: {} bytes exceed bootstrap.max_message ({} bytes)",
+                            peer, bytes, maxMessage_),
+                peer);
+  }
+  if (bytes && !data) {
+    throw Error(ErrorCode::InvalidArgument, "send: null buffer", peer);
+  }
+  Deadline dl = callDeadline();
+  Lock lk(mu_);
+  startSend(lk, peer, makeTag(Kind::User, launch_.rank, static_cast<uint32_t>(tag)), data, bytes,
+            dl, "send", Kind::User, tag);
+  progress(lk);
+}
+
+void UcxBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
+  checkPeer(peer, "recv");
+  if (tag < 0) {
+    throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} is negative", tag), peer);
+  }
+  if (bytes && !data) {
+    throw Error(ErrorCode::InvalidArgument, "recv: null buffer", peer);
+  }
+  Deadline dl = callDeadline();
+  Lock lk(mu_);
+  recvTagged(lk, peer, makeTag(Kind::User, peer, static_cast<uint32_t>(tag)), data, bytes, dl,
+             "recv", Kind::User, tag);
+}
+
+// Ring: N-1 steps, each rank passes one slot to its successor per step. Sends are buffered,
+// so the ring never waits on itself.
+void UcxBootstrap::allGather(void* data, size_t bytesPerRank) {
+  const int n = launch_.size, me = launch_.rank;
+  if (n == 1 || bytesPerRank == 0) return;
+  if (!data) throw Error(ErrorCode::InvalidArgument, "allGather: null buffer");
+  auto* base = static_cast<uint8_t*>(data);
+  Deadline dl = callDeadline();
+  Lock lk(mu_);
+  if (aborted_) throwAborted();
+  uint32_t seq = nextCollective();
+  const int next = (me + 1) % n, prev = (me - 1 + n) % n;
+  for (int step = 0; step < n - 1; ++step) {
+    int sendSlot = (me - step + n) % n;
+    int recvSlot = (me - step - 1 + n) % n;
+    sendInternal(lk, next, Kind::Collective, seq, base + bytesPerRank * sendSlot, bytesPerRank, dl,
+                 "allGather");
+    recvInternal(lk, prev, Kind::Collective, seq, base + bytesPerRank * recvSlot, bytesPerRank, dl,
+                 "allGather");
+  }
+}
+
+// Binomial tree from root: ceil(log2 N) rounds.
+void UcxBootstrap::broadcast(void* data, size_t bytes, int root) {
+  const int n = launch_.size, me = launch_.rank;
+  if (root < 0 || root >= n) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("broadcast: root {} is out of range 0..{}", root, n - 1), root);
+  }
+  if (bytes && !data) throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer");
+  if (n == 1) return;
+  Deadline dl = callDeadline();
+  Lock lk(mu_);
+  if (aborted_) throwAborted();
+  uint32_t seq = nextCollective();
+  const int vr = (me - root + n) % n;
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      int parent = (vr - mask + root) % n;
+      recvInternal(lk, parent, Kind::Collective, seq, data, bytes, dl, "broadcast");
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) {
+      sendInternal(lk, (vr + mask + root) % n, Kind::Collective, seq, data, bytes, dl, "broadcast");
+    }
+  }
+}
+
+// Dissemination: ceil(log2 N) rounds of empty messages.
+void UcxBootstrap::barrier() {
+  const int n = launch_.size, me = launch_.rank;
+  if (n == 1) return;
+  Deadline dl = callDeadline();
+  Lock lk(mu_);
+  if (aborted_) throwAborted();
+  uint32_t seq = nextCollective();
+  uint32_t round = 0;
+  for (int dist = 1; dist < n; dist <<= 1, ++round) {
+    sendInternal(lk, (me + dist) % n, Kind::Collective, seq | round, nullptr, 0, dl, "barrier");
+    recvInternal(lk, (me - dist + n) % n, Kind::Collective, seq | round, nullptr, 0, dl, "barrier");
+  }
+}
+
+void UcxBootstrap::abort(std::string_view reason) noexcept {
+  try {
+    Lock lk(mu_);
+    if (aborted_ || !worker_) return;
+    aborted_ = true;
+    abortOrigin_ = launch_.rank;
+    abortReason_ = std::string(reason.substr(0, kMaxAbortReason));
+    STRATA_LOG(Error, kSub, "aborting the job: {}", abortReason_);
+    cv_.notify_all();
+    wire::Writer w;
+    w.i32(launch_.rank).str(abortReason_);
+    auto rec = wire::encodeRecord(kAbortRecord, kVersion, w.data());
+    // Every rank, not only connected ones: a rank may be waiting on us without ever having
+    // talked to us.
+    for (int r = 0; r < launch_.size; ++r) {
+      if (r == launch_.rank || peers_[static_cast<size_t>(r)]->lost.load()) continue;
+      if (table_[static_cast<size_t>(r)].empty()) continue;
+      try {
+        ucp_ep_h ep = endpoint(r);
+        auto s = std::make_unique<PendingSend>();
+        s->peer = r;
+        s->bytes = rec.size();
+        s->data.reset(new uint8_t[rec.size()]);
+        std::memcpy(s->data.get(), rec.data(), rec.size());
+        ucp_request_param_t rp{};
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.send = sendDone;
+        rp.user_data = &s->op;
+        void* req = ucp_tag_send_nbx(ep, s->data.get(), rec.size(),
+                                     makeTag(Kind::Abort, launch_.rank, 0), &rp);
+        if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+          s->request = req;
+          inFlightBytes_ += s->bytes;
+          sends_.push_back(std::move(s));
+        }
+      } catch (const Error& e) {
+        STRATA_LOG(Debug, kSub, "abort: cannot tell rank {}: {}", r, e.what());
+      }
+    }
+    // Deliver them before the caller goes on (and likely destroys us or exits).
+    Deadline dl = Deadline::after(2.0);
+    while (!sends_.empty() && !dl.expired()) {
+      if (ucp_worker_progress(worker_) == 0) {
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        lk.lock();
+      }
+      reapSends();
+    }
+  } catch (...) {
+  }
+}
+
+bool detect() noexcept {
+  return false;
+}  // never chosen by bootstrap.backend=auto
+
+std::unique_ptr<Bootstrap> create(const Config& config) {
+  return std::make_unique<UcxBootstrap>(config);
+}
+
+const backend::ModuleInfo kInfo = {
+    STRATA_MODULE_ABI_VERSION,
+    backend::ModuleKind::Bootstrap,
+    "ucx",
+    STRATA_VERSION_STRING,
+    "UCX: tag-matched messages over UCX workers, TCP rendezvous at rank 0",
+    &detect,
+    &create,
+};
+
+}  // namespace
+}  // namespace strata::ucx
+
+extern "C" __attribute__((visibility("default"))) const strata::backend::ModuleInfo*
+strata_module_info() {
+  return &strata::ucx::kInfo;
+}
