@@ -258,8 +258,8 @@ class UcxBootstrap final : public Bootstrap {
   bool lostLongEnough(int peer) const;
   [[noreturn]] void throwLost(int peer, std::string_view op, Kind kind, int tag) const;
   uint32_t nextCollective();
-  void waitRequest(Lock& lk, void* request, OpState& state, const Deadline& deadline, int peer,
-                   std::string_view op, Kind kind, int tag);
+  void waitRequest(Lock& lk, void* request, std::unique_ptr<OpState>& state,
+                   const Deadline& deadline, int peer, std::string_view op, Kind kind, int tag);
 
   LaunchInfo launch_;
   double timeout_ = 30;
@@ -280,6 +280,8 @@ class UcxBootstrap final : public Bootstrap {
   bool stopping_ = false;
   std::thread progressThread_;
   std::list<std::unique_ptr<PendingSend>> sends_;
+  // Receives that timed out and could not be cancelled (see waitRequest).
+  std::vector<std::pair<void*, std::unique_ptr<OpState>>> orphans_;
   size_t inFlightBytes_ = 0;
   uint32_t collectiveSeq_ = 0;
 
@@ -544,6 +546,7 @@ void UcxBootstrap::teardown() noexcept {
         ucp_request_free(c.first);  // UCX releases unfinished ones when they complete
       }
       for (auto& s : sends_) ucp_request_free(s->request);
+      for (auto& o : orphans_) ucp_request_free(o.first);
       if (abortRequest_) ucp_request_free(abortRequest_);
       abortRequest_ = nullptr;
       ucp_worker_destroy(worker_);
@@ -991,8 +994,10 @@ void UcxBootstrap::progressLoop() {
   }
 }
 
-void UcxBootstrap::waitRequest(Lock& lk, void* request, OpState& op, const Deadline& deadline,
-                               int peer, std::string_view opName, Kind kind, int tag) {
+void UcxBootstrap::waitRequest(Lock& lk, void* request, std::unique_ptr<OpState>& state,
+                               const Deadline& deadline, int peer, std::string_view opName,
+                               Kind kind, int tag) {
+  OpState& op = *state;
   try {
     waitUntil(
         lk, deadline, peer, [&] { return op.done; },
@@ -1016,7 +1021,16 @@ void UcxBootstrap::waitRequest(Lock& lk, void* request, OpState& op, const Deadl
         lk.lock();
       }
     }
-    if (op.done) ucp_request_free(request);
+    if (op.done) {
+      ucp_request_free(request);
+    } else {
+      // UCX still owns it: keep its state alive until the worker is destroyed.
+      STRATA_LOG(Warn, kSub,
+                 "a {} with rank {} could not be cancelled; its buffer may still be "
+                 "written by UCX",
+                 opName, peer);
+      orphans_.emplace_back(request, std::move(state));
+    }
     throw;
   }
   ucp_request_free(request);
@@ -1128,12 +1142,12 @@ void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size
     scratch.reset(new uint8_t[capacity ? capacity : 1]);
     target = scratch.get();
   }
-  OpState state;
+  auto state = std::make_unique<OpState>();
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   rp.cb.recv = recvDone;
-  rp.user_data = &state;
+  rp.user_data = state.get();
   uint8_t dummy = 0;
   void* req = ucp_tag_msg_recv_nbx(worker_, target ? target : &dummy, capacity, msg, &rp);
   if (UCS_PTR_IS_ERR(req)) {
@@ -1153,11 +1167,11 @@ void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size
                                   op, peer, tagText(kind, userTag), bytes, peer, length),
                 peer);
   }
-  if (state.status != UCS_OK) {
-    if (isPeerFailure(state.status)) {
+  if (state->status != UCS_OK) {
+    if (isPeerFailure(state->status)) {
       Peer& p = *peers_[static_cast<size_t>(peer)];
       if (!p.lost.load()) {
-        p.lostWhy = fmt::format("a receive from it failed: {}", statusText(state.status));
+        p.lostWhy = fmt::format("a receive from it failed: {}", statusText(state->status));
         p.lostAt = std::chrono::steady_clock::now() - kLostGrace;
         p.lost.store(true);
       }
@@ -1165,7 +1179,7 @@ void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size
     }
     throw Error(ErrorCode::BackendError,
                 fmt::format("{} from rank {} ({}, {} bytes) failed in UCX: {}", op, peer,
-                            tagText(kind, userTag), length, statusText(state.status)),
+                            tagText(kind, userTag), length, statusText(state->status)),
                 peer);
   }
 }
