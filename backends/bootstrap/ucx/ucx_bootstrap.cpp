@@ -574,6 +574,7 @@ void UcxBootstrap::serveRendezvous(int listenFd, const std::vector<uint8_t>& myA
   std::vector<std::string> hosts(static_cast<size_t>(n));
   int count = 1;
   std::string failure;
+  int failurePeer = -1;
   while (count < n && failure.empty()) {
     if (deadline.expired()) {
       std::string missing;
@@ -633,6 +634,7 @@ void UcxBootstrap::serveRendezvous(int listenFd, const std::vector<uint8_t>& myA
                   .str("");
               handshake::writeRecord(c.hs.fd(), wire::encodeRecord(kTcpReply, 1, w.data()),
                                      Deadline::after(1.0), "rendezvous reply");
+              failurePeer = c.hs.peerRank();
               failure = fmt::format(
                   "ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} has 'tcp'. "
                   "Every rank must use the same value: check the STRATA_* environment and "
@@ -703,7 +705,7 @@ void UcxBootstrap::serveRendezvous(int listenFd, const std::vector<uint8_t>& myA
   if (!failure.empty()) {
     throw Error(failure.find("timed out") != std::string::npos ? ErrorCode::Timeout
                                                                : ErrorCode::InvalidConfig,
-                failure);
+                failure, failurePeer);
   }
 }
 
