@@ -210,13 +210,13 @@ struct PeerMesh::Impl {
     cv.notify_all();
   }
 
-  void closeConn(Conn& c, const std::string& why) {
+  void closeConn(Conn& c, const std::string& why, bool tellOthers = true) {
     if (!c.fd.valid()) return;
     c.fd.reset();
     c.outq.clear();
     Peer& p = *peers[c.peer];
     if (!c.goodbye && !p.finished && !closed) {
-      markLost(c.peer, why, true);
+      markLost(c.peer, why, tellOthers);
     }
     cv.notify_all();
   }
@@ -705,17 +705,15 @@ struct PeerMesh::Impl {
       }
       if (written == total) return;
     }
+    // Queue what the socket did not take (a copy: the caller's buffer is theirs again on error).
     OutFrame f;
     f.bytes.resize(total - written);
-    for (size_t i = written; i < total; ++i) {
-      if (i < kFrameHeaderSize) {
-        f.bytes[i - written] = header[i];
-      } else {
-        std::memcpy(f.bytes.data() + (i - written), static_cast<const uint8_t*>(data) +
-                                                        (i - kFrameHeaderSize),
-                    total - i);
-        break;
-      }
+    const size_t headerSent = std::min(written, kFrameHeaderSize);
+    const size_t payloadSent = written - headerSent;
+    std::memcpy(f.bytes.data(), header + headerSent, kFrameHeaderSize - headerSent);
+    if (bytes > payloadSent) {
+      std::memcpy(f.bytes.data() + (kFrameHeaderSize - headerSent),
+                  static_cast<const uint8_t*>(data) + payloadSent, bytes - payloadSent);
     }
     uint64_t seq = f.seq = ++c.queuedSeq;
     c.outq.push_back(std::move(f));
@@ -724,9 +722,11 @@ struct PeerMesh::Impl {
         lk, [&] { return c.doneSeq >= seq || !c.fd.valid(); }, deadline,
         [&] {
           // A half-written frame cannot be taken back: the connection is unusable now.
-          bool started = !c.outq.empty() && c.outq.front().seq == seq && written + c.outq.front().offset > 0;
-          if (started || written > 0) {
-            closeConn(c, fmt::format("a send to rank {} timed out half-way", peer));
+          bool started = written > 0 || (!c.outq.empty() && c.outq.front().seq == seq &&
+                                         c.outq.front().offset > 0);
+          if (started) {
+            // Slow is not dead: the other ranks are not told that this peer was lost.
+            closeConn(c, fmt::format("a send to rank {} timed out half-way", peer), false);
           } else {
             std::erase_if(c.outq, [&](const OutFrame& o) { return o.seq == seq; });
           }
