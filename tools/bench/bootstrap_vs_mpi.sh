@@ -4,7 +4,8 @@
 #
 #   tools/bench/bootstrap_vs_mpi.sh [BUILD_DIR]        (default BUILD_DIR: build)
 #
-# Environment: NS (rank counts, default "2 8 32"), ITERS (timed iterations, default 1000),
+# Environment: BACKENDS (strata bootstrap backends, default "tcp ucx pmix"; a backend whose
+# module is missing shows as failed), NS (rank counts, default "2 8 32"), ITERS (timed iterations, default 1000),
 # WARMUP (default 50), BENCH_TIMEOUT (seconds per run, default 300), RESULTS_DIR (keep the raw
 # JSON lines and logs there; default: a temporary directory that is removed).
 #
@@ -60,56 +61,82 @@ field() {
     sed -n "s/.*\"$3\":\([-0-9.eE+]*\).*/\1/p"
 }
 
-rows=()
-for n in $ns; do
-  sj="$work/strata-$n.json"
-  mj="$work/mpi-$n.json"
-  echo "# N=$n: strata-run -n $n strata-perf bootstrap ..." >&2
-  timeout "$run_timeout" "$strata_run" -n "$n" "$strata_perf" bootstrap --ops allgather \
-    -b "$bytes" -e "$bytes" -n "$iters" -w "$warmup" --json "$sj" >"$work/strata-$n.log" 2>&1
-  src=$?
-  if [[ $src -ne 0 ]]; then
-    echo "# strata run at N=$n failed (exit $src); last lines of its output:" >&2
-    tail -n 5 "$work/strata-$n.log" | sed 's/^/#   /' >&2
+# run_strata BACKEND N JSON LOG: strata-perf under the launcher that backend needs.
+run_strata() {
+  local backend=$1 n=$2 json=$3 log=$4
+  local perf=("$strata_perf" bootstrap --ops allgather -b "$bytes" -e "$bytes" -n "$iters" -w "$warmup"
+    --json "$json")
+  if [[ $backend == pmix ]]; then
+    # Open MPI's mpirun serves PMIx; the module finds the server through PMIX_* variables.
+    timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe -np "$n" \
+      --mca oob_tcp_if_include lo -x STRATA_BOOTSTRAP_BACKEND=pmix -x STRATA_MODULE_PATH \
+      -x STRATA_BOOTSTRAP_TCP_INTERFACE "${perf[@]}" >"$log" 2>&1
+  else
+    STRATA_BOOTSTRAP_BACKEND=$backend timeout "$run_timeout" "$strata_run" -n "$n" "${perf[@]}" \
+      >"$log" 2>&1
   fi
+}
+
+module_dirs=$(find "$build_dir/backends" -name 'strata-bootstrap-*.so' -printf '%h\n' 2>/dev/null |
+  sort -u | paste -sd:)
+export STRATA_MODULE_PATH=${STRATA_MODULE_PATH:-$module_dirs}
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} UCX_TLS=${UCX_TLS:-tcp,self}
+backends=${BACKENDS:-"tcp ucx pmix"}
+
+declare -A med p99 create
+for n in $ns; do
+  for b in $backends; do
+    sj="$work/$b-$n.json"
+    echo "# N=$n: $b: strata-perf bootstrap ..." >&2
+    if ! run_strata "$b" "$n" "$sj" "$work/$b-$n.log"; then
+      echo "# $b at N=$n failed; last lines of its output:" >&2
+      tail -n 5 "$work/$b-$n.log" | sed 's/^/#   /' >&2
+    fi
+    med[$b,$n]=$(field "$sj" allgather median_us)
+    p99[$b,$n]=$(field "$sj" allgather p99_us)
+    create[$b,$n]=$(field "$sj" rendezvous median_us)
+  done
+  mj="$work/mpi-$n.json"
   echo "# N=$n: mpirun -np $n mpi_allgather $bytes $iters ..." >&2
-  timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe -np "$n" \
+  if ! timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe -np "$n" \
     --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-    "$work/mpi_allgather" "$bytes" "$iters" "$warmup" >"$mj" 2>"$work/mpi-$n.log"
-  mrc=$?
-  if [[ $mrc -ne 0 ]]; then
-    echo "# MPI run at N=$n failed (exit $mrc); last lines of its output:" >&2
+    "$work/mpi_allgather" "$bytes" "$iters" "$warmup" >"$mj" 2>"$work/mpi-$n.log"; then
+    echo "# MPI run at N=$n failed; last lines of its output:" >&2
     tail -n 5 "$work/mpi-$n.log" | sed 's/^/#   /' >&2
   fi
-
-  s_med=$(field "$sj" allgather median_us); s_p99=$(field "$sj" allgather p99_us)
-  m_med=$(field "$mj" allgather median_us); m_p99=$(field "$mj" allgather p99_us)
-  s_rdv=$(field "$sj" rendezvous median_us); s_rdvmax=$(field "$sj" rendezvous max_us)
-  m_init=$(field "$mj" init median_us); m_initmax=$(field "$mj" init max_us)
-  rows+=("$n|${s_med:-failed}|${s_p99:-failed}|${m_med:-failed}|${m_p99:-failed}|${s_rdv:-failed}|${s_rdvmax:-failed}|${m_init:-failed}|${m_initmax:-failed}")
+  med[mpi,$n]=$(field "$mj" allgather median_us)
+  p99[mpi,$n]=$(field "$mj" allgather p99_us)
+  create[mpi,$n]=$(field "$mj" init median_us)
 done
 
 echo
-echo "# allGather of $bytes B per rank, $iters iterations after $warmup warm-up, loopback TCP"
-echo "# strata: bootstrap backend from the config (tcp unless set); MPI: Open MPI, pml ob1, btl self,tcp"
-echo "# per-iteration time = max over ranks; ratio = MPI median / strata median (> 1: strata faster)"
-echo "# rendezvous = Bootstrap::create on each rank, MPI_Init on each rank: median / max over ranks, ms"
-printf "%5s %12s %12s %12s %12s %7s %20s %20s\n" "N" "strata_med" "strata_p99" "mpi_med" \
-  "mpi_p99" "ratio" "strata_create(ms)" "MPI_Init(ms)"
-printf "%5s %12s %12s %12s %12s %7s %20s %20s\n" "" "(us)" "(us)" "(us)" "(us)" "" "med / max" \
-  "med / max"
-for row in "${rows[@]}"; do
-  IFS='|' read -r n s_med s_p99 m_med m_p99 s_rdv s_rdvmax m_init m_initmax <<<"$row"
-  awk -v n="$n" -v sm="$s_med" -v sp="$s_p99" -v mm="$m_med" -v mp="$m_p99" \
-    -v sr="$s_rdv" -v srx="$s_rdvmax" -v mi="$m_init" -v mix="$m_initmax" '
-    function num(x) { return x ~ /^[-0-9.eE+]+$/ }
-    function us(x) { return num(x) ? sprintf("%.2f", x) : x }
-    function ms(a, b) { return (num(a) && num(b)) ? sprintf("%.2f / %.2f", a / 1000, b / 1000) : "failed" }
-    BEGIN {
-      ratio = (num(sm) && num(mm) && sm > 0) ? sprintf("%.2f", mm / sm) : "-"
-      printf "%5s %12s %12s %12s %12s %7s %20s %20s\n", n, us(sm), us(sp), us(mm), us(mp), ratio,
-        ms(sr, srx), ms(mi, mix)
-    }'
+echo "# allGather of $bytes B per rank: median (p99) in us over $iters iterations after $warmup warm-up;"
+echo "# per-iteration time = max over ranks. tcp and ucx run under strata-run, pmix under Open MPI's"
+echo "# mpirun (its PMIx server); MPI = Open MPI MPI_Allgather, pml ob1, btl self,tcp on lo."
+echo "# ratio = MPI median / backend median (> 1: strata faster). init = Bootstrap::create / MPI_Init"
+echo "# median over ranks, ms."
+
+read -r -a cols <<<"$backends"
+printf "%4s" "N"
+for b in "${cols[@]}" mpi; do printf " %20s" "$b"; done
+for b in "${cols[@]}"; do printf " %8s" "r_$b"; done
+for b in "${cols[@]}" mpi; do printf " %9s" "init_$b"; done
+echo
+for n in $ns; do
+  printf "%4s" "$n"
+  for b in "${cols[@]}" mpi; do
+    awk -v m="${med[$b,$n]}" -v p="${p99[$b,$n]}" 'BEGIN {
+      if (m ~ /^[-0-9.eE+]+$/) printf " %20s", sprintf("%.2f (%.1f)", m, p); else printf " %20s", "failed" }'
+  done
+  for b in "${cols[@]}"; do
+    awk -v s="${med[$b,$n]}" -v m="${med[mpi,$n]}" 'BEGIN {
+      if (s ~ /^[-0-9.eE+]+$/ && m ~ /^[-0-9.eE+]+$/ && s > 0) printf " %8.2f", m / s; else printf " %8s", "-" }'
+  done
+  for b in "${cols[@]}" mpi; do
+    awk -v c="${create[$b,$n]}" 'BEGIN {
+      if (c ~ /^[-0-9.eE+]+$/) printf " %9.2f", c / 1000; else printf " %9s", "-" }'
+  done
+  echo
 done
 if [[ -n ${RESULTS_DIR:-} ]]; then
   echo "# raw JSON lines and logs: $work"
