@@ -170,6 +170,25 @@ struct TcpBootstrap::Impl {
         if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
           try {
             if (c.reader.step(c.hs.fd(), "tcp hello record")) {
+              auto kind = wire::decodeHeader({c.reader.record().data(), wire::kRecordHeaderSize},
+                                             0xffff, kMaxRecord, "tcp hello record")
+                              .kind;
+              if (kind != kHello) {
+                // An authenticated rank of this job that runs another backend (ucx sends kind
+                // 30): fail the whole job at once instead of waiting for it until the deadline.
+                failure = fmt::format(
+                    "ranks disagree on bootstrap backend: rank 0 has 'tcp', rank {} has '{}'. "
+                    "Every rank must use the same bootstrap.backend (check STRATA_* and "
+                    "strata.toml on every node)",
+                    c.hs.peerRank(), kind == 30 ? "ucx" : fmt::format("unknown (kind {})", kind));
+                try {
+                  handshake::writeRecord(c.hs.fd(), encodeReply(false, failure, ""),
+                                         Deadline::after(1.0), "rendezvous reply");
+                } catch (const Error&) {
+                }
+                it = clients.erase(it);
+                continue;
+              }
               Hello h = decodeHello(c.reader.record());
               if (h.rank != c.hs.peerRank() || h.size != n || h.rank <= 0 || h.rank >= n) {
                 failure = fmt::format(
