@@ -71,8 +71,8 @@ constexpr KeyInfo kKeys[] = {
      false},
     {"bootstrap.tcp.spin_us", Type::Int, "-1", "-1..",
      "Microseconds a waiting bootstrap call polls before it sleeps. Higher values cut latency "
-     "and cost CPU. -1 (auto): 200 when this host runs no more ranks than it has CPUs; else 500 "
-     "with a sched_yield() between polls, so that ranks sharing cores still make progress.",
+     "and cost CPU. -1 (auto): 200 when this host runs no more ranks than it has CPUs, else 100. "
+     "When ranks outnumber CPUs, the spin yields the CPU between polls.",
      false},
 };
 // END KEYS

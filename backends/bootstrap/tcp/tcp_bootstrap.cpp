@@ -316,13 +316,12 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
   opt.handshakeTimeout = config::getDouble(config, "bootstrap.handshake_timeout");
   opt.maxMessage = config::getBytes(config, "bootstrap.max_message");
   opt.spinUs = static_cast<int>(config::getInt(config, "bootstrap.tcp.spin_us"));
-  if (opt.spinUs < 0) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  {
     // Measured on 2 cores (tools/bench/bootstrap_vs_mpi.sh): a pure spin halves small-message
     // latency when every rank has a core, and ruins it when ranks share cores; there a spin
     // that yields between polls still beats sleeping in poll().
-    bool oversubscribed = I.launch.localSize > cpus;
-    opt.spinUs = oversubscribed ? 500 : 200;
+    bool oversubscribed = I.launch.localSize > sysconf(_SC_NPROCESSORS_ONLN);
+    if (opt.spinUs < 0) opt.spinUs = oversubscribed ? 100 : 200;
     opt.spinYield = oversubscribed;
   }
   I.connectTimeout = config::getDouble(config, "bootstrap.connect_timeout");
