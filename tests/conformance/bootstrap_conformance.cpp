@@ -146,6 +146,11 @@ BOOST_AUTO_TEST_CASE(identity) {
   } else {
     BOOST_TEST((got == "tcp" || got == "pmix" || got == "ucx"), "backend() is '" << got << "'");
   }
+  // Set by the meson tests of bootstrap.backend=auto: which backend auto must have picked.
+  if (const char* expected = std::getenv("STRATA_TEST_EXPECT_BACKEND"); expected && *expected) {
+    BOOST_TEST(got == std::string(expected),
+               "auto picked '" << got << "', expected '" << expected << "'");
+  }
 
   // Across ranks: ranks are 0..N-1 and local ranks number the ranks of each host.
   struct Record {
@@ -365,6 +370,15 @@ BOOST_AUTO_TEST_CASE(peer_killed) {
   constexpr int kTag = 800, kUnusedTag = 801;
   Config cfg = Config::load();
   cfg.set("bootstrap.timeout", "30");
+  if (Bootstrap::create(cfg)->backend() == "pmix") {
+    // The victim is a forked child, which cannot act as a PMIx rank (it would share its
+    // parent's PMIx connection), and under a PMIx server a rank that dies without
+    // PMIx_Finalize ends the whole job (Slurm cancels the step), so PeerLost is not observable.
+    BOOST_TEST_MESSAGE(
+        "skipped: pmix (a PMIx client cannot fork a stand-in rank, and a dead "
+        "rank ends the job)");
+    return;
+  }
 
   if (env.rank == victim) {
     std::fflush(nullptr);  // the child must not repeat buffered output
@@ -428,6 +442,13 @@ BOOST_AUTO_TEST_CASE(abort_propagates) {
   RANK_SCOPE();
   auto bs = Bootstrap::create(Config::load());
   REQUIRE_PEERS(bs);
+  if (bs->backend() == "pmix" && std::getenv("STRATA_TEST_PMIX_ABORT") == nullptr) {
+    // pmix's abort() also calls PMIx_Abort, which ends the whole job: the launcher kills the
+    // other ranks instead of letting them see Aborted. A separate meson test
+    // (slurm-pmix-abort-n2, with STRATA_TEST_PMIX_ABORT=1) checks that the job ends promptly.
+    BOOST_TEST_MESSAGE("skipped: pmix (PMIx_Abort ends the job)");
+    return;
+  }
   bs->barrier();  // everybody is connected before rank 1 aborts
   constexpr int kTag = 900;
   const std::string reason = "conformance abort test";
