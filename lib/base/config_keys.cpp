@@ -45,6 +45,12 @@ constexpr KeyInfo kKeys[] = {
      "Seconds an accepted connection has to prove knowledge of the job secret before it is "
      "closed.",
      false},
+    {"bootstrap.spin_us", Type::Int, "-1", "-1..",
+     "Microseconds a waiting bootstrap call (tcp, ucx, the pmix point-to-point path) polls "
+     "before it sleeps. Higher values cut latency and cost CPU. -1 (auto): 200 when this host "
+     "runs no more ranks than it has CPUs, else 100. When ranks outnumber CPUs, the spin yields "
+     "the CPU between polls.",
+     false},
     {"bootstrap.secret_file", Type::String, "", "",
      "File holding the job secret used to authenticate bootstrap connections. Used when the "
      "launcher provides no STRATA_SECRET.",
@@ -69,11 +75,7 @@ constexpr KeyInfo kKeys[] = {
      "Address family of the TCP bootstrap. auto takes the first address of the chosen "
      "interface.",
      false},
-    {"bootstrap.tcp.spin_us", Type::Int, "-1", "-1..",
-     "Microseconds a waiting bootstrap call polls before it sleeps. Higher values cut latency "
-     "and cost CPU. -1 (auto): 200 when this host runs no more ranks than it has CPUs, else 100. "
-     "When ranks outnumber CPUs, the spin yields the CPU between polls.",
-     false},
+
 };
 // END KEYS
 

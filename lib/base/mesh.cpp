@@ -20,6 +20,7 @@
 
 #include <strata/error.hpp>
 
+#include "config_keys.hpp"
 #include "handshake.hpp"
 #include "log.hpp"
 #include "wire.hpp"
@@ -796,6 +797,14 @@ struct PeerMesh::Impl {
     if (bytes) std::memcpy(data, m.data.get(), bytes);
   }
 };
+
+SpinPolicy spinPolicy(const Config& config, int localSize) {
+  SpinPolicy p;
+  p.yield = localSize > sysconf(_SC_NPROCESSORS_ONLN);
+  auto us = config::getInt(config, "bootstrap.spin_us");
+  p.us = us >= 0 ? static_cast<int>(std::min<int64_t>(us, 10'000'000)) : (p.yield ? 100 : 200);
+  return p;
+}
 
 PeerMesh::PeerMesh(Options options, net::Fd listener) : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include <strata/config.hpp>
 #include <strata/export.hpp>
 
 #include "deadline.hpp"
@@ -47,6 +48,16 @@ struct Options {
   int spinUs = 0;                ///< poll without sleeping this long before blocking
   bool spinYield = false;        ///< sched_yield() between spinning polls (oversubscribed hosts)
 };
+
+/// How long a waiting call spins, from bootstrap.spin_us (-1 = auto) and the number of ranks
+/// on this host. Measured on 2 cores (tools/bench/bootstrap_vs_mpi.sh): a pure spin halves
+/// small-message latency when every rank has a core and ruins it when ranks share cores; there
+/// a short spin that yields between polls still beats sleeping at once.
+struct SpinPolicy {
+  int us = 0;
+  bool yield = false;
+};
+STRATA_API SpinPolicy spinPolicy(const Config& config, int localSize);
 
 class STRATA_API PeerMesh {
  public:

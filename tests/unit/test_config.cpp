@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE(table_is_well_formed) {
        {"log.level", "log.file", "module.path", "bootstrap.backend", "bootstrap.timeout",
         "bootstrap.connect_timeout", "bootstrap.handshake_timeout", "bootstrap.secret_file",
         "bootstrap.max_message", "bootstrap.tcp.root", "bootstrap.tcp.port",
-        "bootstrap.tcp.interface", "bootstrap.tcp.family", "bootstrap.tcp.spin_us"}) {
+        "bootstrap.tcp.interface", "bootstrap.tcp.family", "bootstrap.spin_us"}) {
     BOOST_TEST(strata::config::find(required) != nullptr, required);
   }
   BOOST_TEST(strata::config::find("no.such.key") == nullptr);
@@ -179,7 +179,7 @@ BOOST_AUTO_TEST_CASE(table_is_well_formed) {
   BOOST_TEST(strata::config::envName("bootstrap.tcp.interface") ==
              "STRATA_BOOTSTRAP_TCP_INTERFACE");
   BOOST_TEST(strata::config::envName("module.path") == "STRATA_MODULE_PATH");
-  BOOST_TEST(strata::config::envName("bootstrap.tcp.spin_us") == "STRATA_BOOTSTRAP_TCP_SPIN_US");
+  BOOST_TEST(strata::config::envName("bootstrap.spin_us") == "STRATA_BOOTSTRAP_SPIN_US");
 }
 
 BOOST_AUTO_TEST_CASE(defaults) {
@@ -193,7 +193,7 @@ BOOST_AUTO_TEST_CASE(defaults) {
   BOOST_TEST(strata::config::getDouble(config, "bootstrap.handshake_timeout") == 5.0);
   BOOST_TEST(strata::config::getBytes(config, "bootstrap.max_message") == (uint64_t{1} << 30));
   BOOST_TEST(strata::config::getInt(config, "bootstrap.tcp.port") == 0);
-  BOOST_TEST(strata::config::getInt(config, "bootstrap.tcp.spin_us") == -1);  // auto
+  BOOST_TEST(strata::config::getInt(config, "bootstrap.spin_us") == -1);  // auto
   BOOST_TEST(strata::config::getString(config, "bootstrap.tcp.root") == "");
   for (const auto& key : strata::config::keys()) {
     BOOST_TEST(strata::config::source(config, key.key) == "default", key.key);
@@ -406,7 +406,7 @@ BOOST_AUTO_TEST_CASE(value_validation) {
   for (const char* bad : {"65536", "-1", "80x", "8.0", "", "0x50"}) {
     invalidConfig([&] { validate(port, bad, "t"); });
   }
-  const auto& spin = *find("bootstrap.tcp.spin_us");
+  const auto& spin = *find("bootstrap.spin_us");
   BOOST_TEST(validate(spin, "1000000", "t") == "1000000");
   invalidConfig([&] { validate(spin, "-5", "t"); });
 

@@ -531,7 +531,6 @@ PmixBootstrap::PmixBootstrap(const Config& config) : impl_(std::make_unique<Impl
   opt.timeout = config::getDouble(config, "bootstrap.timeout");
   opt.handshakeTimeout = config::getDouble(config, "bootstrap.handshake_timeout");
   opt.maxMessage = config::getBytes(config, "bootstrap.max_message");
-  opt.spinUs = static_cast<int>(config::getInt(config, "bootstrap.tcp.spin_us"));
   double connectTimeout = config::getDouble(config, "bootstrap.connect_timeout");
   std::string interface = config::getString(config, "bootstrap.tcp.interface");
   int family = familyFromConfig(config);
@@ -547,14 +546,9 @@ PmixBootstrap::PmixBootstrap(const Config& config) : impl_(std::make_unique<Impl
     log::setRank(I.rank);
     opt.rank = I.rank;
     opt.size = I.size;
-    if (opt.spinUs < 0) {
-      // The tcp backend's rule (tools/bench/bootstrap_vs_mpi.sh): spin when every rank of the
-      // host has a core, yield between polls when they share cores.
-      long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-      bool oversubscribed = I.localSize > cpus;
-      opt.spinUs = oversubscribed ? 500 : 200;
-      opt.spinYield = oversubscribed;
-    }
+    auto spin = mesh::spinPolicy(config, I.localSize);
+    opt.spinUs = spin.us;
+    opt.spinYield = spin.yield;
     if (I.size == 1) {
       I.mesh = std::make_unique<mesh::PeerMesh>(opt, net::Fd());
       return;

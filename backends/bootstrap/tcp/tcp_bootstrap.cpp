@@ -315,15 +315,9 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
   opt.timeout = config::getDouble(config, "bootstrap.timeout");
   opt.handshakeTimeout = config::getDouble(config, "bootstrap.handshake_timeout");
   opt.maxMessage = config::getBytes(config, "bootstrap.max_message");
-  opt.spinUs = static_cast<int>(config::getInt(config, "bootstrap.tcp.spin_us"));
-  {
-    // Measured on 2 cores (tools/bench/bootstrap_vs_mpi.sh): a pure spin halves small-message
-    // latency when every rank has a core, and ruins it when ranks share cores; there a spin
-    // that yields between polls still beats sleeping in poll().
-    bool oversubscribed = I.launch.localSize > sysconf(_SC_NPROCESSORS_ONLN);
-    if (opt.spinUs < 0) opt.spinUs = oversubscribed ? 100 : 200;
-    opt.spinYield = oversubscribed;
-  }
+  auto spin = mesh::spinPolicy(config, I.launch.localSize);
+  opt.spinUs = spin.us;
+  opt.spinYield = spin.yield;
   I.connectTimeout = config::getDouble(config, "bootstrap.connect_timeout");
   I.root = I.launch.root;
 

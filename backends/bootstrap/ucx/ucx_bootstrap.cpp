@@ -15,6 +15,7 @@
 // the (peer, tag) it was sent on. UCX matches messages of one endpoint in send order.
 
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@
 #include "handshake.hpp"
 #include "launcher.hpp"
 #include "log.hpp"
+#include "mesh.hpp"
 #include "socket.hpp"
 #include "wire.hpp"
 
@@ -271,6 +273,7 @@ class UcxBootstrap final : public Bootstrap {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
+  mesh::SpinPolicy spin_;
   std::vector<std::vector<uint8_t>> table_;
   std::vector<std::unique_ptr<Peer>> peers_;
 
@@ -310,6 +313,7 @@ UcxBootstrap::UcxBootstrap(const Config& config) {
   connectTimeout_ = config::getDouble(config, "bootstrap.connect_timeout");
   handshakeTimeout_ = config::getDouble(config, "bootstrap.handshake_timeout");
   maxMessage_ = config::getBytes(config, "bootstrap.max_message");
+  spin_ = mesh::spinPolicy(config, launch_.localSize);
   root_ = launch_.root;
   const int n = launch_.size;
 
@@ -947,6 +951,7 @@ void UcxBootstrap::throwLost(int peer, std::string_view op, Kind kind, int tag) 
 template <class Done, class OnTimeout>
 void UcxBootstrap::waitUntil(Lock& lk, const Deadline& deadline, int peer, Done done,
                              OnTimeout onTimeout, std::string_view op, Kind kind, int tag) {
+  const auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_.us);
   for (;;) {
     progress(lk);
     if (aborted_) throwAborted();
@@ -955,6 +960,13 @@ void UcxBootstrap::waitUntil(Lock& lk, const Deadline& deadline, int peer, Done 
     if (deadline.expired()) {
       onTimeout();  // throws, except where the caller only wanted to wait a while
       return;
+    }
+    if (std::chrono::steady_clock::now() < spinUntil) {
+      // Poll the worker again before sleeping (bootstrap.spin_us); let other threads in.
+      lk.unlock();
+      if (spin_.yield) sched_yield();
+      lk.lock();
+      continue;
     }
     int capMs = kMaxSleepMs;
     if (peer >= 0 && peers_[static_cast<size_t>(peer)]->lost.load()) capMs = 10;
