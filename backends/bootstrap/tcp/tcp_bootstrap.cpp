@@ -21,6 +21,7 @@
 #include "log.hpp"
 #include "mesh.hpp"
 #include "netif.hpp"
+#include "rendezvous.hpp"
 #include "socket.hpp"
 #include "wire.hpp"
 
@@ -68,9 +69,9 @@ Hello decodeHello(const std::vector<uint8_t>& rec) {
   return h;
 }
 
-std::vector<uint8_t> encodeReply(bool ok, const std::string& error, const std::string& next) {
+std::vector<uint8_t> encodeReply(const std::string& next) {
   wire::Writer w;
-  w.u8(ok ? 1 : 0).str(error.substr(0, 2048)).str(next);
+  w.str(next);
   return wire::encodeRecord(kReply, kRendezvousVersion, w.data());
 }
 
@@ -78,13 +79,6 @@ std::string hostName() {
   char buf[256] = {0};
   gethostname(buf, sizeof buf - 1);
   return buf;
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > 16) s += fmt::format(" and {} more", ranks.size() - 16);
-  return s;
 }
 
 // strata-run hands rank 0 its root socket; it stays open for the life of the process so that
@@ -109,196 +103,50 @@ struct TcpBootstrap::Impl {
 
   Deadline callDeadline() const { return mesh->callDeadline(); }
 
-  /// Rank 0: accept every other rank's hello, then tell each its ring successor.
-  void serveRendezvous(int listenFd, const std::vector<std::string>& unusedAddrs,
-                       std::vector<std::string>& table, const mesh::Options& opt) {
-    (void)unusedAddrs;
+  rendezvous::Options rendezvousOptions(const mesh::Options& opt) const {
+    rendezvous::Options r;
+    r.backend = "tcp";
+    r.root = root;
+    r.secret = opt.secret;
+    r.size = opt.size;
+    r.helloKind = kHello;
+    r.connectTimeout = connectTimeout;
+    r.handshakeTimeout = opt.handshakeTimeout;
+    r.maxRecord = kMaxRecord;
+    return r;
+  }
+
+  /// Rank 0: collect every rank's listen address, then tell each its ring successor's.
+  void serveRendezvous(int listenFd, std::vector<std::string>& table, const mesh::Options& opt) {
     const int n = opt.size;
-    Deadline deadline = Deadline::fromTimeout(connectTimeout);
-    struct Client {
-      handshake::ListenSide hs;
-      handshake::RecordReader reader{kMaxRecord};
-      int rank = -1;
-    };
-    std::list<Client> clients;
-    std::vector<net::Fd> ready(static_cast<size_t>(n));
-    std::vector<std::string> hosts(static_cast<size_t>(n));
-    int count = 1;
-    std::string failure;
-    while (count < n && failure.empty()) {
-      if (deadline.expired()) {
-        std::vector<int> missing;
-        for (int r = 1; r < n; ++r) {
-          if (!ready[static_cast<size_t>(r)].valid()) missing.push_back(r);
-        }
-        failure = fmt::format(
-            "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
-            "{}. Check that every rank was started, uses the same STRATA_ROOT/SLURM step, and "
-            "can reach {} (bootstrap.connect_timeout to wait longer)",
-            root, connectTimeout, count, n, rankList(missing), root);
-        break;
-      }
-      std::vector<pollfd> fds;
-      fds.push_back({listenFd, POLLIN, 0});
-      Deadline next = deadline;
-      for (auto& c : clients) {
-        fds.push_back({c.hs.state() == handshake::ListenSide::State::Accepted ? c.hs.fd() : c.hs.fd(),
-                       POLLIN, 0});
-        next = Deadline::earlier(next, c.hs.deadline());
-      }
-      int rc = ::poll(fds.data(), fds.size(), next.pollMs(1000) + 1);
-      if (rc < 0 && errno != EINTR) {
-        throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(errno)));
-      }
-      size_t i = 1;
-      for (auto it = clients.begin(); it != clients.end(); ++i) {
-        Client& c = *it;
-        bool readable = i < fds.size() && fds[i].revents != 0;
-        bool drop = false;
-        if (c.hs.state() == handshake::ListenSide::State::InProgress) {
-          if (readable || c.hs.deadline().expired()) {
-            auto st = c.hs.step();
-            if (st == handshake::ListenSide::State::Rejected) {
-              STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}",
-                         c.hs.remote().toString(), c.hs.reason());
-              drop = true;
-            } else if (st == handshake::ListenSide::State::Accepted) {
-              readable = true;  // the hello may already be buffered
-            }
+    rendezvous::serve(
+        listenFd, rendezvousOptions(opt),
+        [&](int rank, const std::vector<uint8_t>& record) {
+          Hello h = decodeHello(record);
+          if (h.rank != rank || h.size != n) {
+            throw Error(ErrorCode::InvalidConfig,
+                        fmt::format("rendezvous: a peer authenticated as rank {} sent a hello for "
+                                    "rank {} of {} (this job has {} ranks)",
+                                    rank, h.rank, h.size, n),
+                        rank);
           }
-        }
-        if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
-          try {
-            if (c.reader.step(c.hs.fd(), "tcp hello record")) {
-              auto kind = wire::decodeHeader({c.reader.record().data(), wire::kRecordHeaderSize},
-                                             0xffff, kMaxRecord, "tcp hello record")
-                              .kind;
-              if (kind != kHello) {
-                // An authenticated rank of this job that runs another backend (ucx sends kind
-                // 30): fail the whole job at once instead of waiting for it until the deadline.
-                failure = fmt::format(
-                    "ranks disagree on bootstrap backend: rank 0 has 'tcp', rank {} has '{}'. "
-                    "Every rank must use the same bootstrap.backend (check STRATA_* and "
-                    "strata.toml on every node)",
-                    c.hs.peerRank(), kind == 30 ? "ucx" : fmt::format("unknown (kind {})", kind));
-                try {
-                  handshake::writeRecord(c.hs.fd(), encodeReply(false, failure, ""),
-                                         Deadline::after(1.0), "rendezvous reply");
-                } catch (const Error&) {
-                }
-                it = clients.erase(it);
-                continue;
-              }
-              Hello h = decodeHello(c.reader.record());
-              if (h.rank != c.hs.peerRank() || h.size != n || h.rank <= 0 || h.rank >= n) {
-                failure = fmt::format(
-                    "rendezvous: a peer authenticated as rank {} sent a hello for rank {} of {} "
-                    "(this job has {} ranks)",
-                    c.hs.peerRank(), h.rank, h.size, n);
-              } else if (ready[static_cast<size_t>(h.rank)].valid()) {
-                failure = fmt::format(
-                    "rendezvous: rank {} checked in twice (from {} and from {} at {}); two "
-                    "processes were given the same rank",
-                    h.rank, hosts[static_cast<size_t>(h.rank)], h.host, c.hs.remote().toString());
-              } else {
-                ready[static_cast<size_t>(h.rank)] = c.hs.takeFd();
-                table[static_cast<size_t>(h.rank)] = h.address;
-                hosts[static_cast<size_t>(h.rank)] = h.host;
-                ++count;
-              }
-              drop = true;
-            }
-          } catch (const Error& e) {
-            STRATA_LOG(Warn, kSub, "rendezvous: dropped rank {} connection from {}: {}",
-                       c.hs.peerRank(), c.hs.remote().toString(), e.what());
-            drop = true;
-          }
-        }
-        it = drop ? clients.erase(it) : std::next(it);
-      }
-      if (rc > 0 && (fds[0].revents & POLLIN)) {
-        for (;;) {
-          net::SockAddr remote;
-          net::Fd fd = net::acceptOne(listenFd, &remote);
-          if (!fd.valid()) break;
-          clients.push_back(Client{handshake::ListenSide(std::move(fd), remote, launch.secret,
-                                                         handshake::Purpose::Rendezvous, 0, n,
-                                                         Deadline::fromTimeout(opt.handshakeTimeout)),
-                                   handshake::RecordReader(kMaxRecord), -1});
-          auto st = clients.back().hs.step();
-          if (st == handshake::ListenSide::State::Rejected) {
-            STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}",
-                       remote.toString(), clients.back().hs.reason());
-            clients.pop_back();
-          }
-        }
-      }
-    }
-    Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
-    for (int r = 1; r < n; ++r) {
-      auto& fd = ready[static_cast<size_t>(r)];
-      if (!fd.valid()) continue;
-      try {
-        handshake::writeRecord(fd.get(),
-                               encodeReply(failure.empty(), failure,
-                                           table[static_cast<size_t>((r + 1) % n)]),
-                               replyDeadline, fmt::format("rendezvous reply to rank {}", r));
-      } catch (const Error& e) {
-        if (failure.empty()) {
-          failure = fmt::format("rendezvous: rank {} vanished before its reply: {}", r, e.what());
-        }
-      }
-    }
-    if (!failure.empty()) {
-      throw Error(failure.find("timed out") != std::string::npos ? ErrorCode::Timeout
-                                                                  : ErrorCode::InvalidConfig,
-                  failure);
-    }
+          net::SockAddr::parseNumeric(h.address);  // rejects garbage before anyone uses it
+          table[static_cast<size_t>(rank)] = h.address;
+        },
+        [&](int rank) { return encodeReply(table[static_cast<size_t>((rank + 1) % n)]); });
   }
 
   /// Other ranks: check in at the root and learn the ring successor's address.
   std::string checkIn(const std::vector<net::SockAddr>& rootAddrs, const mesh::Options& opt,
                       const std::string& myAddress) {
-    Deadline deadline = Deadline::fromTimeout(connectTimeout);
-    std::string what = fmt::format("tcp bootstrap rendezvous with rank 0 at {}", root);
-    for (;;) {
-      net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
-      try {
-        handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, opt.rank,
-                               opt.size, 0, deadline, what);
-        Hello h{opt.rank, opt.size, myAddress, hostName()};
-        handshake::writeRecord(fd.get(), encodeHello(h), deadline, what);
-        auto rec = handshake::readRecord(fd.get(), kMaxRecord, deadline, what);
-        auto d = wire::decodeRecord(rec, kReply, kRendezvousVersion, kMaxRecord,
-                                    "tcp rendezvous reply");
-        wire::Reader r(d.body, "tcp rendezvous reply");
-        bool ok = r.u8() != 0;
-        std::string error = r.str(2048);
-        std::string next = r.str(kMaxAddress);
-        r.expectEnd();
-        if (!ok) {
-          throw Error(error.find("timed out") != std::string::npos ? ErrorCode::Timeout
-                                                                   : ErrorCode::InvalidConfig,
-                      fmt::format("rank 0 failed the rendezvous: {}", error), 0);
-        }
-        return next;
-      } catch (const Error& e) {
-        // Rank 0 from an earlier bootstrap in this process may still be closing, or the port
-        // belongs to something else for a moment: retry until the deadline.
-        bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
-        if (!transient) {
-          if (e.code() == ErrorCode::Timeout) {
-            throw Error(ErrorCode::Timeout,
-                        fmt::format("{}: {} (is rank 0 running? bootstrap.connect_timeout={} s)",
-                                    what, e.what(), connectTimeout),
-                        0);
-          }
-          throw;
-        }
-        STRATA_LOG(Debug, kSub, "rendezvous attempt failed, retrying: {}", e.what());
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
+    Hello h{opt.rank, opt.size, myAddress, hostName()};
+    auto rec = rendezvous::checkIn(rootAddrs, rendezvousOptions(opt), opt.rank, encodeHello(h));
+    auto d = wire::decodeRecord(rec, kReply, kRendezvousVersion, kMaxRecord,
+                                "tcp rendezvous reply");
+    wire::Reader r(d.body, "tcp rendezvous reply");
+    std::string next = r.str(kMaxAddress);
+    r.expectEnd();
+    return next;
   }
 };
 
@@ -384,7 +232,7 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
       }
       rootFd = ownRoot.get();
     }
-    I.serveRendezvous(rootFd, {}, table, opt);
+    I.serveRendezvous(rootFd, table, opt);
     next = table[1];
   } else {
     next = I.checkIn(rootAddrs, opt, myAddress);

@@ -44,6 +44,7 @@
 #include "launcher.hpp"
 #include "log.hpp"
 #include "mesh.hpp"
+#include "rendezvous.hpp"
 #include "socket.hpp"
 #include "wire.hpp"
 
@@ -54,8 +55,6 @@ constexpr const char* kSub = "ucx";
 
 // Rendezvous records (docs/wire-format.md). Kinds differ from the tcp backend's 10/11 so
 // that a rank started with another backend is recognised instead of misread.
-constexpr uint16_t kTcpHello = 10;
-constexpr uint16_t kTcpReply = 11;
 constexpr uint16_t kHello = 30;
 constexpr uint16_t kReply = 31;
 constexpr uint16_t kTable = 32;
@@ -149,11 +148,8 @@ Hello decodeHello(std::span<const uint8_t> body) {
   return h;
 }
 
-std::vector<uint8_t> encodeReply(bool ok, const std::string& error) {
-  wire::Writer w;
-  w.u8(ok ? 1 : 0).str(error.substr(0, 2048));
-  return wire::encodeRecord(kReply, kVersion, w.data());
-}
+// The reply to a check-in that succeeded (failures travel as the shared REJECT record).
+std::vector<uint8_t> encodeReply() { return wire::encodeRecord(kReply, kVersion, {}); }
 
 // Per-operation completion state, filled by UCX callbacks from inside ucp_worker_progress.
 struct OpState {
@@ -230,7 +226,8 @@ class UcxBootstrap final : public Bootstrap {
   // Set-up and tear-down.
   void initUcx();
   void teardown() noexcept;
-  void serveRendezvous(int listenFd, const std::vector<uint8_t>& myAddress);
+  rendezvous::Options rendezvousOptions() const;
+  void serveRendezvous(int listenFd);
   void checkIn(const std::vector<net::SockAddr>& rootAddrs, const std::vector<uint8_t>& myAddress);
   void exchangeTable();
 
@@ -395,7 +392,7 @@ UcxBootstrap::UcxBootstrap(const Config& config) {
         }
         fd = own.get();
       }
-      serveRendezvous(fd, myAddress);
+      serveRendezvous(fd);
     } else {
       checkIn(rootAddrs, myAddress);
     }
@@ -565,204 +562,47 @@ void UcxBootstrap::teardown() noexcept {
   }
 }
 
-void UcxBootstrap::serveRendezvous(int listenFd, const std::vector<uint8_t>& myAddress) {
-  (void)myAddress;
+rendezvous::Options UcxBootstrap::rendezvousOptions() const {
+  rendezvous::Options r;
+  r.backend = "ucx";
+  r.root = root_;
+  r.secret = launch_.secret;
+  r.size = launch_.size;
+  r.helloKind = kHello;
+  r.connectTimeout = connectTimeout_;
+  r.handshakeTimeout = handshakeTimeout_;
+  r.maxRecord = kMaxRecord;
+  return r;
+}
+
+// The shared rendezvous (lib/base/rendezvous.hpp) collects every rank's worker address; the
+// table then travels over UCX (exchangeTable).
+void UcxBootstrap::serveRendezvous(int listenFd) {
   const int n = launch_.size;
-  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
-  struct Client {
-    handshake::ListenSide hs;
-    handshake::RecordReader reader{kMaxRecord};
-  };
-  std::list<Client> clients;
-  std::vector<net::Fd> ready(static_cast<size_t>(n));
-  std::vector<std::string> hosts(static_cast<size_t>(n));
-  int count = 1;
-  std::string failure;
-  int failurePeer = -1;
-  while (count < n && failure.empty()) {
-    if (deadline.expired()) {
-      std::string missing;
-      int shown = 0;
-      for (int r = 1; r < n && shown < 16; ++r) {
-        if (!ready[static_cast<size_t>(r)].valid()) {
-          missing += (shown++ ? ", " : "") + std::to_string(r);
+  rendezvous::serve(
+      listenFd, rendezvousOptions(),
+      [&](int rank, const std::vector<uint8_t>& record) {
+        auto d = wire::decodeRecord(record, kHello, kVersion, kMaxRecord, "ucx hello record");
+        Hello hello = decodeHello(d.body);
+        if (hello.rank != rank || hello.size != n) {
+          throw Error(ErrorCode::InvalidConfig,
+                      fmt::format("rendezvous: a peer authenticated as rank {} sent a hello for "
+                                  "rank {} of {} (this job has {} ranks)",
+                                  rank, hello.rank, hello.size, n),
+                      rank);
         }
-      }
-      failure = fmt::format(
-          "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: {}. "
-          "Check that every rank was started with bootstrap.backend=ucx and the same "
-          "STRATA_ROOT, and can reach {} (bootstrap.connect_timeout to wait longer)",
-          root_, connectTimeout_, count, n, missing, root_);
-      break;
-    }
-    std::vector<pollfd> fds;
-    fds.push_back({listenFd, POLLIN, 0});
-    Deadline next = deadline;
-    for (auto& c : clients) {
-      fds.push_back({c.hs.fd(), POLLIN, 0});
-      next = Deadline::earlier(next, c.hs.deadline());
-    }
-    int rc = ::poll(fds.data(), fds.size(), next.pollMs(1000) + 1);
-    if (rc < 0 && errno != EINTR) {
-      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(errno)));
-    }
-    size_t i = 1;
-    for (auto it = clients.begin(); it != clients.end(); ++i) {
-      Client& c = *it;
-      bool readable = i < fds.size() && fds[i].revents != 0;
-      bool drop = false;
-      if (c.hs.state() == handshake::ListenSide::State::InProgress &&
-          (readable || c.hs.deadline().expired())) {
-        auto st = c.hs.step();
-        if (st == handshake::ListenSide::State::Rejected) {
-          STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}",
-                     c.hs.remote().toString(), c.hs.reason());
-          drop = true;
-        } else if (st == handshake::ListenSide::State::Accepted) {
-          readable = true;  // the hello may already be buffered
-        }
-      }
-      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
-        try {
-          if (c.reader.step(c.hs.fd(), "ucx hello record")) {
-            const auto& rec = c.reader.record();
-            auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xFFFF, kMaxRecord,
-                                        "ucx hello record");
-            if (h.kind == kTcpHello) {
-              // A rank running the tcp backend: tell it why it cannot join, in its format.
-              wire::Writer w;
-              w.u8(0)
-                  .str(fmt::format("rank 0 uses bootstrap.backend=ucx but rank {} uses tcp; "
-                                   "every rank must choose the same backend",
-                                   c.hs.peerRank()))
-                  .str("");
-              handshake::writeRecord(c.hs.fd(), wire::encodeRecord(kTcpReply, 1, w.data()),
-                                     Deadline::after(1.0), "rendezvous reply");
-              failurePeer = c.hs.peerRank();
-              failure = fmt::format(
-                  "ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} has 'tcp'. "
-                  "Every rank must use the same value: check the STRATA_* environment and "
-                  "strata.toml on every node",
-                  c.hs.peerRank());
-            } else {
-              auto d = wire::decodeRecord(rec, kHello, kVersion, kMaxRecord, "ucx hello record");
-              Hello hello = decodeHello(d.body);
-              if (hello.rank != c.hs.peerRank() || hello.size != n || hello.rank <= 0 ||
-                  hello.rank >= n) {
-                failure = fmt::format(
-                    "rendezvous: a peer authenticated as rank {} sent a hello for rank {} of "
-                    "{} (this job has {} ranks)",
-                    c.hs.peerRank(), hello.rank, hello.size, n);
-              } else if (ready[static_cast<size_t>(hello.rank)].valid()) {
-                failure = fmt::format(
-                    "rendezvous: rank {} checked in twice (from {} and from {} at {}); two "
-                    "processes were given the same rank",
-                    hello.rank, hosts[static_cast<size_t>(hello.rank)], hello.host,
-                    c.hs.remote().toString());
-              } else {
-                ready[static_cast<size_t>(hello.rank)] = c.hs.takeFd();
-                table_[static_cast<size_t>(hello.rank)] = std::move(hello.address);
-                hosts[static_cast<size_t>(hello.rank)] = hello.host;
-                ++count;
-              }
-            }
-            drop = true;
-          }
-        } catch (const Error& e) {
-          STRATA_LOG(Warn, kSub, "rendezvous: dropped rank {} connection from {}: {}",
-                     c.hs.peerRank(), c.hs.remote().toString(), e.what());
-          drop = true;
-        }
-      }
-      it = drop ? clients.erase(it) : std::next(it);
-    }
-    if (rc > 0 && (fds[0].revents & POLLIN)) {
-      for (;;) {
-        net::SockAddr remote;
-        net::Fd fd = net::acceptOne(listenFd, &remote);
-        if (!fd.valid()) break;
-        clients.push_back(Client{handshake::ListenSide(std::move(fd), remote, launch_.secret,
-                                                       handshake::Purpose::Rendezvous, 0, n,
-                                                       Deadline::after(handshakeTimeout_)),
-                                 handshake::RecordReader(kMaxRecord)});
-        if (clients.back().hs.step() == handshake::ListenSide::State::Rejected) {
-          STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}", remote.toString(),
-                     clients.back().hs.reason());
-          clients.pop_back();
-        }
-      }
-    }
-  }
-  Deadline replyDeadline = Deadline::after(std::max(1.0, handshakeTimeout_));
-  for (int r = 1; r < n; ++r) {
-    auto& fd = ready[static_cast<size_t>(r)];
-    if (!fd.valid()) continue;
-    try {
-      handshake::writeRecord(fd.get(), encodeReply(failure.empty(), failure), replyDeadline,
-                             fmt::format("rendezvous reply to rank {}", r));
-    } catch (const Error& e) {
-      if (failure.empty()) {
-        failure = fmt::format("rendezvous: rank {} vanished before its reply: {}", r, e.what());
-      }
-    }
-  }
-  if (!failure.empty()) {
-    throw Error(failure.find("timed out") != std::string::npos ? ErrorCode::Timeout
-                                                               : ErrorCode::InvalidConfig,
-                failure, failurePeer);
-  }
+        table_[static_cast<size_t>(rank)] = std::move(hello.address);
+      },
+      [&](int) { return encodeReply(); });
 }
 
 void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
                            const std::vector<uint8_t>& myAddress) {
-  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
-  std::string what = fmt::format("ucx bootstrap rendezvous with rank 0 at {}", root_);
-  for (;;) {
-    net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
-    try {
-      handshake::connectSide(fd.get(), launch_.secret, handshake::Purpose::Rendezvous, launch_.rank,
-                             launch_.size, 0, deadline, what);
-      Hello h{launch_.rank, launch_.size, hostName(), myAddress};
-      handshake::writeRecord(fd.get(), encodeHello(h), deadline, what);
-      auto rec = handshake::readRecord(fd.get(), kMaxRecord, deadline, what);
-      auto hdr = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xFFFF, kMaxRecord,
-                                    "ucx rendezvous reply");
-      if (hdr.kind == kTcpReply) {
-        throw Error(ErrorCode::InvalidConfig,
-                    fmt::format("ranks disagree on bootstrap backend: rank 0 runs the tcp "
-                                "backend, rank {} has 'ucx'. Every rank must use the same "
-                                "value: check the STRATA_* environment and strata.toml on "
-                                "every node",
-                                launch_.rank),
-                    0);
-      }
-      auto d = wire::decodeRecord(rec, kReply, kVersion, kMaxRecord, "ucx rendezvous reply");
-      wire::Reader r(d.body, "ucx rendezvous reply");
-      bool ok = r.u8("ok") != 0;
-      std::string error = r.str(2048, "error");
-      r.expectEnd();
-      if (!ok) {
-        throw Error(error.find("timed out") != std::string::npos ? ErrorCode::Timeout
-                                                                 : ErrorCode::InvalidConfig,
-                    fmt::format("rank 0 failed the rendezvous: {}", error), 0);
-      }
-      return;
-    } catch (const Error& e) {
-      // Rank 0 from an earlier bootstrap in this process may still be closing: retry.
-      bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
-      if (!transient) {
-        if (e.code() == ErrorCode::Timeout) {
-          throw Error(ErrorCode::Timeout,
-                      fmt::format("{}: {} (is rank 0 running? bootstrap.connect_timeout={} s)",
-                                  what, e.what(), connectTimeout_),
-                      0);
-        }
-        throw;
-      }
-      STRATA_LOG(Debug, kSub, "rendezvous attempt failed, retrying: {}", e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  Hello h{launch_.rank, launch_.size, hostName(), myAddress};
+  auto rec = rendezvous::checkIn(rootAddrs, rendezvousOptions(), launch_.rank, encodeHello(h));
+  auto d = wire::decodeRecord(rec, kReply, kVersion, kMaxRecord, "ucx rendezvous reply");
+  wire::Reader r(d.body, "ucx rendezvous reply");
+  r.expectEnd();
 }
 
 // Binomial-tree broadcast of the address table from rank 0: a rank receives it from its

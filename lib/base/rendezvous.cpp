@@ -1,0 +1,240 @@
+#include "rendezvous.hpp"
+
+#include <poll.h>
+
+#include <list>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "handshake.hpp"
+#include "log.hpp"
+#include "wire.hpp"
+
+namespace strata::rendezvous {
+namespace {
+
+constexpr uint16_t kRejectVersion = 1;
+constexpr size_t kMaxMessage = 4096;
+
+std::vector<uint8_t> encodeReject(const std::string& backend, const std::string& message,
+                                  bool timedOut) {
+  wire::Writer w;
+  w.str(backend).str(message.substr(0, kMaxMessage)).u8(timedOut ? 1 : 0);
+  return wire::encodeRecord(kRejectKind, kRejectVersion, w.data());
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) {
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > 16) s += fmt::format(" and {} more", ranks.size() - 16);
+  return s;
+}
+
+}  // namespace
+
+std::string backendOfKind(uint16_t kind) {
+  switch (kind) {
+    case 10: return "tcp";
+    case 30: return "ucx";
+    default: return fmt::format("unknown (record kind {})", kind);
+  }
+}
+
+void serve(int listenFd, const Options& opt,
+           const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
+           const std::function<std::vector<uint8_t>(int rank)>& reply) {
+  const int n = opt.size;
+  const char* sub = opt.backend.c_str();
+  Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
+  struct Client {
+    handshake::ListenSide hs;
+    handshake::RecordReader reader;
+  };
+  std::list<Client> clients;
+  std::vector<net::Fd> ready(static_cast<size_t>(n));
+  std::vector<std::string> from(static_cast<size_t>(n));
+  int count = 1;
+  std::string failure;
+  int failurePeer = -1;
+  bool timedOut = false;
+  std::string what = fmt::format("{} check-in record", opt.backend);
+
+  auto accepted = [&](Client& c) {
+    const int r = c.hs.peerRank();
+    const auto& rec = c.reader.record();
+    auto kind = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xffff, opt.maxRecord,
+                                   what)
+                    .kind;
+    if (kind != opt.helloKind) {
+      failurePeer = r;
+      failure = fmt::format(
+          "ranks disagree on bootstrap backend: rank 0 has '{}', rank {} has '{}'. Every rank "
+          "must use the same bootstrap.backend (check STRATA_* and strata.toml on every node)",
+          opt.backend, r, backendOfKind(kind));
+      ready[static_cast<size_t>(r)] = c.hs.takeFd();  // it gets the REJECT too
+      return;
+    }
+    if (ready[static_cast<size_t>(r)].valid()) {
+      failurePeer = r;
+      failure = fmt::format("rendezvous: rank {} checked in twice (from {} and from {}); two "
+                            "processes were given the same rank",
+                            r, from[static_cast<size_t>(r)], c.hs.remote().toString());
+      return;
+    }
+    try {
+      onCheckIn(r, rec);
+    } catch (const Error& e) {
+      failurePeer = r;
+      failure = e.what();
+    }
+    from[static_cast<size_t>(r)] = c.hs.remote().toString();
+    ready[static_cast<size_t>(r)] = c.hs.takeFd();
+    if (failure.empty()) ++count;
+  };
+
+  while (count < n && failure.empty()) {
+    if (deadline.expired()) {
+      std::vector<int> missing;
+      for (int r = 1; r < n; ++r) {
+        if (!ready[static_cast<size_t>(r)].valid()) missing.push_back(r);
+      }
+      timedOut = true;
+      failure = fmt::format(
+          "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
+          "{}. Check that every rank was started with the same bootstrap.backend and "
+          "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
+          opt.root, opt.connectTimeout, count, n, rankList(missing), opt.root);
+      break;
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({listenFd, POLLIN, 0});
+    Deadline next = deadline;
+    for (auto& c : clients) {
+      fds.push_back({c.hs.fd(), POLLIN, 0});
+      next = Deadline::earlier(next, c.hs.deadline());
+    }
+    int rc = ::poll(fds.data(), fds.size(), next.pollMs(1000) + 1);
+    if (rc < 0 && errno != EINTR) {
+      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(errno)));
+    }
+    size_t i = 1;
+    for (auto it = clients.begin(); it != clients.end() && failure.empty(); ++i) {
+      Client& c = *it;
+      bool readable = i < fds.size() && fds[i].revents != 0;
+      bool drop = false;
+      if (c.hs.state() == handshake::ListenSide::State::InProgress &&
+          (readable || c.hs.deadline().expired())) {
+        auto st = c.hs.step();
+        if (st == handshake::ListenSide::State::Rejected) {
+          STRATA_LOG(Warn, sub, "rendezvous: rejected a connection from {}: {}",
+                     c.hs.remote().toString(), c.hs.reason());
+          drop = true;
+        } else if (st == handshake::ListenSide::State::Accepted) {
+          readable = true;  // the record may already be buffered
+        }
+      }
+      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
+        try {
+          if (c.reader.step(c.hs.fd(), what)) {
+            accepted(c);
+            drop = true;
+          }
+        } catch (const Error& e) {
+          STRATA_LOG(Warn, sub, "rendezvous: dropped rank {} connection from {}: {}",
+                     c.hs.peerRank(), c.hs.remote().toString(), e.what());
+          drop = true;
+        }
+      }
+      it = drop ? clients.erase(it) : std::next(it);
+    }
+    if (rc > 0 && (fds[0].revents & POLLIN) && failure.empty()) {
+      for (;;) {
+        net::SockAddr remote;
+        net::Fd fd = net::acceptOne(listenFd, &remote);
+        if (!fd.valid()) break;
+        clients.push_back(Client{handshake::ListenSide(std::move(fd), remote, opt.secret,
+                                                       handshake::Purpose::Rendezvous, 0, n,
+                                                       Deadline::fromTimeout(opt.handshakeTimeout)),
+                                 handshake::RecordReader(opt.maxRecord)});
+        if (clients.back().hs.step() == handshake::ListenSide::State::Rejected) {
+          STRATA_LOG(Warn, sub, "rendezvous: rejected a connection from {}: {}",
+                     remote.toString(), clients.back().hs.reason());
+          clients.pop_back();
+        }
+      }
+    }
+  }
+  Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
+  for (int r = 1; r < n; ++r) {
+    auto& fd = ready[static_cast<size_t>(r)];
+    if (!fd.valid()) continue;
+    try {
+      handshake::writeRecord(fd.get(),
+                             failure.empty() ? reply(r)
+                                             : encodeReject(opt.backend, failure, timedOut),
+                             replyDeadline, fmt::format("rendezvous reply to rank {}", r));
+    } catch (const Error& e) {
+      if (failure.empty()) {
+        failurePeer = r;
+        failure = fmt::format("rendezvous: rank {} vanished before its reply: {}", r, e.what());
+      }
+    }
+  }
+  if (!failure.empty()) {
+    throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
+  }
+}
+
+std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const Options& opt,
+                             int rank, const std::vector<uint8_t>& hello) {
+  Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
+  std::string what = fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
+  for (;;) {
+    net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
+    try {
+      handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, rank, opt.size,
+                             0, deadline, what);
+      handshake::writeRecord(fd.get(), hello, deadline, what);
+      auto rec = handshake::readRecord(fd.get(), std::max(opt.maxRecord, kMaxMessage + 512),
+                                       deadline, what);
+      auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xffff,
+                                  std::max(opt.maxRecord, kMaxMessage + 512), what);
+      if (h.kind == kRejectKind) {
+        auto d = wire::decodeRecord(rec, kRejectKind, kRejectVersion, kMaxMessage + 512,
+                                    "rendezvous reject record");
+        wire::Reader r(d.body, "rendezvous reject record");
+        std::string backend = r.str(64);
+        std::string message = r.str(kMaxMessage);
+        bool timedOut = r.u8() != 0;
+        r.expectEnd();
+        throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
+                    fmt::format("rank 0 ({} backend) failed the rendezvous: {}", backend, message),
+                    0);
+      }
+      return rec;
+    } catch (const Error& e) {
+      // Rank 0 of an earlier bootstrap in this process may still be closing, or the port
+      // belongs to something else for a moment: retry until the deadline.
+      bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
+      if (!transient) {
+        if (e.code() == ErrorCode::Timeout && std::string(e.what()).find("rank 0 (") ==
+                                                  std::string::npos) {
+          throw Error(ErrorCode::Timeout,
+                      fmt::format("{}: {} (is rank 0 running? bootstrap.connect_timeout={} s)",
+                                  what, e.what(), opt.connectTimeout),
+                      0);
+        }
+        throw;
+      }
+      STRATA_LOG(Debug, opt.backend.c_str(), "rendezvous attempt failed, retrying: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+}  // namespace strata::rendezvous
