@@ -49,6 +49,12 @@ LaunchEnv readLaunchEnv() {
     if (envInt("SLURM_NNODES").value_or(envInt("SLURM_JOB_NUM_NODES").value_or(0)) == 1) {
       env.localSize = env.size;
     }
+  } else if (auto rank = envInt("OMPI_COMM_WORLD_RANK")) {
+    env.launcher = "mpirun";
+    env.rank = *rank;
+    env.size = envInt("OMPI_COMM_WORLD_SIZE").value_or(-1);
+    env.localRank = envInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(-1);
+    env.localSize = envInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
   }
   if (const char* root = std::getenv("STRATA_ROOT")) env.root = root;
   return env;
@@ -62,7 +68,8 @@ const LaunchEnv& launchEnv() {
 }
 
 int multiProcessMain(int argc, char** argv, std::string_view skipReason, bool (*init)()) {
-  if (std::getenv("STRATA_RANK") == nullptr && std::getenv("SLURM_PROCID") == nullptr) {
+  if (std::getenv("STRATA_RANK") == nullptr && std::getenv("SLURM_PROCID") == nullptr &&
+      std::getenv("OMPI_COMM_WORLD_RANK") == nullptr) {
     std::cout << skipReason << std::endl;
     return 77;
   }

@@ -7,11 +7,6 @@
 # Loopback only: Open MPI's own traffic (oob, btl) is pinned to lo, and so are strata's mesh
 # (STRATA_BOOTSTRAP_TCP_INTERFACE), libfabric and UCX. When mpirun is missing it prints one line
 # and exits 77, which meson reports as a skipped test. Otherwise it returns mpirun's exit status.
-#
-# Every rank also gets the launcher contract variables STRATA_RANK, STRATA_SIZE,
-# STRATA_LOCAL_RANK and STRATA_LOCAL_SIZE, copied from mpirun's OMPI_COMM_WORLD_* by a small
-# wrapper: the multi-process test harness (tests/harness/mp_test.cpp) reads its expectations
-# from STRATA_* or SLURM_* only, and skips without them.
 set -uo pipefail
 
 skip() {
@@ -49,7 +44,4 @@ done
 exec timeout --kill-after=10 "${STRATA_MPIRUN_TIME:-600}" \
   mpirun --allow-run-as-root --oversubscribe -np "$np" \
   --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-  "${forward[@]}" \
-  bash -c 'export STRATA_RANK=$OMPI_COMM_WORLD_RANK STRATA_SIZE=$OMPI_COMM_WORLD_SIZE \
-    STRATA_LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK STRATA_LOCAL_SIZE=$OMPI_COMM_WORLD_LOCAL_SIZE
-    exec "$@"' strata-rank "$@"
+  "${forward[@]}" "$@"
