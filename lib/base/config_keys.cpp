@@ -51,6 +51,12 @@ constexpr KeyInfo kKeys[] = {
      "runs no more ranks than it has CPUs, else 100. When ranks outnumber CPUs, the spin yields "
      "the CPU between polls.",
      false},
+    {"bootstrap.collectives", Type::Enum, "auto", "auto|log|star",
+     "Algorithms of the tcp bootstrap's own allGather, broadcast and barrier. log: Bruck "
+     "allGather, binomial broadcast, dissemination barrier (log2 N rounds). star: small ones "
+     "through rank 0 in two sweeps (fewer rounds; best when ranks share CPUs). auto: star when "
+     "some host runs more ranks than it has CPUs, else log.",
+     true},
     {"bootstrap.secret_file", Type::String, "", "",
      "File holding the job secret used to authenticate bootstrap connections. Used when the "
      "launcher provides no STRATA_SECRET.",

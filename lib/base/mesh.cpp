@@ -32,6 +32,8 @@ constexpr size_t kMaxControlPayload = 4096;
 constexpr size_t kReadBudget = 4u << 20;  // per connection per poll round, for fairness
 constexpr int kPollCapMs = 1000;
 constexpr size_t kStageSize = 64u << 10;
+constexpr int kStarMaxRanks = 128;
+constexpr size_t kStarMaxBytes = 64u << 10;
 
 void putLe(uint8_t* p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -127,6 +129,12 @@ struct PeerMesh::Impl {
   int abortOrigin = -1;
   std::string abortReason;
   std::mutex collMu;  // one engine collective at a time per process
+  bool star = false;
+
+  /// Small collectives use the star through rank 0 when asked to (see the header).
+  bool useStar(size_t totalBytes) const {
+    return star && opt.size <= kStarMaxRanks && totalBytes <= kStarMaxBytes;
+  }
 
   // ---- helpers (mu held unless said otherwise) ----
 
@@ -830,6 +838,11 @@ Deadline PeerMesh::callDeadline() const {
   return Deadline::fromTimeout(impl_->opt.timeout);
 }
 
+void PeerMesh::setStarCollectives(bool star) {
+  std::lock_guard lk(impl_->mu);
+  impl_->star = star;
+}
+
 void PeerMesh::setPeerAddress(int rank, const std::string& address) {
   std::lock_guard lk(impl_->mu);
   if (rank >= 0 && rank < impl_->opt.size && rank != impl_->opt.rank) {
@@ -859,6 +872,22 @@ void PeerMesh::allGather(void* data, size_t bytesPerRank) {
   std::lock_guard coll(I.collMu);
   Deadline dl = callDeadline();
   auto* out = static_cast<uint8_t*>(data);
+  const size_t total = static_cast<size_t>(n) * bytesPerRank;
+  if (I.useStar(total)) {
+    // Everyone sends its block to rank 0, which returns the whole table.
+    if (r == 0) {
+      for (int p = 1; p < n; ++p) {
+        I.recv(p, kTagAllGather, out + static_cast<size_t>(p) * bytesPerRank, bytesPerRank, dl,
+               "allGather", true);
+      }
+      for (int p = 1; p < n; ++p) I.send(p, kTagAllGather, out, total, dl, "allGather", true);
+    } else {
+      I.send(0, kTagAllGather, out + static_cast<size_t>(r) * bytesPerRank, bytesPerRank, dl,
+             "allGather", true);
+      I.recv(0, kTagAllGather, out, total, dl, "allGather", true);
+    }
+    return;
+  }
   // tmp[i] holds the block of rank (r + i) % n.
   std::vector<uint8_t> tmp(static_cast<size_t>(n) * bytesPerRank);
   std::memcpy(tmp.data(), out + static_cast<size_t>(r) * bytesPerRank, bytesPerRank);
@@ -887,6 +916,16 @@ void PeerMesh::broadcast(void* data, size_t bytes, int root) {
   if (n == 1) return;
   std::lock_guard coll(I.collMu);
   Deadline dl = callDeadline();
+  if (I.useStar(bytes)) {
+    if (r == root) {
+      for (int p = 0; p < n; ++p) {
+        if (p != root) I.send(p, kTagBroadcast, data, bytes, dl, "broadcast", true);
+      }
+    } else {
+      I.recv(root, kTagBroadcast, data, bytes, dl, "broadcast", true);
+    }
+    return;
+  }
   int vr = (r - root + n) % n;
   int mask = 1;
   while (mask < n) {
@@ -911,6 +950,16 @@ void PeerMesh::barrier() {
   if (n == 1) return;
   std::lock_guard coll(I.collMu);
   Deadline dl = callDeadline();
+  if (I.useStar(0)) {
+    if (r == 0) {
+      for (int p = 1; p < n; ++p) I.recv(p, kTagBarrier, nullptr, 0, dl, "barrier", true);
+      for (int p = 1; p < n; ++p) I.send(p, kTagBarrier, nullptr, 0, dl, "barrier", true);
+    } else {
+      I.send(0, kTagBarrier, nullptr, 0, dl, "barrier", true);
+      I.recv(0, kTagBarrier, nullptr, 0, dl, "barrier", true);
+    }
+    return;
+  }
   for (int dist = 1; dist < n; dist *= 2) {
     I.send((r + dist) % n, kTagBarrier, nullptr, 0, dl, "barrier", true);
     I.recv((r - dist + n) % n, kTagBarrier, nullptr, 0, dl, "barrier", true);

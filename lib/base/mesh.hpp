@@ -73,6 +73,11 @@ class STRATA_API PeerMesh {
   /// The deadline of a call starting now (bootstrap.timeout).
   Deadline callDeadline() const;
 
+  /// Small collectives through rank 0 in two sweeps instead of log2(N) rounds: better when
+  /// ranks share CPUs, where each round waits for every process to be scheduled again. The
+  /// value must be the same on every rank (it selects the algorithms).
+  void setStarCollectives(bool star);
+
   void setPeerAddress(int rank, const std::string& address);
   void setPeerAddresses(const std::vector<std::string>& addresses);
 

@@ -240,14 +240,22 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
   const int n = opt.size, r = opt.rank;
   I.mesh->setPeerAddress((r + 1) % n, next);
 
-  // Ring all-gather of the address table: N-1 steps of one fixed-size slot each.
+  // Ring all-gather of the address table: N-1 steps of one fixed-size slot each
+  // (length u8, address, then a byte: bit 0 = that rank's host has more ranks than CPUs,
+  // bits 1-2 = its bootstrap.collectives choice).
   Deadline dl = I.mesh->callDeadline();
-  std::vector<uint8_t> slot(kMaxAddress + 1);
+  std::vector<uint8_t> slot(kMaxAddress + 2);
+  std::vector<uint8_t> crowded(static_cast<size_t>(n));
+  const std::string collectives = config::getString(config, "bootstrap.collectives");
+  const uint8_t mode = collectives == "log" ? 1 : collectives == "star" ? 2 : 0;
+  crowded[static_cast<size_t>(r)] = static_cast<uint8_t>((spin.yield ? 1 : 0) | (mode << 1));
   for (int step = 0; step < n - 1; ++step) {
-    const std::string& mine = table[static_cast<size_t>((r - step + n) % n)];
+    const int from = (r - step + n) % n;
+    const std::string& mine = table[static_cast<size_t>(from)];
     std::fill(slot.begin(), slot.end(), 0);
     slot[0] = static_cast<uint8_t>(mine.size());
     std::memcpy(slot.data() + 1, mine.data(), mine.size());
+    slot[kMaxAddress + 1] = crowded[static_cast<size_t>(from)];
     I.mesh->send((r + 1) % n, mesh::kTagSetup, slot.data(), slot.size(), dl, "rendezvous", true);
     I.mesh->recv((r - 1 + n) % n, mesh::kTagSetup, slot.data(), slot.size(), dl, "rendezvous",
                  true);
@@ -266,8 +274,27 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
                   fmt::format("tcp bootstrap: bad peer address '{}' in the address table", addr));
     }
     table[static_cast<size_t>((r - step - 1 + n) % n)] = addr;
+    crowded[static_cast<size_t>((r - step - 1 + n) % n)] = slot[kMaxAddress + 1] & 7;
   }
   I.mesh->setPeerAddresses(table);
+  // Every rank holds the same flags, so all pick the same algorithms or all fail here (the
+  // agreement check after creation would need a collective that already agrees).
+  const char* modeNames[] = {"auto", "log", "star", "?"};
+  bool anyCrowded = false;
+  for (int p = 0; p < n; ++p) {
+    uint8_t f = crowded[static_cast<size_t>(p)];
+    anyCrowded = anyCrowded || (f & 1);
+    if ((f >> 1) != (crowded[0] >> 1)) {
+      throw Error(ErrorCode::InvalidConfig,
+                  fmt::format("ranks disagree on bootstrap.collectives: rank 0 has '{}', rank {} "
+                              "has '{}'. Every rank must use the same value: check the STRATA_* "
+                              "environment and strata.toml on every node",
+                              modeNames[(crowded[0] >> 1) & 3], p, modeNames[(f >> 1) & 3]),
+                  p);
+    }
+  }
+  const uint8_t agreed = crowded[0] >> 1;
+  I.mesh->setStarCollectives(agreed == 2 || (agreed == 0 && anyCrowded));
   I.rendezvousSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   STRATA_LOG(Debug, kSub, "rendezvous of {} ranks took {:.3f} ms", n, I.rendezvousSeconds * 1e3);
