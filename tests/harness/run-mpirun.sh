@@ -34,7 +34,7 @@ export STRATA_BOOTSTRAP_TCP_INTERFACE=lo FI_TCP_IFACE=lo UCX_NET_DEVICES=lo
 forward=()
 for v in $(compgen -e); do
   case $v in
-    STRATA_* | BOOST_TEST_* | FI_TCP_IFACE | UCX_NET_DEVICES | UCX_TLS | LD_LIBRARY_PATH)
+    STRATA_* | BOOST_TEST_* | FI_TCP_IFACE | UCX_NET_DEVICES | UCX_TLS | LD_LIBRARY_PATH | ASAN_OPTIONS | LSAN_OPTIONS | UBSAN_OPTIONS)
       forward+=(-x "$v")
       ;;
   esac
