@@ -1,27 +1,36 @@
 // strata-bootstrap-ucx.so: the UCX bootstrap backend.
 //
-// Rendezvous over TCP, data over UCX. Rank 0 serves the rendezvous on STRATA_ROOT (or the
-// listening socket strata-run hands it in STRATA_ROOT_FD) with the same HMAC handshake as the
-// tcp backend; every rank sends its UCX worker address there. Rank 0 then broadcasts the
-// address table over UCX along a binomial tree, so the root sends O(N) bytes per child and
-// O(N log N) in all, instead of N tables of N addresses. Doing the rendezvous over the
-// inherited TCP socket, rather than a UCX listener on STRATA_ROOT, avoids closing and
-// re-binding the launcher's port (a race with other processes) and authenticates every rank
-// before anyone learns a worker address.
+// Rendezvous through UCX's client/server connection establishment, data over UCX. Rank 0
+// listens on STRATA_ROOT with ucp_listener_create (sockaddr); every other rank connects there
+// with a client-server endpoint, proves the job secret with the same HMAC challenge-response
+// as lib/base/handshake.cpp (carried in UCX tag messages), and only then sends its worker
+// address. Endpoints from clients carry no rank: each is identified by its handshake, never
+// by arrival order. Rank 0 then broadcasts the address table over UCX along a binomial tree,
+// so the root sends O(N) bytes per child and O(N log N) in all; endpoints to peers are created
+// lazily from that table.
 //
-// Messages use UCX tag matching. The 64-bit tag holds a kind (user, collective, abort, setup)
-// in the top 8 bits, the sender's rank in the next 24 and the user tag or collective sequence
-// in the low 32, and receives match it with a full mask, so a message is only ever taken for
-// the (peer, tag) it was sent on. UCX matches messages of one endpoint in send order.
+// Mixed backends: a ucx rank whose UCX connection fails looks for a strata TCP rendezvous on
+// the root port (a CHALLENGE record sent unasked); if it finds one it checks in there with its
+// ucx record, so a tcp rank 0 names the mismatch and rejects every rank. A ucx rank 0 started
+// by strata-run takes the connections already queued on the inherited socket before it closes
+// it; a tcp rank among them is named and rejected the same way (docs/backends.md).
+//
+// Messages use UCX tag matching. The 64-bit tag holds a kind (user, collective, abort, setup,
+// handshake) in the top 8 bits, the sender's rank (for handshakes: the connection id) in the
+// next 24 and the user tag or collective sequence in the low 32, and receives match it with a
+// full mask, so a message is only ever taken for the (peer, tag) it was sent on. UCX matches
+// messages of one endpoint in send order.
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -41,6 +50,7 @@
 #include "config_keys.hpp"
 #include "deadline.hpp"
 #include "handshake.hpp"
+#include "hmac.hpp"
 #include "launcher.hpp"
 #include "log.hpp"
 #include "mesh.hpp"
@@ -65,7 +75,7 @@ constexpr size_t kMaxRecord = kMaxWorkerAddress + 1024;
 constexpr size_t kMaxAbortReason = 1024;
 
 // Tag layout: kind (8 bits) | sender rank (24 bits) | user tag or collective tag (32 bits).
-enum class Kind : uint64_t { User = 0, Collective = 1, Abort = 2, Setup = 3 };
+enum class Kind : uint64_t { User = 0, Collective = 1, Abort = 2, Setup = 3, Handshake = 4 };
 constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr uint64_t kKindMask = uint64_t{0xFF} << 56;
 
@@ -88,9 +98,69 @@ constexpr size_t kMaxInFlightBytes = size_t{1} << 30;
 
 std::once_flag gSecretWarning;
 
-// strata-run hands rank 0 its root socket. It stays open for the life of the process, so
-// that create/destroy cycles reuse it instead of racing to bind the port again.
+// strata-run hands rank 0 its root socket. The first bootstrap closes it right before the UCX
+// listener binds the port; later bootstraps in the process (create/destroy cycles) must never
+// touch that descriptor number again and simply bind the port themselves.
 std::mutex gRootMu;
+bool gRootFdClosed = false;
+
+// The rendezvous handshake over UCX (docs/wire-format.md, "Handshake"): the records of
+// lib/base/handshake.cpp, each sent with tag {Handshake, connection id, step}.
+constexpr uint16_t kChallengeKind = 1;
+constexpr uint16_t kAuthKind = 2;
+constexpr uint16_t kResultKind = 3;
+constexpr uint16_t kHandshakeVersion = 1;
+constexpr uint8_t kPurposeRendezvous = 1;  // handshake::Purpose::Rendezvous
+constexpr size_t kAuthBody = 1 + 4 + 4 + 32 + 32;
+constexpr size_t kMaxReason = 512;
+constexpr uint16_t kRejectVersion = 1;
+constexpr size_t kMaxRejectMessage = 4096;
+enum Step : uint32_t {
+  kStepChallenge = 1,
+  kStepAuth = 2,
+  kStepResult = 3,
+  kStepHello = 4,
+  kStepReply = 5
+};
+constexpr uint64_t kStepMask = kKindMask | 0xFFFFFFFFull;  // any connection id
+
+crypto::Digest authMac(std::string_view secret, char side, const handshake::Nonce& nl,
+                       const handshake::Nonce& nc, int rank, int size, int listenerRank,
+                       uint8_t ok) {
+  // Identical to lib/base/handshake.cpp, so that both rendezvous prove the secret alike.
+  wire::Writer w;
+  w.raw({reinterpret_cast<const uint8_t*>("strata-auth-v1"), 14});
+  w.u8(static_cast<uint8_t>(side)).u8(kPurposeRendezvous);
+  w.raw(nl).raw(nc).i32(rank).i32(size).i32(listenerRank).u8(ok);
+  return crypto::hmacSha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()},
+                            w.data());
+}
+
+std::vector<uint8_t> encodeReject(const std::string& message, bool timedOut) {
+  wire::Writer w;
+  w.str("ucx").str(message.substr(0, kMaxRejectMessage)).u8(timedOut ? 1 : 0);
+  return wire::encodeRecord(rendezvous::kRejectKind, kRejectVersion, w.data());
+}
+
+// Throws the error a REJECT record carries, as rendezvous::checkIn does.
+[[noreturn]] void throwReject(std::span<const uint8_t> rec) {
+  auto d = wire::decodeRecord(rec, rendezvous::kRejectKind, kRejectVersion, kMaxRejectMessage + 512,
+                              "rendezvous reject record");
+  wire::Reader r(d.body, "rendezvous reject record");
+  std::string backend = r.str(64);
+  std::string message = r.str(kMaxRejectMessage);
+  bool timedOut = r.u8() != 0;
+  r.expectEnd();
+  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
+              fmt::format("rank 0 ({} backend) failed the rendezvous: {}", backend, message), 0);
+}
+
+uint16_t recordKind(std::span<const uint8_t> rec, size_t maxLength, std::string_view what) {
+  if (rec.size() < wire::kRecordHeaderSize) {
+    throw Error(ErrorCode::ProtocolError, fmt::format("{}: truncated record", what));
+  }
+  return wire::decodeHeader(rec.first(wire::kRecordHeaderSize), 0xffff, maxLength, what).kind;
+}
 
 std::string statusText(ucs_status_t status) {
   return ucs_status_string(status);
@@ -149,7 +219,9 @@ Hello decodeHello(std::span<const uint8_t> body) {
 }
 
 // The reply to a check-in that succeeded (failures travel as the shared REJECT record).
-std::vector<uint8_t> encodeReply() { return wire::encodeRecord(kReply, kVersion, {}); }
+std::vector<uint8_t> encodeReply() {
+  return wire::encodeRecord(kReply, kVersion, {});
+}
 
 // Per-operation completion state, filled by UCX callbacks from inside ucp_worker_progress.
 struct OpState {
@@ -193,6 +265,20 @@ struct Peer {
   std::string lostWhy;
 };
 
+// One rendezvous connection (a sockaddr endpoint), on rank 0 or on a client. It lives until
+// the worker is destroyed, because UCX may call onRvError until then.
+struct RvConn {
+  ucp_ep_h ep = nullptr;
+  uint32_t id = 0;  // rank 0's connection id, in the tag's rank field
+  std::atomic<bool> failed{false};
+  std::string why;
+  std::string remote = "(unknown address)";
+  enum class State { WaitAuth, WaitHello, CheckedIn, Dropped } state = State::WaitAuth;
+  handshake::Nonce nonceL{};
+  int rank = -1;
+  Deadline deadline = Deadline::never();
+};
+
 struct PendingSend {
   OpState op;
   void* request = nullptr;
@@ -226,9 +312,19 @@ class UcxBootstrap final : public Bootstrap {
   // Set-up and tear-down.
   void initUcx();
   void teardown() noexcept;
-  rendezvous::Options rendezvousOptions() const;
-  void serveRendezvous(int listenFd);
+  void drainInheritedSocket(int fd);
+  void serveRendezvous(const std::vector<net::SockAddr>& rootAddrs);
   void checkIn(const std::vector<net::SockAddr>& rootAddrs, const std::vector<uint8_t>& myAddress);
+  bool checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
+                      const std::vector<uint8_t>& hello);
+  static void onConnRequest(ucp_conn_request_h request, void* arg);
+  static void onRvError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void rvSend(Lock& lk, RvConn& c, uint32_t step, std::vector<uint8_t> record);
+  bool rvTryRecv(Lock& lk, uint64_t tag, uint64_t mask, std::vector<uint8_t>& out,
+                 uint64_t* senderTag = nullptr);
+  bool rvWait(Lock& lk, RvConn& c, uint64_t tag, uint64_t mask, const Deadline& deadline,
+              std::vector<uint8_t>& out, uint64_t* senderTag = nullptr);
+  void rvClose(Lock& lk, bool force);
   void exchangeTable();
 
   // Engine; every function below runs with mu_ held.
@@ -273,6 +369,11 @@ class UcxBootstrap final : public Bootstrap {
   mesh::SpinPolicy spin_;
   std::vector<std::vector<uint8_t>> table_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  // The rendezvous: rank 0's listener, its connection requests not yet taken, and the
+  // sockaddr endpoints of either side.
+  ucp_listener_h listener_ = nullptr;
+  std::vector<ucp_conn_request_h> connRequests_;
+  std::vector<std::unique_ptr<RvConn>> rvConns_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -368,31 +469,22 @@ UcxBootstrap::UcxBootstrap(const Config& config) {
     auto rootAddrs = net::resolve(rootHost, rootPort);
 
     if (launch_.rank == 0) {
-      net::Fd own;
-      int fd = -1;
-      std::unique_lock rootLock(gRootMu, std::defer_lock);
-      if (launch_.rootFd >= 0) {
-        rootLock.lock();
-        fd = launch_.rootFd;
-        net::setNonBlocking(fd);
-      } else {
-        std::string lastError;
-        for (const auto& a : rootAddrs) {
+      {
+        std::lock_guard rootLock(gRootMu);
+        if (launch_.rootFd >= 0 && !gRootFdClosed) {
+          // The UCX listener needs the port: take what is queued on strata-run's socket (a
+          // tcp rank must hear why it is refused), then close it right before binding.
+          gRootFdClosed = true;
           try {
-            own = net::listenOn(a);
-            break;
-          } catch (const Error& e) {
-            lastError = e.what();
+            drainInheritedSocket(launch_.rootFd);
+          } catch (...) {
+            ::close(launch_.rootFd);
+            throw;
           }
+          ::close(launch_.rootFd);
         }
-        if (!own.valid()) {
-          throw Error(ErrorCode::SystemError,
-                      fmt::format("ucx bootstrap: rank 0 cannot serve the rendezvous at {}: {}",
-                                  root_, lastError));
-        }
-        fd = own.get();
       }
-      serveRendezvous(fd);
+      serveRendezvous(rootAddrs);
     } else {
       checkIn(rootAddrs, myAddress);
     }
@@ -417,6 +509,15 @@ void UcxBootstrap::initUcx() {
                 fmt::format("ucx bootstrap: reading the UCX configuration failed: {}. Check "
                             "the UCX_* environment variables and ucx.conf",
                             statusText(st)));
+  }
+  // Rank 0 binds STRATA_ROOT again in every bootstrap of a process (create/destroy cycles),
+  // and the rendezvous connections it closed leave TIME_WAIT entries on that port, which make
+  // a bind without SO_REUSEADDR fail for a minute. UCX reads its connection manager's settings
+  // only from the environment (ucp_config_modify does not reach them in UCX 1.13), so set
+  // UCX_TCP_CM_REUSEADDR once, never overriding a value the user chose.
+  if (launch_.rank == 0) {
+    static std::once_flag reuseOnce;
+    std::call_once(reuseOnce, [] { ::setenv("UCX_TCP_CM_REUSEADDR", "y", 0); });
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
@@ -497,10 +598,12 @@ void UcxBootstrap::teardown() noexcept {
           sends_.size());
       for (auto& s : sends_) {
         if (!s->op.done) {
-          STRATA_LOG(Warn, kSub,
-                     "destroying the bootstrap while a {}-byte send to rank {} is unfinished "
-                     "(rank {} never received it)",
-                     s->bytes, s->peer, s->peer);
+          if (s->peer >= 0) {
+            STRATA_LOG(Warn, kSub,
+                       "destroying the bootstrap while a {}-byte send to rank {} is unfinished "
+                       "(rank {} never received it)",
+                       s->bytes, s->peer, s->peer);
+          }
           ucp_request_cancel(worker_, s->request);
         }
       }
@@ -515,6 +618,7 @@ void UcxBootstrap::teardown() noexcept {
         abortRequest_ = nullptr;
       }
 
+      rvClose(lk, true);
       // Close every endpoint, flushing it unless its peer is gone.
       std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
       for (auto& p : peers_) {
@@ -553,6 +657,7 @@ void UcxBootstrap::teardown() noexcept {
       ucp_worker_destroy(worker_);
       worker_ = nullptr;
       sends_.clear();
+      rvConns_.clear();  // no more onRvError calls
     }
     if (context_) {
       ucp_cleanup(context_);
@@ -562,47 +667,616 @@ void UcxBootstrap::teardown() noexcept {
   }
 }
 
-rendezvous::Options UcxBootstrap::rendezvousOptions() const {
-  rendezvous::Options r;
-  r.backend = "ucx";
-  r.root = root_;
-  r.secret = launch_.secret;
-  r.size = launch_.size;
-  r.helloKind = kHello;
-  r.connectTimeout = connectTimeout_;
-  r.handshakeTimeout = handshakeTimeout_;
-  r.maxRecord = kMaxRecord;
-  return r;
+void UcxBootstrap::onConnRequest(ucp_conn_request_h request, void* arg) {
+  // Called from ucp_worker_progress, so with mu_ held.
+  static_cast<UcxBootstrap*>(arg)->connRequests_.push_back(request);
 }
 
-// The shared rendezvous (lib/base/rendezvous.hpp) collects every rank's worker address; the
-// table then travels over UCX (exchangeTable).
-void UcxBootstrap::serveRendezvous(int listenFd) {
+void UcxBootstrap::onRvError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* c = static_cast<RvConn*>(arg);
+  if (c->failed.load()) return;
+  c->why = statusText(status);
+  c->failed.store(true);
+}
+
+void UcxBootstrap::rvSend(Lock& /*lk*/, RvConn& c, uint32_t step, std::vector<uint8_t> record) {
+  auto s = std::make_unique<PendingSend>();
+  s->bytes = record.size();
+  s->data.reset(new uint8_t[record.size()]);
+  std::memcpy(s->data.get(), record.data(), record.size());
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = sendDone;
+  rp.user_data = &s->op;
+  void* req = ucp_tag_send_nbx(c.ep, s->data.get(), s->bytes,
+                               makeTag(Kind::Handshake, static_cast<int>(c.id), step), &rp);
+  if (req == nullptr) return;
+  if (UCS_PTR_IS_ERR(req)) {
+    if (!c.failed.load()) {
+      c.why = statusText(UCS_PTR_STATUS(req));
+      c.failed.store(true);
+    }
+    return;
+  }
+  s->request = req;  // peer -1: reapSends attributes no failure to a rank
+  inFlightBytes_ += s->bytes;
+  sends_.push_back(std::move(s));
+}
+
+// Takes one waiting message matching tag/mask, if any. Larger than kMaxRecord: received and
+// returned empty (the caller treats it as garbage).
+bool UcxBootstrap::rvTryRecv(Lock& lk, uint64_t tag, uint64_t mask, std::vector<uint8_t>& out,
+                             uint64_t* senderTag) {
+  ucp_tag_recv_info_t info{};
+  ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag, mask, 1, &info);
+  if (!msg) return false;
+  // A stranger's oversized message is truncated (and then treated as garbage).
+  const size_t capacity = std::min(info.length, kMaxRecord);
+  std::vector<uint8_t> buf(std::max<size_t>(capacity, 1));
+  auto state = std::make_unique<OpState>();
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  rp.cb.recv = recvDone;
+  rp.user_data = state.get();
+  void* req = ucp_tag_msg_recv_nbx(worker_, buf.data(), capacity, msg, &rp);
+  if (UCS_PTR_IS_ERR(req)) {
+    out.clear();
+  } else {
+    waitRequest(lk, req, state, Deadline::after(std::max(handshakeTimeout_, 1.0)), -1, "rendezvous",
+                Kind::Handshake, 0);
+    buf.resize(info.length);
+    out = info.length <= kMaxRecord && state->status == UCS_OK ? std::move(buf)
+                                                               : std::vector<uint8_t>{};
+  }
+  if (senderTag) *senderTag = info.sender_tag;
+  return true;
+}
+
+bool UcxBootstrap::rvWait(Lock& lk, RvConn& c, uint64_t tag, uint64_t mask,
+                          const Deadline& deadline, std::vector<uint8_t>& out,
+                          uint64_t* senderTag) {
+  for (;;) {
+    progress(lk);
+    if (rvTryRecv(lk, tag, mask, out, senderTag)) return true;
+    if (c.failed.load() || deadline.expired()) return false;
+    blockOnce(lk, deadline, 20);
+  }
+}
+
+void UcxBootstrap::rvClose(Lock& lk, bool force) {
+  if (listener_) {
+    for (auto* r : connRequests_) ucp_listener_reject(listener_, r);
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+  }
+  connRequests_.clear();
+  // Deliver the last replies before disconnecting.
+  Deadline flush = Deadline::after(2.0);
+  while (!force && !sends_.empty() && !flush.expired()) {
+    progress(lk);
+    if (!sends_.empty()) blockOnce(lk, flush, 5);
+  }
+  std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
+  for (auto& c : rvConns_) {
+    if (!c->ep) continue;
+    auto op = std::make_unique<OpState>();
+    ucp_request_param_t cp{};
+    cp.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    cp.cb.send = closeDone;
+    cp.user_data = op.get();
+    cp.flags = force || c->failed.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* req = ucp_ep_close_nbx(c->ep, &cp);
+    c->ep = nullptr;
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.emplace_back(req, std::move(op));
+  }
+  Deadline closeBy = Deadline::after(2.0);
+  while (!closeBy.expired() && std::any_of(closing.begin(), closing.end(),
+                                           [](const auto& c) { return !c.second->done; })) {
+    if (ucp_worker_progress(worker_) == 0) {
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lk.lock();
+    }
+  }
+  for (auto& c : closing) ucp_request_free(c.first);
+}
+
+// strata-run's socket may already hold connections: ucx ranks that tried before the listener
+// existed (they retry), and ranks started with bootstrap.backend=tcp, which wait for a strata
+// handshake and would otherwise hang until bootstrap.connect_timeout. Run the tcp handshake on
+// each; a tcp check-in record fails the job and every such rank gets the REJECT.
+void UcxBootstrap::drainInheritedSocket(int fd) {
   const int n = launch_.size;
-  rendezvous::serve(
-      listenFd, rendezvousOptions(),
-      [&](int rank, const std::vector<uint8_t>& record) {
-        auto d = wire::decodeRecord(record, kHello, kVersion, kMaxRecord, "ucx hello record");
-        Hello hello = decodeHello(d.body);
-        if (hello.rank != rank || hello.size != n) {
-          throw Error(ErrorCode::InvalidConfig,
-                      fmt::format("rendezvous: a peer authenticated as rank {} sent a hello for "
-                                  "rank {} of {} (this job has {} ranks)",
-                                  rank, hello.rank, hello.size, n),
-                      rank);
+  net::setNonBlocking(fd);
+  struct Client {
+    handshake::ListenSide hs;
+    handshake::RecordReader reader;
+  };
+  std::list<Client> clients;
+  for (;;) {
+    net::SockAddr remote;
+    net::Fd c = net::acceptOne(fd, &remote);
+    if (!c.valid()) break;
+    clients.push_back(Client{
+        handshake::ListenSide(std::move(c), remote, launch_.secret, handshake::Purpose::Rendezvous,
+                              0, n, Deadline::fromTimeout(handshakeTimeout_)),
+        handshake::RecordReader(kMaxRecord)});
+  }
+  if (clients.empty()) return;
+  STRATA_LOG(Debug, kSub, "rendezvous: {} connection(s) queued on the inherited socket",
+             clients.size());
+  std::vector<net::Fd> rejected;
+  std::string failure;
+  int failurePeer = -1;
+  while (!clients.empty()) {
+    std::vector<pollfd> fds;
+    Deadline next = Deadline::never();
+    for (auto& c : clients) {
+      fds.push_back({c.hs.fd(), POLLIN, 0});
+      next = Deadline::earlier(next, c.hs.deadline());
+    }
+    ::poll(fds.data(), fds.size(), next.pollMs(1000) + 1);
+    size_t i = 0;
+    for (auto it = clients.begin(); it != clients.end(); ++i) {
+      Client& c = *it;
+      bool readable = fds[i].revents != 0, drop = false;
+      if (c.hs.state() == handshake::ListenSide::State::InProgress &&
+          (readable || c.hs.deadline().expired())) {
+        auto st = c.hs.step();
+        if (st == handshake::ListenSide::State::Rejected) {
+          // UCX clients that reached this socket before the listener land here.
+          STRATA_LOG(Debug, kSub, "rendezvous: closed a queued connection from {}: {}",
+                     c.hs.remote().toString(), c.hs.reason());
+          drop = true;
+        } else if (st == handshake::ListenSide::State::Accepted) {
+          readable = true;
         }
-        table_[static_cast<size_t>(rank)] = std::move(hello.address);
-      },
-      [&](int) { return encodeReply(); });
+      }
+      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted) {
+        try {
+          if (c.reader.step(c.hs.fd(), "check-in record")) {
+            uint16_t kind = recordKind(c.reader.record(), kMaxRecord, "check-in record");
+            // A ucx rank that found this socket instead of the listener: it retries over UCX
+            // when the connection closes.
+            if (kind != kHello && failure.empty()) {
+              failurePeer = c.hs.peerRank();
+              failure = fmt::format(
+                  "ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} has '{}'. "
+                  "Every rank must use the same bootstrap.backend (check STRATA_* and "
+                  "strata.toml on every node)",
+                  failurePeer, rendezvous::backendOfKind(kind));
+            }
+            if (kind != kHello) rejected.push_back(c.hs.takeFd());
+            drop = true;
+          } else if (c.hs.deadline().expired()) {
+            drop = true;
+          }
+        } catch (const Error& e) {
+          STRATA_LOG(Warn, kSub, "rendezvous: dropped a queued connection from {}: {}",
+                     c.hs.remote().toString(), e.what());
+          drop = true;
+        }
+      }
+      it = drop ? clients.erase(it) : std::next(it);
+    }
+  }
+  if (failure.empty()) return;
+  Deadline replyBy = Deadline::after(std::max(1.0, handshakeTimeout_));
+  for (auto& f : rejected) {
+    try {
+      handshake::writeRecord(f.get(), encodeReject(failure, false), replyBy, "rendezvous reject");
+    } catch (const Error&) {
+    }
+  }
+  throw Error(ErrorCode::InvalidConfig, failure, failurePeer);
+}
+
+// Rank 0: a UCX listener on the root address. Each connection is authenticated (challenge,
+// auth, result), then sends its hello; after every rank checked in, each gets the reply (or
+// the same REJECT), and the listener and these endpoints are closed.
+void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs) {
+  const int n = launch_.size;
+  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
+  Lock lk(mu_);
+  {
+    // The port may still be held for a moment (an earlier bootstrap's listener, the socket
+    // just closed): retry the bind briefly.
+    Deadline bindBy = Deadline::earlier(deadline, Deadline::after(5.0));
+    ucs_status_t st = UCS_ERR_BUSY;
+    for (;;) {
+      for (const auto& a : rootAddrs) {
+        ucp_listener_params_t lp{};
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = a.get();
+        lp.sockaddr.addrlen = a.len;
+        lp.conn_handler.cb = &UcxBootstrap::onConnRequest;
+        lp.conn_handler.arg = this;
+        st = ucp_listener_create(worker_, &lp, &listener_);
+        if (st == UCS_OK) break;
+        listener_ = nullptr;
+      }
+      if (st == UCS_OK || st != UCS_ERR_BUSY || bindBy.expired()) break;
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      lk.lock();
+    }
+    if (st != UCS_OK) {
+      throw Error(ErrorCode::SystemError,
+                  fmt::format("ucx bootstrap: rank 0 cannot listen for the rendezvous at {}: "
+                              "ucp_listener_create() failed: {}. Check that the port is free "
+                              "and that UCX_TLS/UCX_NET_DEVICES offer a sockaddr transport "
+                              "(tests use UCX_TLS=tcp,self UCX_NET_DEVICES=lo)",
+                              root_, statusText(st)));
+    }
+  }
+  std::vector<RvConn*> byRank(static_cast<size_t>(n), nullptr);
+  int count = 1, failurePeer = -1;
+  std::string failure;
+  bool timedOut = false;
+  std::vector<uint8_t> rec;
+  auto drop = [&](RvConn& c, const std::string& why) {
+    STRATA_LOG(Warn, kSub, "rendezvous: rejected a connection from {}: {}", c.remote, why);
+    c.state = RvConn::State::Dropped;
+  };
+  auto fail = [&](RvConn& c, int rank, std::string message) {
+    c.state = RvConn::State::CheckedIn;  // it gets the REJECT too
+    if (failure.empty()) {
+      failure = std::move(message);
+      failurePeer = rank;
+    }
+  };
+  while (count < n && failure.empty()) {
+    progress(lk);
+    for (auto* req : connRequests_) {
+      auto c = std::make_unique<RvConn>();
+      ucp_conn_request_attr_t qa{};
+      qa.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+      if (ucp_conn_request_query(req, &qa) == UCS_OK) {
+        c->remote = net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&qa.client_address),
+                                           sizeof(qa.client_address))
+                        .toString();
+      }
+      do {
+        uint8_t b[3];
+        crypto::randomBytes(b);
+        c->id = (uint32_t{b[0]} << 16 | uint32_t{b[1]} << 8 | b[2]);
+      } while (c->id == 0 || std::any_of(rvConns_.begin(), rvConns_.end(),
+                                         [&](const auto& o) { return o->id == c->id; }));
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.conn_request = req;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxBootstrap::onRvError;
+      ep.err_handler.arg = c.get();
+      ucs_status_t st = ucp_ep_create(worker_, &ep, &c->ep);
+      if (st != UCS_OK) {
+        c->ep = nullptr;
+        STRATA_LOG(Warn, kSub, "rendezvous: accepting a connection from {} failed: {}", c->remote,
+                   statusText(st));
+        continue;
+      }
+      crypto::randomBytes(c->nonceL);
+      c->deadline = Deadline::fromTimeout(handshakeTimeout_);
+      wire::Writer w;
+      w.u8(kPurposeRendezvous).i32(0).raw(c->nonceL);
+      rvSend(lk, *c, kStepChallenge,
+             wire::encodeRecord(kChallengeKind, kHandshakeVersion, w.data()));
+      rvConns_.push_back(std::move(c));
+    }
+    connRequests_.clear();
+
+    for (auto& cp : rvConns_) {
+      RvConn& c = *cp;
+      if (!failure.empty()) break;
+      if (c.state == RvConn::State::WaitAuth) {
+        if (rvTryRecv(lk, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepAuth), kFullMask,
+                      rec)) {
+          int rank = -1, size = 0;
+          std::string why;
+          handshake::Nonce nc{};
+          crypto::Digest m{};
+          try {
+            auto d = wire::decodeRecord(rec, kAuthKind, kHandshakeVersion, kAuthBody, "handshake");
+            wire::Reader r(d.body, "handshake");
+            uint8_t purpose = r.u8("purpose");
+            rank = r.i32("rank");
+            size = r.i32("size");
+            auto raw = r.raw(32, "nonce");
+            std::copy(raw.begin(), raw.end(), nc.begin());
+            auto mm = r.raw(32, "mac");
+            std::copy(mm.begin(), mm.end(), m.begin());
+            r.expectEnd();
+            auto expect = authMac(launch_.secret, 'C', c.nonceL, nc, rank, size, 0, 0);
+            if (purpose != kPurposeRendezvous || !crypto::equalConstantTime(expect, m)) {
+              why = "failed authentication (wrong job secret or not a strata peer)";
+            } else if (size != n) {
+              why = fmt::format(
+                  "claims a job of {} ranks, this job has {} (two jobs sharing a "
+                  "port, or mismatched launch)",
+                  size, n);
+            } else if (rank < 0 || rank >= n) {
+              why = fmt::format("claims an invalid rank {}", rank);
+            }
+          } catch (const Error& e) {
+            why = fmt::format("garbage instead of a handshake ({})", e.what());
+          }
+          wire::Writer w;
+          if (why.empty()) {
+            w.u8(1).raw(authMac(launch_.secret, 'S', c.nonceL, nc, rank, size, 0, 1)).str("");
+            c.rank = rank;
+            c.state = RvConn::State::WaitHello;
+            c.deadline = Deadline::fromTimeout(handshakeTimeout_);
+          } else {
+            crypto::Digest zero{};
+            w.u8(0).raw(zero).str(why.substr(0, kMaxReason));
+            drop(c, why);
+          }
+          rvSend(lk, c, kStepResult, wire::encodeRecord(kResultKind, kHandshakeVersion, w.data()));
+        } else if (c.failed.load()) {
+          drop(c, fmt::format("its endpoint failed during the handshake: {}", c.why));
+        } else if (c.deadline.expired()) {
+          drop(c, "sent no complete handshake in time");
+        }
+      } else if (c.state == RvConn::State::WaitHello) {
+        if (rvTryRecv(lk, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepHello), kFullMask,
+                      rec)) {
+          const int r = c.rank;
+          try {
+            uint16_t kind = recordKind(rec, kMaxRecord, "ucx check-in record");
+            if (kind != kHello) {
+              fail(c, r,
+                   fmt::format("ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} "
+                               "has '{}'. Every rank must use the same bootstrap.backend (check "
+                               "STRATA_* and strata.toml on every node)",
+                               r, rendezvous::backendOfKind(kind)));
+              continue;
+            }
+            if (r == 0 || byRank[static_cast<size_t>(r)]) {
+              fail(c, r,
+                   fmt::format("rendezvous: rank {} checked in twice (from {} and from {}); two "
+                               "processes were given the same rank",
+                               r,
+                               r == 0 ? std::string("rank 0 itself")
+                                      : byRank[static_cast<size_t>(r)]->remote,
+                               c.remote));
+              continue;
+            }
+            auto d = wire::decodeRecord(rec, kHello, kVersion, kMaxRecord, "ucx hello record");
+            Hello hello = decodeHello(d.body);
+            if (hello.rank != r || hello.size != n) {
+              fail(c, r,
+                   fmt::format("rendezvous: a peer authenticated as rank {} sent a hello for "
+                               "rank {} of {} (this job has {} ranks)",
+                               r, hello.rank, hello.size, n));
+              continue;
+            }
+            table_[static_cast<size_t>(r)] = std::move(hello.address);
+            byRank[static_cast<size_t>(r)] = &c;
+            c.state = RvConn::State::CheckedIn;
+            ++count;
+          } catch (const Error& e) {
+            drop(c, fmt::format("rank {} sent a bad check-in record: {}", r, e.what()));
+          }
+        } else if (c.failed.load()) {
+          drop(c,
+               fmt::format("rank {} closed its connection before checking in: {}", c.rank, c.why));
+        } else if (c.deadline.expired()) {
+          drop(c, fmt::format("rank {} sent no check-in record in time", c.rank));
+        }
+      }
+    }
+    if (count >= n || !failure.empty()) break;
+    if (deadline.expired()) {
+      std::vector<int> missing;
+      for (int r = 1; r < n; ++r) {
+        if (!byRank[static_cast<size_t>(r)]) missing.push_back(r);
+      }
+      std::string list;
+      for (size_t i = 0; i < missing.size() && i < 16; ++i) {
+        list += (i ? ", " : "") + std::to_string(missing[i]);
+      }
+      if (missing.size() > 16) list += fmt::format(" and {} more", missing.size() - 16);
+      timedOut = true;
+      failure = fmt::format(
+          "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
+          "{}. Check that every rank was started with the same bootstrap.backend and "
+          "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
+          root_, connectTimeout_, count, n, list, root_);
+      break;
+    }
+    Deadline next = deadline;
+    for (auto& c : rvConns_) {
+      if (c->state == RvConn::State::WaitAuth || c->state == RvConn::State::WaitHello) {
+        next = Deadline::earlier(next, c->deadline);
+      }
+    }
+    blockOnce(lk, next, 20);
+  }
+  for (auto& c : rvConns_) {
+    if (c->state != RvConn::State::CheckedIn) continue;
+    rvSend(lk, *c, kStepReply, failure.empty() ? encodeReply() : encodeReject(failure, timedOut));
+  }
+  rvClose(lk, false);
+  if (!failure.empty()) {
+    throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
+  }
+}
+
+// A ucx rank whose UCX connection failed: is a strata TCP rendezvous (a rank 0 started with
+// bootstrap.backend=tcp) on the root port? Such a listener sends its CHALLENGE unasked, while
+// UCX's waits for the client. If so, check in there with the ucx record, so that rank 0 names
+// the mismatch and rejects every rank alike. Returns false to retry over UCX.
+bool UcxBootstrap::checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
+                                  const std::vector<uint8_t>& hello) {
+  for (const auto& a : rootAddrs) {
+    net::Fd fd;
+    try {
+      fd = net::connectWithRetry({a}, Deadline::after(0.2), "rendezvous probe");
+    } catch (const Error&) {
+      continue;
+    }
+    pollfd p{fd.get(), POLLIN, 0};
+    if (::poll(&p, 1, 500) <= 0) continue;
+    uint8_t head[wire::kRecordHeaderSize];
+    ssize_t got = ::recv(fd.get(), head, sizeof head, MSG_PEEK | MSG_WAITALL);
+    if (got != static_cast<ssize_t>(sizeof head)) continue;
+    try {
+      if (wire::decodeHeader(head, 0xffff, 64, "probe").kind != kChallengeKind) continue;
+    } catch (const Error&) {
+      continue;
+    }
+    Deadline dl = Deadline::after(std::max(handshakeTimeout_, 1.0));
+    std::string what = fmt::format("ucx bootstrap rendezvous with rank 0 at {} (over TCP)", root_);
+    std::vector<uint8_t> rec;
+    try {
+      handshake::connectSide(fd.get(), launch_.secret, handshake::Purpose::Rendezvous, launch_.rank,
+                             launch_.size, 0, dl, what);
+      handshake::writeRecord(fd.get(), hello, dl, what);
+      rec = handshake::readRecord(fd.get(), kMaxRejectMessage + 512,
+                                  Deadline::fromTimeout(connectTimeout_), what);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::AuthFailed) throw;
+      STRATA_LOG(Debug, kSub, "rendezvous over TCP failed, retrying over UCX: {}", e.what());
+      return false;
+    }
+    if (recordKind(rec, kMaxRejectMessage + 512, what) == rendezvous::kRejectKind) {
+      throwReject(rec);
+    }
+    return false;
+  }
+  return false;
 }
 
 void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
                            const std::vector<uint8_t>& myAddress) {
   Hello h{launch_.rank, launch_.size, hostName(), myAddress};
-  auto rec = rendezvous::checkIn(rootAddrs, rendezvousOptions(), launch_.rank, encodeHello(h));
-  auto d = wire::decodeRecord(rec, kReply, kVersion, kMaxRecord, "ucx rendezvous reply");
-  wire::Reader r(d.body, "ucx rendezvous reply");
-  r.expectEnd();
+  const auto hello = encodeHello(h);
+  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
+  std::string what = fmt::format("ucx bootstrap rendezvous with rank 0 at {}", root_);
+  double backoff = 0.005;
+  size_t attempt = 0;
+  std::vector<uint8_t> rec;
+  for (;;) {
+    if (deadline.expired()) {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{}: no rendezvous within {} s (is rank 0 running? "
+                              "bootstrap.connect_timeout={} s)",
+                              what, connectTimeout_, connectTimeout_),
+                  0);
+    }
+    bool connected = false;
+    {
+      Lock lk(mu_);
+      auto cp = std::make_unique<RvConn>();
+      RvConn& c = *cp;
+      const auto& a = rootAddrs[attempt++ % rootAddrs.size()];
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      ep.sockaddr.addr = a.get();
+      ep.sockaddr.addrlen = a.len;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxBootstrap::onRvError;
+      ep.err_handler.arg = &c;
+      ucs_status_t st = ucp_ep_create(worker_, &ep, &c.ep);
+      if (st != UCS_OK) c.ep = nullptr;
+      rvConns_.push_back(std::move(cp));
+      uint64_t senderTag = 0;
+      Deadline step = Deadline::earlier(deadline, Deadline::fromTimeout(handshakeTimeout_));
+      if (c.ep && rvWait(lk, c, makeTag(Kind::Handshake, 0, kStepChallenge), kStepMask, step, rec,
+                         &senderTag)) {
+        connected = true;
+        c.id = static_cast<uint32_t>(tagRank(senderTag));
+        auto d = wire::decodeRecord(rec, kChallengeKind, kHandshakeVersion, 64, what);
+        wire::Reader r(d.body, fmt::format("{} challenge", what));
+        uint8_t purpose = r.u8();
+        int listenerRank = r.i32();
+        auto raw = r.raw(32);
+        std::copy(raw.begin(), raw.end(), c.nonceL.begin());
+        r.expectEnd();
+        if (purpose != kPurposeRendezvous || listenerRank != 0) {
+          throw Error(ErrorCode::ProtocolError,
+                      fmt::format("{}: the listener is not a strata rendezvous (purpose {}, "
+                                  "rank {})",
+                                  what, purpose, listenerRank),
+                      0);
+        }
+        handshake::Nonce nc;
+        crypto::randomBytes(nc);
+        wire::Writer w;
+        w.u8(kPurposeRendezvous)
+            .i32(launch_.rank)
+            .i32(launch_.size)
+            .raw(nc)
+            .raw(authMac(launch_.secret, 'C', c.nonceL, nc, launch_.rank, launch_.size, 0, 0));
+        rvSend(lk, c, kStepAuth, wire::encodeRecord(kAuthKind, kHandshakeVersion, w.data()));
+        if (!rvWait(lk, c, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepResult), kFullMask,
+                    step, rec)) {
+          connected = false;  // rank 0 went away or stalled: start over
+        } else {
+          auto res = wire::decodeRecord(rec, kResultKind, kHandshakeVersion,
+                                        32 + 1 + 4 + kMaxReason, what);
+          wire::Reader rr(res.body, fmt::format("{} result", what));
+          uint8_t ok = rr.u8();
+          auto sm = rr.raw(32);
+          std::string reason = rr.str(kMaxReason);
+          rr.expectEnd();
+          if (!ok) {
+            throw Error(ErrorCode::AuthFailed,
+                        fmt::format("{}: rank 0 refused the connection: {}", what, reason), 0);
+          }
+          auto expect =
+              authMac(launch_.secret, 'S', c.nonceL, nc, launch_.rank, launch_.size, 0, 1);
+          if (!crypto::equalConstantTime(expect, sm)) {
+            throw Error(ErrorCode::AuthFailed,
+                        fmt::format("{}: the listener could not prove the job secret (another "
+                                    "job on this port, or a different STRATA_SECRET)",
+                                    what),
+                        0);
+          }
+          rvSend(lk, c, kStepHello, hello);
+          if (!rvWait(lk, c, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepReply),
+                      kFullMask, deadline, rec)) {
+            if (deadline.expired()) {
+              throw Error(ErrorCode::Timeout,
+                          fmt::format("{}: rank 0 sent no reply within {} s "
+                                      "(bootstrap.connect_timeout)",
+                                      what, connectTimeout_),
+                          0);
+            }
+            throw Error(ErrorCode::PeerLost,
+                        fmt::format("{}: rank 0 closed the connection before replying ({}); it "
+                                    "failed or was stopped",
+                                    what, c.why),
+                        0);
+          }
+          uint16_t kind = recordKind(rec, kMaxRejectMessage + 512, what);
+          if (kind == rendezvous::kRejectKind) {
+            rvClose(lk, true);
+            throwReject(rec);
+          }
+          auto d2 = wire::decodeRecord(rec, kReply, kVersion, kMaxRecord, "ucx rendezvous reply");
+          wire::Reader r2(d2.body, "ucx rendezvous reply");
+          r2.expectEnd();
+          rvClose(lk, false);
+          return;
+        }
+      }
+      if (!connected) {
+        STRATA_LOG(Debug, kSub, "rendezvous attempt {} failed ({}), retrying", attempt,
+                   c.failed.load() ? c.why : std::string("no answer"));
+        rvClose(lk, true);
+      }
+    }
+    // Not a UCX listener (yet): a tcp rank 0, or nothing listening.
+    if (checkInOverTcp(rootAddrs, hello)) return;
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(backoff * 2, 0.2);
+  }
 }
 
 // Binomial-tree broadcast of the address table from rank 0: a rank receives it from its
@@ -704,7 +1378,7 @@ void UcxBootstrap::reapSends() {
       ++it;
       continue;
     }
-    if (s.op.status != UCS_OK && s.op.status != UCS_ERR_CANCELED) {
+    if (s.op.status != UCS_OK && s.op.status != UCS_ERR_CANCELED && s.peer >= 0) {
       Peer& p = *peers_[static_cast<size_t>(s.peer)];
       if (!p.lost.load()) {
         p.lostWhy = fmt::format("a send to it failed: {}", statusText(s.op.status));
