@@ -23,15 +23,6 @@ constexpr uint16_t kVersion = 1;
 constexpr size_t kAuthBody = 1 + 4 + 4 + 32 + 32;
 constexpr size_t kMaxReason = 512;
 
-crypto::Digest mac(std::string_view secret, char side, Purpose purpose, const Nonce& nl,
-                   const Nonce& nc, int rank, int size, int listenerRank, uint8_t ok) {
-  wire::Writer w;
-  w.raw({reinterpret_cast<const uint8_t*>("strata-auth-v1"), 14});
-  w.u8(static_cast<uint8_t>(side)).u8(static_cast<uint8_t>(purpose));
-  w.raw(nl).raw(nc).i32(rank).i32(size).i32(listenerRank).u8(ok);
-  return crypto::hmacSha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()},
-                            w.data());
-}
 
 std::string_view purposeName(Purpose p) {
   return p == Purpose::Rendezvous ? "rendezvous" : "peer";
@@ -78,7 +69,7 @@ void connectSide(int fd, std::string_view secret, Purpose purpose, int rank, int
   }
   Nonce nc;
   crypto::randomBytes(nc);
-  auto m = mac(secret, 'C', purpose, nl, nc, rank, size, listenerRank, 0);
+  auto m = authMac(secret, 'C', purpose, nl, nc, rank, size, listenerRank, 0);
   wire::Writer w;
   w.u8(static_cast<uint8_t>(purpose)).i32(rank).i32(size).raw(nc).raw(m);
   writeRecord(fd, wire::encodeRecord(kAuth, kVersion, w.data()), deadline, what);
@@ -95,7 +86,7 @@ void connectSide(int fd, std::string_view secret, Purpose purpose, int rank, int
                 fmt::format("{}: rank {} refused the connection: {}", what, listenerRank, reason),
                 listenerRank);
   }
-  auto expect = mac(secret, 'S', purpose, nl, nc, rank, size, listenerRank, 1);
+  auto expect = authMac(secret, 'S', purpose, nl, nc, rank, size, listenerRank, 1);
   if (!crypto::equalConstantTime(expect, sm)) {
     throw Error(ErrorCode::AuthFailed,
                 fmt::format("{}: the listener could not prove the job secret (another job on "
@@ -178,7 +169,7 @@ ListenSide::State ListenSide::step() {
   auto raw = r.raw(32);
   std::copy(raw.begin(), raw.end(), nc.begin());
   auto m = r.raw(32);
-  auto expect = mac(secret_, 'C', purpose_, nonceL_, nc, rank, size, listenerRank_, 0);
+  auto expect = authMac(secret_, 'C', purpose_, nonceL_, nc, rank, size, listenerRank_, 0);
   if (p != purpose_ || !crypto::equalConstantTime(expect, m)) {
     return reject("failed authentication (wrong job secret or not a strata peer)", true);
   }
@@ -193,7 +184,7 @@ ListenSide::State ListenSide::step() {
   }
   peerRank_ = rank;
   wire::Writer w;
-  auto sm = mac(secret_, 'S', purpose_, nonceL_, nc, rank, size, listenerRank_, 1);
+  auto sm = authMac(secret_, 'S', purpose_, nonceL_, nc, rank, size, listenerRank_, 1);
   w.u8(1).raw(sm).str("");
   auto rec = wire::encodeRecord(kResult, kVersion, w.data());
   ssize_t n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -334,7 +325,7 @@ ConnectSide::State ConnectSide::step() {
           return fail(ErrorCode::ProtocolError, e.what());
         }
         crypto::randomBytes(nonceC_);
-        auto m = mac(secret_, 'C', purpose_, nonceL_, nonceC_, rank_, size_, listenerRank_, 0);
+        auto m = authMac(secret_, 'C', purpose_, nonceL_, nonceC_, rank_, size_, listenerRank_, 0);
         wire::Writer w;
         w.u8(static_cast<uint8_t>(purpose_)).i32(rank_).i32(size_).raw(nonceC_).raw(m);
         auto rec = wire::encodeRecord(kAuth, kVersion, w.data());
@@ -362,7 +353,7 @@ ConnectSide::State ConnectSide::step() {
                           fmt::format("{}: rank {} refused the connection: {}", what_,
                                       listenerRank_, reason));
             }
-            auto expect = mac(secret_, 'S', purpose_, nonceL_, nonceC_, rank_, size_,
+            auto expect = authMac(secret_, 'S', purpose_, nonceL_, nonceC_, rank_, size_,
                               listenerRank_, 1);
             if (!crypto::equalConstantTime(expect, sm)) {
               return fail(ErrorCode::AuthFailed,
@@ -401,6 +392,17 @@ ConnectSide::State ConnectSide::step() {
     }
   }
   return state_;
+}
+
+std::array<uint8_t, 32> authMac(std::string_view secret, char side, Purpose purpose,
+                                const Nonce& nl, const Nonce& nc, int rank, int size,
+                                int listenerRank, uint8_t ok) {
+  wire::Writer w;
+  w.raw({reinterpret_cast<const uint8_t*>("strata-auth-v1"), 14});
+  w.u8(static_cast<uint8_t>(side)).u8(static_cast<uint8_t>(purpose));
+  w.raw(nl).raw(nc).i32(rank).i32(size).i32(listenerRank).u8(ok);
+  return crypto::hmacSha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()},
+                            w.data());
 }
 
 bool RecordReader::step(int fd, std::string_view what) {

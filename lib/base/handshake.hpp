@@ -28,6 +28,13 @@ enum class Purpose : uint8_t { Rendezvous = 1, Mesh = 2 };
 
 using Nonce = std::array<uint8_t, 32>;
 
+/// The proof each side sends: HMAC-SHA256(secret, "strata-auth-v1" | side | purpose | nonceL |
+/// nonceC | rank | size | listenerRank | ok), side 'C' for the connector and 'S' for the listener.
+/// Exported for backends that carry the same handshake over another medium (ucx).
+STRATA_API std::array<uint8_t, 32> authMac(std::string_view secret, char side, Purpose purpose,
+                                           const Nonce& nonceL, const Nonce& nonceC, int rank,
+                                           int size, int listenerRank, uint8_t ok);
+
 /// Authenticates a freshly connected socket as `rank` of `size`. Throws AuthFailed when the
 /// listener rejects us or cannot prove the secret, ProtocolError for garbage, Timeout/PeerLost.
 STRATA_API void connectSide(int fd, std::string_view secret, Purpose purpose, int rank, int size,

@@ -19,13 +19,6 @@ namespace {
 constexpr uint16_t kRejectVersion = 1;
 constexpr size_t kMaxMessage = 4096;
 
-std::vector<uint8_t> encodeReject(const std::string& backend, const std::string& message,
-                                  bool timedOut) {
-  wire::Writer w;
-  w.str(backend).str(message.substr(0, kMaxMessage)).u8(timedOut ? 1 : 0);
-  return wire::encodeRecord(kRejectKind, kRejectVersion, w.data());
-}
-
 std::string rankList(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size() && i < 16; ++i) {
@@ -36,6 +29,25 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+std::vector<uint8_t> encodeReject(const std::string& backend, const std::string& message,
+                                  bool timedOut) {
+  wire::Writer w;
+  w.str(backend).str(message.substr(0, kMaxMessage)).u8(timedOut ? 1 : 0);
+  return wire::encodeRecord(kRejectKind, kRejectVersion, w.data());
+}
+
+void throwReject(std::span<const uint8_t> rec) {
+  auto d = wire::decodeRecord(rec, kRejectKind, kRejectVersion, kMaxMessage + 512,
+                              "rendezvous reject record");
+  wire::Reader r(d.body, "rendezvous reject record");
+  std::string backend = r.str(64);
+  std::string message = r.str(kMaxMessage);
+  bool timedOut = r.u8() != 0;
+  r.expectEnd();
+  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
+              fmt::format("rank 0 ({} backend) failed the rendezvous: {}", backend, message), 0);
+}
 
 std::string backendOfKind(uint16_t kind) {
   switch (kind) {
@@ -204,18 +216,7 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
                                        deadline, what);
       auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xffff,
                                   std::max(opt.maxRecord, kMaxMessage + 512), what);
-      if (h.kind == kRejectKind) {
-        auto d = wire::decodeRecord(rec, kRejectKind, kRejectVersion, kMaxMessage + 512,
-                                    "rendezvous reject record");
-        wire::Reader r(d.body, "rendezvous reject record");
-        std::string backend = r.str(64);
-        std::string message = r.str(kMaxMessage);
-        bool timedOut = r.u8() != 0;
-        r.expectEnd();
-        throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
-                    fmt::format("rank 0 ({} backend) failed the rendezvous: {}", backend, message),
-                    0);
-      }
+      if (h.kind == kRejectKind) throwReject(rec);
       return rec;
     } catch (const Error& e) {
       // Rank 0 of an earlier bootstrap in this process may still be closing, or the port

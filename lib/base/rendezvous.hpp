@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,12 @@ STRATA_API void serve(int listenFd, const Options& options,
 STRATA_API std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs,
                                         const Options& options, int rank,
                                         const std::vector<uint8_t>& hello);
+
+/// The REJECT record (for backends that run their own server or client around it).
+STRATA_API std::vector<uint8_t> encodeReject(const std::string& backend, const std::string& message,
+                                             bool timedOut);
+/// Throws the error a REJECT record carries (Timeout or InvalidConfig, peer 0).
+[[noreturn]] STRATA_API void throwReject(std::span<const uint8_t> record);
 
 /// The backend whose check-in record has this kind ("tcp", "ucx"), for mismatch messages.
 STRATA_API std::string backendOfKind(uint16_t kind);

@@ -113,7 +113,6 @@ constexpr uint16_t kHandshakeVersion = 1;
 constexpr uint8_t kPurposeRendezvous = 1;  // handshake::Purpose::Rendezvous
 constexpr size_t kAuthBody = 1 + 4 + 4 + 32 + 32;
 constexpr size_t kMaxReason = 512;
-constexpr uint16_t kRejectVersion = 1;
 constexpr size_t kMaxRejectMessage = 4096;
 enum Step : uint32_t {
   kStepChallenge = 1,
@@ -124,35 +123,16 @@ enum Step : uint32_t {
 };
 constexpr uint64_t kStepMask = kKindMask | 0xFFFFFFFFull;  // any connection id
 
+// The rendezvous handshake's proof, as lib/base/handshake.cpp computes it.
 crypto::Digest authMac(std::string_view secret, char side, const handshake::Nonce& nl,
                        const handshake::Nonce& nc, int rank, int size, int listenerRank,
                        uint8_t ok) {
-  // Identical to lib/base/handshake.cpp, so that both rendezvous prove the secret alike.
-  wire::Writer w;
-  w.raw({reinterpret_cast<const uint8_t*>("strata-auth-v1"), 14});
-  w.u8(static_cast<uint8_t>(side)).u8(kPurposeRendezvous);
-  w.raw(nl).raw(nc).i32(rank).i32(size).i32(listenerRank).u8(ok);
-  return crypto::hmacSha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()},
-                            w.data());
+  return handshake::authMac(secret, side, handshake::Purpose::Rendezvous, nl, nc, rank, size,
+                            listenerRank, ok);
 }
 
 std::vector<uint8_t> encodeReject(const std::string& message, bool timedOut) {
-  wire::Writer w;
-  w.str("ucx").str(message.substr(0, kMaxRejectMessage)).u8(timedOut ? 1 : 0);
-  return wire::encodeRecord(rendezvous::kRejectKind, kRejectVersion, w.data());
-}
-
-// Throws the error a REJECT record carries, as rendezvous::checkIn does.
-[[noreturn]] void throwReject(std::span<const uint8_t> rec) {
-  auto d = wire::decodeRecord(rec, rendezvous::kRejectKind, kRejectVersion, kMaxRejectMessage + 512,
-                              "rendezvous reject record");
-  wire::Reader r(d.body, "rendezvous reject record");
-  std::string backend = r.str(64);
-  std::string message = r.str(kMaxRejectMessage);
-  bool timedOut = r.u8() != 0;
-  r.expectEnd();
-  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
-              fmt::format("rank 0 ({} backend) failed the rendezvous: {}", backend, message), 0);
+  return rendezvous::encodeReject("ucx", message, timedOut);
 }
 
 uint16_t recordKind(std::span<const uint8_t> rec, size_t maxLength, std::string_view what) {
@@ -1143,7 +1123,7 @@ bool UcxBootstrap::checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
       return false;
     }
     if (recordKind(rec, kMaxRejectMessage + 512, what) == rendezvous::kRejectKind) {
-      throwReject(rec);
+      rendezvous::throwReject(rec);
     }
     return false;
   }
@@ -1257,7 +1237,7 @@ void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
           uint16_t kind = recordKind(rec, kMaxRejectMessage + 512, what);
           if (kind == rendezvous::kRejectKind) {
             rvClose(lk, true);
-            throwReject(rec);
+            rendezvous::throwReject(rec);
           }
           auto d2 = wire::decodeRecord(rec, kReply, kVersion, kMaxRecord, "ucx rendezvous reply");
           wire::Reader r2(d2.body, "ucx rendezvous reply");
