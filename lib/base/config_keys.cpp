@@ -81,6 +81,24 @@ constexpr KeyInfo kKeys[] = {
      "Address family of the TCP bootstrap. auto takes the first address of the chosen "
      "interface.",
      false},
+    {"transport.intra_node", Type::String, "nvlink,shm,fabric", "",
+     "Comma-separated transports tried in order between ranks on one host; the first that both "
+     "ranks can use connects them.",
+     true},
+    {"transport.inter_node", Type::String, "fabric", "",
+     "Comma-separated transports tried in order between ranks on different hosts.", true},
+    {"transport.timeout", Type::Double, "30", "0..",
+     "Deadline in seconds of blocking transport calls (flush, semaphore waits, connection "
+     "set-up). 0 means no deadline.",
+     false},
+    {"transport.host_id", Type::String, "", "",
+     "Host identity used to decide which ranks share a host. Empty means the host name plus the "
+     "kernel boot id.",
+     false},
+    {"transport.fabric.provider", Type::String, "auto", "",
+     "libfabric provider of the fabric transport, as fi_info names it (\"tcp;ofi_rxm\", "
+     "\"shm\"). auto prefers verbs;ofi_rxm, then efa, then tcp;ofi_rxm.",
+     true},
 
 };
 // END KEYS

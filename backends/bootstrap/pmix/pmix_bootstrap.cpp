@@ -792,6 +792,7 @@ strata_module_info() {
       "point-to-point over authenticated TCP",
       &detect,
       &create,
+      nullptr,
   };
   return &info;
 }

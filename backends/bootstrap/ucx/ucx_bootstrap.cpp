@@ -1879,6 +1879,7 @@ const backend::ModuleInfo kInfo = {
     "UCX: tag-matched messages over UCX workers, TCP rendezvous at rank 0",
     &detect,
     &create,
+    nullptr,
 };
 
 }  // namespace

@@ -4,4 +4,6 @@
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
+#include <strata/memory.hpp>
+#include <strata/transport.hpp>
 #include <strata/version.hpp>

@@ -48,6 +48,7 @@ strata_module_info() {
       [](const strata::Config&) -> std::unique_ptr<strata::Bootstrap> {
         return std::make_unique<SingleRank>();
       },
+      nullptr,
   };
   return &info;
 }

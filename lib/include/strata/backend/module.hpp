@@ -1,6 +1,7 @@
 #pragma once
 
-// The plugin SDK's one entry point. A module (strata-bootstrap-<name>.so) exports
+// The plugin SDK's one entry point. A module (strata-bootstrap-<name>.so or
+// strata-transport-<name>.so) exports
 //   extern "C" const strata::backend::ModuleInfo* strata_module_info();
 // The loader reads abiVersion (always the first field) before touching anything else and
 // refuses a module built for another ABI.
@@ -9,10 +10,11 @@
 #include <memory>
 
 #include <strata/bootstrap.hpp>
+#include <strata/backend/transport.hpp>
 #include <strata/config.hpp>
 
 /// Bumped whenever ModuleInfo or any interface a module implements changes.
-#define STRATA_MODULE_ABI_VERSION 1u
+#define STRATA_MODULE_ABI_VERSION 2u
 #define STRATA_MODULE_ENTRY_POINT "strata_module_info"
 
 namespace strata::backend {
@@ -30,6 +32,9 @@ struct ModuleInfo {
   bool (*detect)() noexcept;
   /// Bootstrap modules: creates a connected backend. Throws strata::Error.
   std::unique_ptr<Bootstrap> (*createBootstrap)(const Config& config);
+  /// Transport modules: creates the transport, or throws NotSupported saying why this process
+  /// cannot use it (no device, no provider). Bootstrap modules leave it null.
+  std::unique_ptr<Transport> (*createTransport)(const TransportInit& init);
 };
 
 }  // namespace strata::backend
