@@ -134,7 +134,18 @@ class Transport {
   /// Must not block on the peer: the core runs the ready handshake afterwards.
   virtual std::unique_ptr<TransportConnection> connect(const PeerInfo& peer,
                                                        std::span<const uint8_t> peerEndpoint) = 0;
+  /// The memory kind of the words this transport's updateAndSync() targets: the core allocates
+  /// semaphore counters of this kind (Host for shm and fabric; nvlink may prefer Cuda).
+  virtual MemoryKind signalMemoryKind() const noexcept { return MemoryKind::Host; }
+  /// Reads the 8-byte counter at mem + offset that a peer raises with updateAndSync(): an
+  /// acquire load for host memory; device memory needs the transport's help.
+  virtual uint64_t loadSignal(const LocalRef& mem, uint64_t offset);
   virtual TransportStats stats() const noexcept = 0;
 };
+
+inline uint64_t Transport::loadSignal(const LocalRef& mem, uint64_t offset) {
+  auto* word = reinterpret_cast<uint64_t*>(static_cast<char*>(mem.data) + offset);
+  return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
 
 }  // namespace strata::backend
