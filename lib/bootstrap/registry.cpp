@@ -66,15 +66,21 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::string moduleFile(const std::string& name) { return "strata-bootstrap-" + name + ".so"; }
+std::string moduleFile(const std::string& name, backend::ModuleKind kind) {
+  return std::string(kind == backend::ModuleKind::Bootstrap ? "strata-bootstrap-"
+                                                            : "strata-transport-") +
+         name + ".so";
+}
 
 /// Loads (once per path) and checks a module; never throws.
-LoadedModule loadModule(const std::string& name, const Config& config) {
+LoadedModule loadModule(const std::string& name, const Config& config,
+                        backend::ModuleKind kind = backend::ModuleKind::Bootstrap) {
+  const char* kindName = kind == backend::ModuleKind::Bootstrap ? "bootstrap" : "transport";
   static std::map<std::string, LoadedModule> cache;
   std::lock_guard lk(gModuleMu);
   std::vector<std::string> tried;
   for (const auto& dir : modulePath(config)) {
-    std::filesystem::path p = std::filesystem::path(dir) / moduleFile(name);
+    std::filesystem::path p = std::filesystem::path(dir) / moduleFile(name, kind);
     std::error_code ec;
     if (!std::filesystem::exists(p, ec)) {
       tried.push_back(dir);
@@ -99,9 +105,10 @@ LoadedModule loadModule(const std::string& name, const Config& config) {
               "{} was built for module ABI {}, this libstrata {} has ABI {}: rebuild the module "
               "against this strata",
               key, info->abiVersion, STRATA_VERSION_STRING, STRATA_MODULE_ABI_VERSION);
-        } else if (info->kind != backend::ModuleKind::Bootstrap || !info->name ||
-                   name != info->name || !info->createBootstrap) {
-          m.error = fmt::format("{} is not the bootstrap module '{}'", key, name);
+        } else if (info->kind != kind || !info->name || name != info->name ||
+                   (kind == backend::ModuleKind::Bootstrap ? !info->createBootstrap
+                                                           : !info->createTransport)) {
+          m.error = fmt::format("{} is not the {} module '{}'", key, kindName, name);
         } else {
           m.info = info;
         }
@@ -115,7 +122,7 @@ LoadedModule loadModule(const std::string& name, const Config& config) {
   LoadedModule m;
   std::string dirs;
   for (auto& d : tried) dirs += (dirs.empty() ? "" : ", ") + d;
-  m.error = fmt::format("{} not found (searched: {})", moduleFile(name),
+  m.error = fmt::format("{} not found (searched: {})", moduleFile(name, kind),
                         dirs.empty() ? "no directories" : dirs);
   return m;
 }
@@ -129,6 +136,11 @@ bool envPresent(const char* prefix) {
 }
 
 }  // namespace
+
+ModuleLookup findModule(backend::ModuleKind kind, const std::string& name, const Config& config) {
+  auto m = loadModule(name, config, kind);
+  return {m.path, m.info, m.error};
+}
 
 std::vector<std::string> modulePath(const Config& config) {
   std::vector<std::string> dirs = split(config::getString(config, "module.path"), ':');

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <strata/backend/module.hpp>
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
 #include <strata/export.hpp>
@@ -24,6 +25,17 @@ struct BackendStatus {
 
 /// Every known backend name (tcp, pmix, ucx, plus any other module found), with its status.
 STRATA_API std::vector<BackendStatus> listBackends(const Config& config);
+/// A module found on the module path (info null, error set, when absent or unusable).
+struct ModuleLookup {
+  std::string path;
+  const backend::ModuleInfo* info = nullptr;
+  std::string error;
+};
+/// Loads (once per file) and checks strata-bootstrap-<name>.so or strata-transport-<name>.so;
+/// never throws.
+STRATA_API ModuleLookup findModule(backend::ModuleKind kind, const std::string& name,
+                                   const Config& config);
+
 /// Directories searched for modules, in order.
 STRATA_API std::vector<std::string> modulePath(const Config& config);
 /// The name bootstrap.backend resolves to ("auto" resolved), without creating anything.

@@ -97,12 +97,22 @@ class STRATA_API Context {
   bool sameHost(int peer) const;
   /// The peer's host name as it reported it.
   const std::string& hostName(int rank) const;
-  /// The transport that connects this rank to peer: the first name of transport.intra_node
-  /// (same host) or transport.inter_node (other host) that both ranks can use. Throws
-  /// NotSupported naming both ranks and what each has when there is none.
-  std::string transportFor(int peer) const;
+  /// The transport that connects this rank to peer for memory of that kind: the first name of
+  /// transport.intra_node (same host) or transport.inter_node (other host) that both ranks
+  /// loaded and that handles the kind. Throws NotSupported naming both ranks, what each has and
+  /// why the others did not load, when there is none.
+  std::string transportFor(int peer, MemoryKind kind = MemoryKind::Host) const;
   /// The transports this process loaded.
   std::vector<std::string> transports() const;
+  /// Live objects of one loaded transport (diagnostics; the tests use it to prove nothing
+  /// leaks).
+  struct TransportUsage {
+    std::string name;
+    size_t registrations = 0;
+    size_t imports = 0;
+    size_t connections = 0;
+  };
+  std::vector<TransportUsage> usage() const;
 
   /// Allocates memory that every local transport can share (for host memory, a memfd mapping
   /// that same-host peers map directly) and registers it.
@@ -113,7 +123,10 @@ class STRATA_API Context {
   /// Collective among the listed peers (each of them must list this rank): sets up one
   /// Connection per peer in one batched exchange, then a ready handshake so that nobody writes
   /// before the peer has imported everything. peers must be distinct and not this rank.
-  std::vector<std::shared_ptr<Connection>> connect(std::span<const int> peers);
+  /// kind picks the transport (transportFor); memory of other kinds may still be written when
+  /// the transport handles it.
+  std::vector<std::shared_ptr<Connection>> connect(std::span<const int> peers,
+                                                   MemoryKind kind = MemoryKind::Host);
   /// Sends local's record to every listed peer and returns each peer's memory (deserialized),
   /// in the order of peers. Every listed peer must call it with this rank in its list.
   std::vector<RegisteredMemory> exchange(const RegisteredMemory& local, std::span<const int> peers);

@@ -1,0 +1,158 @@
+#include <sched.h>
+#include <time.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "deadline.hpp"
+#include "lib/transport/context_impl.hpp"
+#include "lib/transport/records.hpp"
+
+namespace strata {
+
+struct HostSemaphore::Impl {
+  std::shared_ptr<Connection> conn;
+  std::shared_ptr<transport::SlotPool> pool;
+  uint32_t localSlot = 0;
+  uint64_t remoteOffset = 0;
+  uint64_t outbound = 0;  ///< last value written to the peer's counter
+  uint64_t expected = 0;  ///< value of our counter after the last signal we consumed
+  double timeout = 30;
+  ~Impl() {
+    if (pool) pool->release(localSlot);
+  }
+  uint64_t load() {
+    auto& arena = pool->arena;
+    auto& ci = conn->impl();
+    backend::LocalRef ref{arena.data(), arena.size(), arena.kind(),
+                          arena.impl()->localFor(ci.transportName)};
+    return ci.transport->loadSignal(ref, uint64_t{localSlot} * transport::SlotPool::kStride);
+  }
+};
+
+HostSemaphore::HostSemaphore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HostSemaphore::~HostSemaphore() = default;
+
+int HostSemaphore::peer() const noexcept { return impl_->conn->peer(); }
+
+void HostSemaphore::signal() {
+  auto& I = *impl_;
+  I.conn->updateAndSync(I.conn->impl().peerArena, I.remoteOffset, I.outbound + 1);
+  ++I.outbound;
+}
+
+bool HostSemaphore::poll() {
+  auto& I = *impl_;
+  if (I.load() > I.expected) {
+    ++I.expected;
+    return true;
+  }
+  I.conn->progress();
+  return false;
+}
+
+void HostSemaphore::wait(double timeoutSeconds) {
+  auto& I = *impl_;
+  double t = timeoutSeconds < 0 ? I.timeout : timeoutSeconds;
+  auto deadline = Deadline::fromTimeout(t);
+  auto start = std::chrono::steady_clock::now();
+  auto lastCheck = start;
+  // Spin briefly (a signal from a running peer lands within microseconds), then yield, then
+  // sleep in short steps: ranks often share cores, and a spinning waiter would starve the
+  // signaller.
+  for (uint64_t iter = 0;; ++iter) {
+    if (I.load() > I.expected) {
+      ++I.expected;
+      return;
+    }
+    I.conn->progress();
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastCheck > std::chrono::milliseconds(10)) {
+      lastCheck = now;
+      I.conn->checkPeer();
+      if (deadline.expired()) {
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("semaphore wait for rank {} over {} timed out after {} s (signals "
+                                "received {}, waiting for {}); the peer may be stuck or slower: "
+                                "raise transport.timeout",
+                                peer(), I.conn->transport(), t, I.expected, I.expected + 1),
+                    peer());
+      }
+    }
+    auto waited = now - start;
+    if (waited < std::chrono::microseconds(20)) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    } else if (waited < std::chrono::milliseconds(2)) {
+      sched_yield();
+    } else {
+      timespec ts{0, 50'000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+std::vector<std::shared_ptr<HostSemaphore>> Context::createSemaphores(
+    std::span<const std::shared_ptr<Connection>> connections) {
+  auto& I = *impl_;
+  // Group by peer, keeping order: one record per peer carries all its slots.
+  std::vector<int> peers;
+  std::map<int, std::vector<size_t>> byPeer;
+  std::vector<std::unique_ptr<HostSemaphore::Impl>> sems;
+  for (size_t i = 0; i < connections.size(); ++i) {
+    const auto& c = connections[i];
+    if (!c) throw Error(ErrorCode::InvalidArgument, "Context::createSemaphores: null connection");
+    if (!byPeer.count(c->peer())) peers.push_back(c->peer());
+    byPeer[c->peer()].push_back(i);
+    auto s = std::make_unique<HostSemaphore::Impl>();
+    s->conn = c;
+    s->timeout = I.timeout;
+    s->pool = I.pool(std::string(c->transport()), *this);
+    s->localSlot = s->pool->acquire(I.rank);
+    s->expected = s->load();
+    sems.push_back(std::move(s));
+  }
+  for (int p : peers) {
+    transport::SemaphoreRecord r;
+    r.from = I.rank;
+    r.to = p;
+    for (size_t i : byPeer[p]) {
+      r.slots.push_back({std::string(connections[i]->transport()), sems[i]->localSlot,
+                         sems[i]->expected});
+    }
+    transport::sendBlob(*I.bootstrap, p, transport::kTagSemaphore, transport::encodeSemaphore(r));
+  }
+  for (int p : peers) {
+    auto r = transport::decodeSemaphore(
+        transport::recvBlob(*I.bootstrap, p, transport::kTagSemaphore, "semaphore record"), p);
+    const auto& mine = byPeer[p];
+    if (r.to != I.rank || r.slots.size() != mine.size()) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("rank {} made {} semaphores with rank {}, this rank made {}: both "
+                              "sides must pass their connections to each other in the same order",
+                              p, r.slots.size(), I.rank, mine.size()),
+                  p);
+    }
+    for (size_t k = 0; k < mine.size(); ++k) {
+      auto& s = *sems[mine[k]];
+      const auto& slot = r.slots[k];
+      if (slot.transport != s.conn->transport() || slot.slot >= transport::SlotPool::kSlots) {
+        throw Error(ErrorCode::ProtocolError,
+                    fmt::format("rank {}'s semaphore {} is on {} slot {}, this rank's on {}", p, k,
+                                slot.transport, slot.slot, s.conn->transport()),
+                    p);
+      }
+      s.remoteOffset = uint64_t{slot.slot} * transport::SlotPool::kStride;
+      s.outbound = slot.base;
+    }
+  }
+  std::vector<std::shared_ptr<HostSemaphore>> out;
+  for (auto& s : sems) out.push_back(std::make_shared<HostSemaphore>(std::move(s)));
+  return out;
+}
+
+}  // namespace strata
