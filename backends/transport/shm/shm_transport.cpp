@@ -233,8 +233,7 @@ class ShmConnection final : public TransportConnection {
     if (!self_) {
       long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(pid_), 0);
       if (fd >= 0) {
-        pidfd_ = static_cast<int>(fd);
-        fcntl(pidfd_, F_SETFD, FD_CLOEXEC);  // pidfds are close-on-exec already; be explicit
+        pidfd_ = static_cast<int>(fd);  // close-on-exec by definition
       } else if (errno == ESRCH) {
         lost_ = true;
       } else {
