@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(STRATA_VERSION_STRING));
   std::vector<Mode> modes;
   modes.push_back(addBootstrapMode(app));
+  modes.push_back(addP2pMode(app));
 
   try {
     app.parse(argc, argv);

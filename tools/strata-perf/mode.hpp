@@ -1,7 +1,8 @@
 #pragma once
 
 // strata-perf is `strata-perf <mode> [options]`. Each mode adds one CLI11 subcommand and says
-// how to run it; later modes (allreduce, allgather, ...) add theirs next to bootstrap.
+// how to run it: bootstrap, p2p; later modes (allreduce, allgather, ...) add theirs next to
+// them.
 
 #include <cstddef>
 #include <functional>
@@ -44,5 +45,6 @@ struct SweepOptions {
 };
 
 Mode addBootstrapMode(CLI::App& app);
+Mode addP2pMode(CLI::App& app);
 
 }  // namespace strata::perf

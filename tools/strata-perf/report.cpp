@@ -81,4 +81,32 @@ void Reporter::row(const Row& r) {
   }
 }
 
+void Reporter::bandwidthColumns() {
+  fmt::print(table_, "#\n# {:>10} {:>10} {:>7} {:>10} {:>9} {:>10} {:>10} {:>7}\n", "size", "count",
+             "iters", "time", "bw", "lat", "lat p99", "#wrong");
+  fmt::print(table_, "# {:>10} {:>10} {:>7} {:>10} {:>9} {:>10} {:>10} {:>7}\n", "(B)",
+             "(elements)", "", "(us)", "(GB/s)", "(us)", "(us)", "");
+  std::fflush(table_);
+}
+
+void Reporter::row(const BandwidthRow& r) {
+  std::string wrong = r.wrong < 0 ? std::string("N/A") : fmt::format("{}", r.wrong);
+  fmt::print(table_, "  {:>10} {:>10} {:>7} {:>10.2f} {:>9.2f} {:>10.2f} {:>10.2f} {:>7}\n",
+             r.bytes, r.count, r.iters, r.timeUs, r.gbps, r.latUs.median, r.latUs.p99, wrong);
+  std::fflush(table_);
+  if (json_) {
+    fmt::print(
+        json_,
+        "{{\"tool\":\"strata-perf\",\"mode\":{},\"transport\":{},{}\"nranks\":{},"
+        "\"bytes\":{},\"count\":{},\"iters\":{},\"time_us\":{:.3f},\"bw_gbps\":{:.3f},"
+        "\"lat_median_us\":{:.3f},\"lat_p99_us\":{:.3f},\"lat_min_us\":{:.3f},"
+        "\"wrong\":{}}}\n",
+        jsonString(mode_), jsonString(backend_),
+        provider_.empty() ? std::string() : fmt::format("\"provider\":{},", jsonString(provider_)),
+        nranks_, r.bytes, r.count, r.iters, r.timeUs, r.gbps, r.latUs.median, r.latUs.p99,
+        r.latUs.min, r.wrong < 0 ? std::string("null") : wrong);
+    std::fflush(json_);
+  }
+}
+
 }  // namespace strata::perf

@@ -3,6 +3,7 @@
 // Output of strata-perf on rank 0: an nccl-tests-like table (header lines start with '#') and,
 // optionally, one JSON object per row. Other modes reuse it with their own op names.
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +21,18 @@ struct Row {
   Summary us;  ///< microseconds
 };
 
+/// One row of a bandwidth mode (p2p): nccl-tests' size, count, time and algbw, plus the
+/// one-way latency of a ping-pong at that size.
+struct BandwidthRow {
+  size_t bytes = 0;
+  size_t count = 0;  ///< elements; for p2p the element is a byte
+  size_t iters = 0;
+  double timeUs = 0;   ///< per message in the bandwidth loop
+  double gbps = 0;     ///< bytes / timeUs, GB = 1e9 B (nccl-tests' algbw)
+  Summary latUs;       ///< one-way latency, microseconds
+  int64_t wrong = -1;  ///< wrong bytes; -1: not checked (N/A)
+};
+
 class Reporter {
  public:
   /// jsonPath: empty for none, "-" for stdout (the table then goes to stderr so that stdout
@@ -35,10 +48,18 @@ class Reporter {
   /// Prints the column header; call once after the comments.
   void columns();
   void row(const Row& row);
+  /// Bandwidth modes: a provider (or similar detail) added to every JSON row when not empty.
+  void setProvider(std::string provider) { provider_ = std::move(provider); }
+  /// Column header of the bandwidth rows; call once after the comments.
+  void bandwidthColumns();
+  /// JSON: "transport" (the backend given to the constructor), "provider" when set, the
+  /// fields of BandwidthRow ("wrong": null when not checked).
+  void row(const BandwidthRow& row);
 
  private:
   std::string mode_;
   std::string backend_;
+  std::string provider_;
   int nranks_;
   std::FILE* table_;
   std::FILE* json_ = nullptr;
