@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Compares strata-perf p2p bandwidth with what the same machine does without strata:
+#   (1) transport shm   vs single-thread memcpy (tools/bench/memcpy_bw.c), hot and cold buffers;
+#   (2) transport fabric vs a direct libfabric fi_write loop (tools/bench/fi_write_bw.c) with the
+#       same provider, and ucx_perftest ucp_put_bw over UCX tcp when ucx_perftest is installed.
+#
+#   tools/bench/p2p_vs_peers.sh [BUILD_DIR]        (default BUILD_DIR: build)
+#
+# Environment: MIN (default 64K), MAX (64M), FACTOR (2), PROVIDER (fabric provider, default
+# "tcp;ofi_rxm"), ITERS (messages per size for every tool; default: strata-perf's, 1000 and
+# 1000 * 64 KiB / size above 64 KiB, at least 20), WINDOW (strata-perf --window, default 0),
+# UCX (0 skips ucx_perftest), BENCH_TIMEOUT (seconds per run, default 300), RESULTS_DIR (keep the
+# raw outputs there; default: a temporary directory that is removed).
+#
+# A benchmark, never a pass/fail test: a run that fails shows as "-" and the script goes on.
+# Everything stays on loopback: FI_TCP_IFACE=lo, UCX_NET_DEVICES=lo, strata's bootstrap on lo,
+# ucx_perftest's client connects to 127.0.0.1. GB = 1e9 B.
+set -u
+
+build_dir=${1:-build}
+min=${MIN:-64K}
+max=${MAX:-64M}
+factor=${FACTOR:-2}
+provider=${PROVIDER:-"tcp;ofi_rxm"}
+iters=${ITERS:-}
+window=${WINDOW:-0}
+run_timeout=${BENCH_TIMEOUT:-300}
+
+here=$(cd "$(dirname "$0")" && pwd)
+strata_run="$build_dir/tools/strata-run/strata-run"
+strata_perf="$build_dir/tools/strata-perf/strata-perf"
+for exe in "$strata_run" "$strata_perf"; do
+  if [[ ! -x $exe ]]; then
+    echo "p2p_vs_peers: $exe not found; build first (ninja -C $build_dir) or pass the build directory" >&2
+    exit 1
+  fi
+done
+cc=${CC:-cc}
+
+if [[ -n ${RESULTS_DIR:-} ]]; then
+  work=$RESULTS_DIR
+  mkdir -p "$work" || exit 1
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/strata-p2p.XXXXXX") || exit 1
+  trap 'rm -rf "$work"' EXIT
+fi
+
+export FI_TCP_IFACE=lo
+export STRATA_BOOTSTRAP_TCP_INTERFACE=lo
+export UCX_NET_DEVICES=lo
+fabric_dir=$(find "$build_dir/backends" -name 'strata-transport-fabric.so' -printf '%h\n' 2>/dev/null | head -n 1)
+export STRATA_MODULE_PATH=${STRATA_MODULE_PATH:-$fabric_dir}
+
+if ! "$cc" -O2 -o "$work/memcpy_bw" "$here/memcpy_bw.c"; then
+  echo "p2p_vs_peers: $cc failed to build memcpy_bw.c" >&2
+  exit 1
+fi
+fi_libs=$(pkg-config --libs libfabric 2>/dev/null || echo -lfabric)
+fi_cflags=$(pkg-config --cflags libfabric 2>/dev/null)
+# shellcheck disable=SC2086  # word splitting of the pkg-config flags is intended
+if ! "$cc" -O2 $fi_cflags -o "$work/fi_write_bw" "$here/fi_write_bw.c" $fi_libs; then
+  echo "p2p_vs_peers: $cc failed to build fi_write_bw.c (libfabric-dev installed?)" >&2
+fi
+
+perf_iters=()
+[[ -n $iters ]] && perf_iters=(-n "$iters" -w $((iters / 10 > 2 ? iters / 10 : 2)))
+
+# strata-perf p2p for one transport; JSON lines into $work/strata-$1.json.
+run_strata() {
+  local t=$1
+  echo "# strata-run -n 2 strata-perf p2p --transport $t -b $min -e $max -f $factor ${perf_iters[*]} --window $window ..." >&2
+  if ! STRATA_TRANSPORT_FABRIC_PROVIDER="$provider" timeout "$run_timeout" "$strata_run" -n 2 \
+    "$strata_perf" p2p --transport "$t" -b "$min" -e "$max" -f "$factor" "${perf_iters[@]}" \
+    --window "$window" --json "$work/strata-$t.json" >"$work/strata-$t.log" 2>&1; then
+    echo "# strata-perf p2p --transport $t failed; last lines:" >&2
+    tail -n 5 "$work/strata-$t.log" | sed 's/^/#   /' >&2
+  fi
+}
+
+# jfield FILE BYTES KEY: KEY of the JSON line with that size.
+jfield() {
+  grep -h "\"bytes\":$2," "$1" 2>/dev/null | head -n 1 | sed -n "s/.*\"$3\":\([-0-9.eE+]*\).*/\1/p"
+}
+# cfield FILE BYTES COLUMN: column COLUMN (1-based) of the line that starts with BYTES.
+cfield() {
+  awk -v b="$2" -v c="$3" '$1 == b { print $c; exit }' "$1" 2>/dev/null
+}
+
+run_strata shm
+echo "# memcpy_bw $min $max $factor $iters ..." >&2
+timeout "$run_timeout" "$work/memcpy_bw" "$min" "$max" "$factor" "${iters:-0}" >"$work/memcpy.txt" 2>&1 ||
+  echo "# memcpy_bw failed" >&2
+run_strata fabric
+if [[ -x $work/fi_write_bw ]]; then
+  echo "# fi_write_bw \"$provider\" $min $max $factor $iters ..." >&2
+  timeout "$run_timeout" "$work/fi_write_bw" "$provider" "$min" "$max" "$factor" "${iters:-0}" \
+    >"$work/fi_write.txt" 2>"$work/fi_write.log" || {
+    echo "# fi_write_bw failed; last lines:" >&2
+    tail -n 5 "$work/fi_write.log" | sed 's/^/#   /' >&2
+  }
+fi
+
+# The sizes strata measured, in order.
+mapfile -t sizes < <(sed -n 's/.*"bytes":\([0-9]*\),.*/\1/p' "$work/strata-shm.json" "$work/strata-fabric.json" 2>/dev/null | sort -nu)
+if ((${#sizes[@]} == 0)); then
+  echo "p2p_vs_peers: strata-perf produced no rows; see above" >&2
+  exit 0
+fi
+
+# ucx_perftest ucp_put_bw, one server/client pair per size: UCX over tcp on lo, client to
+# 127.0.0.1. Its bandwidth column is MB/s with MB = 2^20 B; converted to GB/s here.
+have_ucx=0
+if [[ ${UCX:-1} != 0 ]] && command -v ucx_perftest >/dev/null; then
+  have_ucx=1
+  port=$((20000 + RANDOM % 20000))
+  for s in "${sizes[@]}"; do
+    n=${iters:-$((s <= 65536 ? 1000 : (1000 * 65536 / s < 20 ? 20 : 1000 * 65536 / s)))}
+    echo "# ucx_perftest 127.0.0.1 -t ucp_put_bw -s $s -n $n (UCX_TLS=tcp) ..." >&2
+    UCX_TLS=tcp timeout "$run_timeout" ucx_perftest -p "$port" >"$work/ucx-server-$s.log" 2>&1 &
+    server=$!
+    sleep 0.5
+    UCX_TLS=tcp timeout "$run_timeout" ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$s" \
+      -n "$n" -w $((n / 10 > 2 ? n / 10 : 2)) -f >"$work/ucx-$s.txt" 2>&1 ||
+      echo "# ucx_perftest at $s B failed" >&2
+    wait "$server" 2>/dev/null
+    port=$((port + 1))
+  done
+fi
+ucx_gbps() {
+  # The final-numbers line: "Final: n lat_typ lat_avg lat_overall bw_avg bw_overall rate_avg rate_overall"
+  awk '/Final:/ { printf "%.3f", $7 * 1048576 / 1e9; exit }' "$work/ucx-$1.txt" 2>/dev/null
+}
+
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.eE+-]+$/ && b ~ /^[0-9.eE+-]+$/ && b > 0) printf "%.2f", a / b; else printf "-" }'
+}
+num() {
+  awk -v a="$1" 'BEGIN { if (a ~ /^[0-9.eE+-]+$/) printf "%.2f", a; else printf "-" }'
+}
+
+echo
+echo "# (1) shm: strata-perf p2p --transport shm (rank 0 writes into rank 1's mapping, one memcpy"
+echo "#     per write) vs single-thread memcpy: hot = same buffers every copy (as p2p does),"
+echo "#     cold = buffers rotate through 1 GiB (DRAM). Bandwidth GB/s; ratio = strata / memcpy."
+printf "%10s %10s %10s %10s %9s %9s\n" "size(B)" "strata" "memcpy_hot" "memcpy_cold" "r_hot" "r_cold"
+for s in "${sizes[@]}"; do
+  st=$(jfield "$work/strata-shm.json" "$s" bw_gbps)
+  mh=$(cfield "$work/memcpy.txt" "$s" 4)
+  mc=$(cfield "$work/memcpy.txt" "$s" 6)
+  printf "%10s %10s %10s %10s %9s %9s\n" "$s" "$(num "$st")" "$(num "$mh")" "$(num "$mc")" \
+    "$(ratio "$st" "$mh")" "$(ratio "$st" "$mc")"
+done
+echo
+echo "# (2) fabric, provider $provider on lo: strata-perf p2p --transport fabric vs fi_write_bw"
+echo "#     (direct fi_write loop, same provider and completion level)$( ((have_ucx)) && echo " and ucx_perftest ucp_put_bw (UCX_TLS=tcp)")."
+echo "#     Bandwidth GB/s; ratio = strata / peer."
+printf "%10s %10s %10s %10s %9s %9s\n" "size(B)" "strata" "fi_write" "ucx_put" "r_fi" "r_ucx"
+for s in "${sizes[@]}"; do
+  st=$(jfield "$work/strata-fabric.json" "$s" bw_gbps)
+  fw=$(cfield "$work/fi_write.txt" "$s" 4)
+  ux=$( ((have_ucx)) && ucx_gbps "$s")
+  printf "%10s %10s %10s %10s %9s %9s\n" "$s" "$(num "$st")" "$(num "$fw")" "$(num "$ux")" \
+    "$(ratio "$st" "$fw")" "$(ratio "$st" "$ux")"
+done
+if [[ -n ${RESULTS_DIR:-} ]]; then
+  echo "# raw outputs: $work"
+fi
+exit 0
