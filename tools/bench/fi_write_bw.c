@@ -58,6 +58,11 @@ static struct fid_ep* ep;
 static struct fid_av* av;
 static struct fid_cq* cq;
 static struct fid_mr* mr;
+static int waitFd = -1;
+// FI_WRITE_BW_IDLE_SLEEP_US: sleep this long whenever the initiator's CQ read finds nothing
+// (default 0, spin). Sleeping imitates a caller that drives progress only now and then, to see
+// how much a provider with manual progress depends on it.
+static unsigned idleSleepUs;
 
 static double nowUs(void) {
   struct timespec ts;
@@ -132,8 +137,16 @@ static void openEndpoint(const char* provider, void* buf, size_t bytes, uint64_t
   }
   CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
   CHECK(fi_domain(fabric, info, &domain, NULL));
-  struct fi_cq_attr cqAttr = {.format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
-  CHECK(fi_cq_open(domain, &cqAttr, &cq, NULL));
+  // A wait fd lets the target block between completions instead of spinning (as strata's
+  // progress thread does), so it leaves the core to the initiator on a small machine.
+  struct fi_cq_attr cqAttr = {.format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_FD};
+  if (fi_cq_open(domain, &cqAttr, &cq, NULL) != 0 || fi_control(&cq->fid, FI_GETWAIT, &waitFd)) {
+    if (cq) fi_close(&cq->fid);
+    cq = NULL;
+    waitFd = -1;
+    cqAttr.wait_obj = FI_WAIT_NONE;
+    CHECK(fi_cq_open(domain, &cqAttr, &cq, NULL));
+  }
   struct fi_av_attr avAttr = {.type = info->domain_attr->av_type};
   CHECK(fi_av_open(domain, &avAttr, &av, NULL));
   CHECK(fi_endpoint(domain, info, &ep, NULL));
@@ -193,7 +206,12 @@ static double batch(void* buf, size_t bytes, size_t iters, fi_addr_t dest, uint6
       }
       ++posted;
     }
-    done += reap();
+    size_t got = reap();
+    done += got;
+    if (!got && idleSleepUs) {
+      struct timespec ts = {0, (long)idleSleepUs * 1000};
+      nanosleep(&ts, NULL);
+    }
   }
   return nowUs() - t0;
 }
@@ -241,13 +259,18 @@ int main(int argc, char** argv) {
   }
 
   if (isTarget) {
-    // Drive the endpoint until the initiator says it is done; yield so a shared core still
-    // runs the initiator.
+    // Drive the endpoint until the initiator says it is done: block on the CQ's wait fd when
+    // fi_trywait allows, else yield so that a shared core still runs the initiator.
     for (;;) {
       reap();
-      struct pollfd p = {sock, POLLIN, 0};
-      if (poll(&p, 1, 0) > 0) break;
-      sched_yield();
+      struct pollfd p[2] = {{sock, POLLIN, 0}, {waitFd, POLLIN, 0}};
+      struct fid* f = &cq->fid;
+      if (waitFd >= 0 && fi_trywait(fabric, &f, 1) == FI_SUCCESS) {
+        if (poll(p, 2, 100) > 0 && (p[0].revents & POLLIN)) break;
+      } else {
+        if (poll(p, 1, 0) > 0) break;
+        sched_yield();
+      }
     }
     char byte;
     fullIo(sock, &byte, 1, 0);
@@ -258,6 +281,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (getenv("FI_WRITE_BW_IDLE_SLEEP_US"))
+    idleSleepUs = (unsigned)atoi(getenv("FI_WRITE_BW_IDLE_SLEEP_US"));
   if (!window) window = info->tx_attr->size ? info->tx_attr->size : 64;
   contexts = calloc(window, sizeof(*contexts));
   freeList = calloc(window, sizeof(*freeList));

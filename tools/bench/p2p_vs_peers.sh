@@ -9,6 +9,8 @@
 # Environment: MIN (default 64K), MAX (64M), FACTOR (2), PROVIDER (fabric provider, default
 # "tcp;ofi_rxm"), ITERS (messages per size for every tool; default: strata-perf's, 1000 and
 # 1000 * 64 KiB / size above 64 KiB, at least 20), WINDOW (strata-perf --window, default 0),
+# REPEAT (default 3: every strata and reference run is repeated, interleaved, and the best
+# bandwidth per size is kept, because other load on the machine makes single runs noisy),
 # UCX (0 skips ucx_perftest), BENCH_TIMEOUT (seconds per run, default 300), RESULTS_DIR (keep the
 # raw outputs there; default: a temporary directory that is removed).
 #
@@ -25,6 +27,7 @@ provider=${PROVIDER:-"tcp;ofi_rxm"}
 iters=${ITERS:-}
 window=${WINDOW:-0}
 run_timeout=${BENCH_TIMEOUT:-300}
+repeat=${REPEAT:-3}
 
 here=$(cd "$(dirname "$0")" && pwd)
 strata_run="$build_dir/tools/strata-run/strata-run"
@@ -65,56 +68,63 @@ fi
 perf_iters=()
 [[ -n $iters ]] && perf_iters=(-n "$iters" -w $((iters / 10 > 2 ? iters / 10 : 2)))
 
-# strata-perf p2p for one transport; JSON lines into $work/strata-$1.json.
+# strata-perf p2p for one transport; JSON lines into $work/strata-$1.$2.json (run $2).
 run_strata() {
-  local t=$1
+  local t=$1 r=$2
   echo "# strata-run -n 2 strata-perf p2p --transport $t -b $min -e $max -f $factor ${perf_iters[*]} --window $window ..." >&2
   if ! STRATA_TRANSPORT_FABRIC_PROVIDER="$provider" timeout "$run_timeout" "$strata_run" -n 2 \
     "$strata_perf" p2p --transport "$t" -b "$min" -e "$max" -f "$factor" "${perf_iters[@]}" \
-    --window "$window" --json "$work/strata-$t.json" >"$work/strata-$t.log" 2>&1; then
+    --window "$window" --json "$work/strata-$t.$r.json" >"$work/strata-$t.$r.log" 2>&1; then
     echo "# strata-perf p2p --transport $t failed; last lines:" >&2
-    tail -n 5 "$work/strata-$t.log" | sed 's/^/#   /' >&2
+    tail -n 5 "$work/strata-$t.$r.log" | sed 's/^/#   /' >&2
   fi
 }
 
-# jfield FILE BYTES KEY: KEY of the JSON line with that size.
-jfield() {
-  grep -h "\"bytes\":$2," "$1" 2>/dev/null | head -n 1 | sed -n "s/.*\"$3\":\([-0-9.eE+]*\).*/\1/p"
+# jbest PREFIX BYTES KEY: the largest KEY over the JSON lines of that size in PREFIX.*.json.
+jbest() {
+  cat "$1".*.json 2>/dev/null | grep -h "\"bytes\":$2," | sed -n "s/.*\"$3\":\([-0-9.eE+]*\).*/\1/p" |
+    sort -g | tail -n 1
 }
-# cfield FILE BYTES COLUMN: column COLUMN (1-based) of the line that starts with BYTES.
-cfield() {
-  awk -v b="$2" -v c="$3" '$1 == b { print $c; exit }' "$1" 2>/dev/null
+# cbest PREFIX BYTES COLUMN: the largest column COLUMN (1-based) of the lines that start with
+# BYTES in PREFIX.*.txt.
+cbest() {
+  cat "$1".*.txt 2>/dev/null | awk -v b="$2" -v c="$3" '$1 == b { print $c }' | sort -g | tail -n 1
 }
 
-run_strata shm
-echo "# memcpy_bw $min $max $factor $iters ..." >&2
-timeout "$run_timeout" "$work/memcpy_bw" "$min" "$max" "$factor" "${iters:-0}" >"$work/memcpy.txt" 2>&1 ||
-  echo "# memcpy_bw failed" >&2
-run_strata fabric
-if [[ -x $work/fi_write_bw ]]; then
-  echo "# fi_write_bw \"$provider\" $min $max $factor $iters ..." >&2
-  timeout "$run_timeout" "$work/fi_write_bw" "$provider" "$min" "$max" "$factor" "${iters:-0}" \
-    >"$work/fi_write.txt" 2>"$work/fi_write.log" || {
-    echo "# fi_write_bw failed; last lines:" >&2
-    tail -n 5 "$work/fi_write.log" | sed 's/^/#   /' >&2
-  }
-fi
+for ((r = 1; r <= repeat; ++r)); do
+  echo "# run $r of $repeat" >&2
+  run_strata shm "$r"
+  echo "# memcpy_bw $min $max $factor ${iters:-0} ..." >&2
+  timeout "$run_timeout" "$work/memcpy_bw" "$min" "$max" "$factor" "${iters:-0}" \
+    >"$work/memcpy.$r.txt" 2>&1 || echo "# memcpy_bw failed" >&2
+  run_strata fabric "$r"
+  if [[ -x $work/fi_write_bw ]]; then
+    echo "# fi_write_bw \"$provider\" $min $max $factor ${iters:-0} ..." >&2
+    timeout "$run_timeout" "$work/fi_write_bw" "$provider" "$min" "$max" "$factor" "${iters:-0}" \
+      >"$work/fi_write.$r.txt" 2>"$work/fi_write.$r.log" || {
+      echo "# fi_write_bw failed; last lines:" >&2
+      tail -n 5 "$work/fi_write.$r.log" | sed 's/^/#   /' >&2
+    }
+  fi
+done
 
 # The sizes strata measured, in order.
-mapfile -t sizes < <(sed -n 's/.*"bytes":\([0-9]*\),.*/\1/p' "$work/strata-shm.json" "$work/strata-fabric.json" 2>/dev/null | sort -nu)
+mapfile -t sizes < <(cat "$work"/strata-*.json 2>/dev/null | sed -n 's/.*"bytes":\([0-9]*\),.*/\1/p' | sort -nu)
 if ((${#sizes[@]} == 0)); then
   echo "p2p_vs_peers: strata-perf produced no rows; see above" >&2
   exit 0
 fi
 
-# ucx_perftest ucp_put_bw, one server/client pair per size: UCX over tcp on lo, client to
-# 127.0.0.1. Its bandwidth column is MB/s with MB = 2^20 B; converted to GB/s here.
+# ucx_perftest ucp_put_bw, one server/client pair per size, run once: UCX over tcp on lo, client
+# to 127.0.0.1 (the server's control socket listens on its port). At least 200 iterations, since
+# the first puts of a run include UCX's connection set-up. Its bandwidth column is MB/s with
+# MB = 2^20 B; converted to GB/s here.
 have_ucx=0
 if [[ ${UCX:-1} != 0 ]] && command -v ucx_perftest >/dev/null; then
   have_ucx=1
   port=$((20000 + RANDOM % 20000))
   for s in "${sizes[@]}"; do
-    n=${iters:-$((s <= 65536 ? 1000 : (1000 * 65536 / s < 20 ? 20 : 1000 * 65536 / s)))}
+    n=${iters:-$((s <= 65536 ? 1000 : (1000 * 65536 / s < 200 ? 200 : 1000 * 65536 / s)))}
     echo "# ucx_perftest 127.0.0.1 -t ucp_put_bw -s $s -n $n (UCX_TLS=tcp) ..." >&2
     UCX_TLS=tcp timeout "$run_timeout" ucx_perftest -p "$port" >"$work/ucx-server-$s.log" 2>&1 &
     server=$!
@@ -127,8 +137,10 @@ if [[ ${UCX:-1} != 0 ]] && command -v ucx_perftest >/dev/null; then
   done
 fi
 ucx_gbps() {
-  # The final-numbers line: "Final: n lat_typ lat_avg lat_overall bw_avg bw_overall rate_avg rate_overall"
-  awk '/Final:/ { printf "%.3f", $7 * 1048576 / 1e9; exit }' "$work/ucx-$1.txt" 2>/dev/null
+  # With -f the last row is "iterations lat_50% lat_avg lat_overall bw_avg bw_overall rate_avg
+  # rate_overall"; bandwidth in MB/s with MB = 2^20 B.
+  awk 'NF == 8 && $1 ~ /^[0-9]+$/ { bw = $6 } END { if (bw != "") printf "%.3f", bw * 1048576 / 1e9 }' \
+    "$work/ucx-$1.txt" 2>/dev/null
 }
 
 ratio() {
@@ -141,23 +153,24 @@ num() {
 echo
 echo "# (1) shm: strata-perf p2p --transport shm (rank 0 writes into rank 1's mapping, one memcpy"
 echo "#     per write) vs single-thread memcpy: hot = same buffers every copy (as p2p does),"
-echo "#     cold = buffers rotate through 1 GiB (DRAM). Bandwidth GB/s; ratio = strata / memcpy."
+echo "#     cold = buffers rotate through 1 GiB (DRAM). Bandwidth GB/s, best of $repeat runs;"
+echo "#     ratio = strata / memcpy."
 printf "%10s %10s %10s %10s %9s %9s\n" "size(B)" "strata" "memcpy_hot" "memcpy_cold" "r_hot" "r_cold"
 for s in "${sizes[@]}"; do
-  st=$(jfield "$work/strata-shm.json" "$s" bw_gbps)
-  mh=$(cfield "$work/memcpy.txt" "$s" 4)
-  mc=$(cfield "$work/memcpy.txt" "$s" 6)
+  st=$(jbest "$work/strata-shm" "$s" bw_gbps)
+  mh=$(cbest "$work/memcpy" "$s" 4)
+  mc=$(cbest "$work/memcpy" "$s" 6)
   printf "%10s %10s %10s %10s %9s %9s\n" "$s" "$(num "$st")" "$(num "$mh")" "$(num "$mc")" \
     "$(ratio "$st" "$mh")" "$(ratio "$st" "$mc")"
 done
 echo
 echo "# (2) fabric, provider $provider on lo: strata-perf p2p --transport fabric vs fi_write_bw"
 echo "#     (direct fi_write loop, same provider and completion level)$( ((have_ucx)) && echo " and ucx_perftest ucp_put_bw (UCX_TLS=tcp)")."
-echo "#     Bandwidth GB/s; ratio = strata / peer."
+echo "#     Bandwidth GB/s, best of $repeat runs (ucx: one run); ratio = strata / peer."
 printf "%10s %10s %10s %10s %9s %9s\n" "size(B)" "strata" "fi_write" "ucx_put" "r_fi" "r_ucx"
 for s in "${sizes[@]}"; do
-  st=$(jfield "$work/strata-fabric.json" "$s" bw_gbps)
-  fw=$(cfield "$work/fi_write.txt" "$s" 4)
+  st=$(jbest "$work/strata-fabric" "$s" bw_gbps)
+  fw=$(cbest "$work/fi_write" "$s" 4)
   ux=$( ((have_ucx)) && ucx_gbps "$s")
   printf "%10s %10s %10s %10s %9s %9s\n" "$s" "$(num "$st")" "$(num "$fw")" "$(num "$ux")" \
     "$(ratio "$st" "$fw")" "$(ratio "$st" "$ux")"
