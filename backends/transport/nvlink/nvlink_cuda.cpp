@@ -12,7 +12,9 @@ std::string cudaErrorText(cudaError_t err) {
   return fmt::format("{}: {}", cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-void clearCudaError() noexcept { (void)cudaGetLastError(); }
+void clearCudaError() noexcept {
+  (void)cudaGetLastError();
+}
 
 void checkCuda(cudaError_t err, std::string_view what, int peer) {
   if (err == cudaSuccess) return;

@@ -5,8 +5,8 @@
 // driver, libcuda.so.1, is whatever the runtime found).
 
 #include <cuda.h>
-#include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
 
 #include <string>
 #include <string_view>

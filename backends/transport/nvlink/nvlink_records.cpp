@@ -104,8 +104,8 @@ std::vector<uint8_t> encodeEndpoint(const Endpoint& e) {
 }
 
 Endpoint decodeEndpoint(std::span<const uint8_t> record) {
-  auto rec = wire::decodeRecord(record, kEndpointKind, kEndpointVersion, kMaxEndpointBody,
-                                kEndpointWhat);
+  auto rec =
+      wire::decodeRecord(record, kEndpointKind, kEndpointVersion, kMaxEndpointBody, kEndpointWhat);
   wire::Reader r(rec.body, kEndpointWhat);
   Endpoint e;
   e.deviceUuid = readUuid(r);
@@ -121,8 +121,8 @@ std::string uuidString(const Uuid& u) {
   return fmt::format(
       "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
       "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-      u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-      u[14], u[15]);
+      u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+      u[15]);
 }
 
 }  // namespace strata::nvlink

@@ -165,8 +165,8 @@ class NvlinkConnection final : public backend::TransportConnection {
     DeviceGuard guard(device_);
     // The pinned slots must outlive the copies that read them: drain the stream first, and
     // leak the slots if it does not drain in time.
-    cudaError_t err = pollUntil([&] { return cudaStreamQuery(stream_); },
-                                Deadline::fromTimeout(timeoutSeconds_));
+    cudaError_t err =
+        pollUntil([&] { return cudaStreamQuery(stream_); }, Deadline::fromTimeout(timeoutSeconds_));
     bool drained = err == cudaSuccess;
     if (!drained) {
       clearCudaError();
@@ -189,8 +189,7 @@ class NvlinkConnection final : public backend::TransportConnection {
     auto kind = src.kind == MemoryKind::Host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
     DeviceGuard guard(device_);
     checkCuda(cudaMemcpyAsync(to + dstOffset, from, bytes, kind, stream_),
-              fmt::format("cudaMemcpyAsync of {} bytes to rank {}", bytes, peer_.rank),
-              peer_.rank);
+              fmt::format("cudaMemcpyAsync of {} bytes to rank {}", bytes, peer_.rank), peer_.rank);
   }
 
   void updateAndSync(const backend::RemoteRef& dst, uint64_t dstOffset, uint64_t value) override {
@@ -212,8 +211,8 @@ class NvlinkConnection final : public backend::TransportConnection {
     checkCuda(err, "waiting for a signal slot", peer_.rank);
     slots_[i] = value;
     // Stream order: this 8-byte copy starts after every earlier copy on the stream finished.
-    checkCuda(cudaMemcpyAsync(to + dstOffset, &slots_[i], sizeof(uint64_t),
-                              cudaMemcpyHostToDevice, stream_),
+    checkCuda(cudaMemcpyAsync(to + dstOffset, &slots_[i], sizeof(uint64_t), cudaMemcpyHostToDevice,
+                              stream_),
               fmt::format("cudaMemcpyAsync of a signal to rank {}", peer_.rank), peer_.rank);
     checkCuda(cudaEventRecord(events_[i], stream_), "recording a signal-slot event", peer_.rank);
   }
@@ -392,11 +391,11 @@ std::unique_ptr<backend::LocalMemory> NvlinkTransport::registerMemory(
   }
   CUdeviceptr base = 0;
   size_t allocationSize = 0;
-  CUresult res = drv.memGetAddressRange(&base, &allocationSize, reinterpret_cast<CUdeviceptr>(data));
+  CUresult res =
+      drv.memGetAddressRange(&base, &allocationSize, reinterpret_cast<CUdeviceptr>(data));
   if (res != CUDA_SUCCESS) {
-    throw Error(ErrorCode::BackendError,
-                fmt::format("nvlink: cuMemGetAddressRange({}) failed: {}", data,
-                            drv.errorText(res)));
+    throw Error(ErrorCode::BackendError, fmt::format("nvlink: cuMemGetAddressRange({}) failed: {}",
+                                                     data, drv.errorText(res)));
   }
   MemoryDescriptor d;
   d.ownerAddress = reinterpret_cast<uint64_t>(data);
@@ -502,15 +501,16 @@ std::unique_ptr<backend::RemoteMemory> NvlinkTransport::importMemory(
   // The same process: CUDA refuses to open its own IPC handle, and the pointer is valid here.
   if (d.pid == static_cast<int32_t>(getpid()) && d.hostId == hostId_) {
     return std::make_unique<NvlinkRemoteMemory>(
-        Mapping::SameProcess, reinterpret_cast<void*>(d.allocationBase),
-        d.allocationSize, d.offset, self_.ordinal, owner.rank, counters_);
+        Mapping::SameProcess, reinterpret_cast<void*>(d.allocationBase), d.allocationSize, d.offset,
+        self_.ordinal, owner.rank, counters_);
   }
   const DeviceIdentity* ownerDevice = findDevice(d.deviceUuid);
-  std::string hidden =
-      ownerDevice ? ""
-                  : fmt::format("; the owner's GPU {} is not visible in this process (check "
-                                "CUDA_VISIBLE_DEVICES and the launcher's GPU binding)",
-                                uuidString(d.deviceUuid));
+  std::string hidden = ownerDevice
+                           ? ""
+                           : fmt::format(
+                                 "; the owner's GPU {} is not visible in this process (check "
+                                 "CUDA_VISIBLE_DEVICES and the launcher's GPU binding)",
+                                 uuidString(d.deviceUuid));
   DeviceGuard guard(self_.ordinal);
   std::string tried;
   if (const MemoryHandle* h = d.find(HandleType::Fabric)) {
@@ -540,9 +540,9 @@ std::unique_ptr<backend::RemoteMemory> NvlinkTransport::importMemory(
       // The mapping holds the allocation; the handle itself is no longer needed.
       if (imported) drv.memRelease(handle);
       if (mapped && res == CUDA_SUCCESS) {
-        return std::make_unique<NvlinkRemoteMemory>(
-            Mapping::Fabric, reinterpret_cast<void*>(va), d.allocationSize, d.offset,
-            self_.ordinal, owner.rank, counters_);
+        return std::make_unique<NvlinkRemoteMemory>(Mapping::Fabric, reinterpret_cast<void*>(va),
+                                                    d.allocationSize, d.offset, self_.ordinal,
+                                                    owner.rank, counters_);
       }
       if (mapped) drv.memUnmap(va, d.allocationSize);
       if (reserved) drv.memAddressFree(va, d.allocationSize);
@@ -559,9 +559,8 @@ std::unique_ptr<backend::RemoteMemory> NvlinkTransport::importMemory(
     void* p = nullptr;
     cudaError_t err = cudaIpcOpenMemHandle(&p, ipc, cudaIpcMemLazyEnablePeerAccess);
     if (err == cudaSuccess) {
-      return std::make_unique<NvlinkRemoteMemory>(Mapping::RuntimeIpc, p,
-                                                  d.allocationSize, d.offset, self_.ordinal,
-                                                  owner.rank, counters_);
+      return std::make_unique<NvlinkRemoteMemory>(Mapping::RuntimeIpc, p, d.allocationSize,
+                                                  d.offset, self_.ordinal, owner.rank, counters_);
     }
     clearCudaError();
     throw Error(ErrorCode::BackendError,
@@ -617,8 +616,10 @@ std::unique_ptr<backend::TransportConnection> NvlinkTransport::connect(
     STRATA_LOG(Debug, kLog, "rank {} uses GPU {} ({}), peer access from device {}: {}", peer.rank,
                uuidString(e.deviceUuid), e.pciBusId, self_.ordinal, can ? "yes" : "no");
   } else if (!dev) {
-    STRATA_LOG(Debug, kLog, "rank {}'s GPU {} ({}) is not visible here; IPC goes through the "
-               "driver", peer.rank, uuidString(e.deviceUuid), e.pciBusId);
+    STRATA_LOG(Debug, kLog,
+               "rank {}'s GPU {} ({}) is not visible here; IPC goes through the "
+               "driver",
+               peer.rank, uuidString(e.deviceUuid), e.pciBusId);
   }
   backend::PeerInfo info = peer;
   if (info.pid <= 0) info.pid = e.pid;
@@ -632,9 +633,9 @@ uint64_t NvlinkTransport::loadSignal(const backend::LocalRef& mem, uint64_t offs
   std::lock_guard lock(signalMutex_);
   DeviceGuard guard(self_.ordinal);
   const char* src = static_cast<const char*>(mem.data) + offset;
-  checkCuda(cudaMemcpyAsync(signalSlot_, src, sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                            signalStream_),
-            "reading a device signal word (cudaMemcpyAsync)");
+  checkCuda(
+      cudaMemcpyAsync(signalSlot_, src, sizeof(uint64_t), cudaMemcpyDeviceToHost, signalStream_),
+      "reading a device signal word (cudaMemcpyAsync)");
   // The copy is a few microseconds; a poll with a deadline keeps the rule that no wait is
   // unbounded (a hung GPU makes this Timeout, not a hang).
   cudaError_t err = pollUntil([&] { return cudaStreamQuery(signalStream_); },

@@ -41,8 +41,8 @@ class NvlinkTransport final : public backend::Transport {
   bool supportsMemory(MemoryKind kind) const noexcept override { return kind == MemoryKind::Cuda; }
   void* allocate(size_t bytes, MemoryKind kind) override;
   void deallocate(void* data, MemoryKind kind) noexcept override;
-  std::unique_ptr<backend::LocalMemory> registerMemory(void* data, size_t bytes, MemoryKind kind,
-                                                       const backend::HostAllocation* host) override;
+  std::unique_ptr<backend::LocalMemory> registerMemory(
+      void* data, size_t bytes, MemoryKind kind, const backend::HostAllocation* host) override;
   std::unique_ptr<backend::RemoteMemory> importMemory(const backend::PeerInfo& owner,
                                                       std::span<const uint8_t> descriptor,
                                                       size_t bytes, MemoryKind kind) override;
