@@ -159,6 +159,13 @@ struct DeviceBuffer {
   LocalRef ref(backend::LocalMemory* m = nullptr) const { return {p, n, MemoryKind::Cuda, m}; }
 };
 
+/// cudaMemset and pageable cudaMemcpy H2D may return before the device has the data, and the
+/// transport's non-blocking streams do not order after the legacy default stream: the tests'
+/// own set-up copies must have landed before a transport copy reads or overwrites the buffer.
+void settle() {
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 void checkStatsZero(const Transport& t) {
   auto s = t.stats();
   BOOST_TEST(s.registrations == 0u);
@@ -193,6 +200,7 @@ int childImport(char** argv) {
   DeviceBuffer src(*t, bytes);
   fillPattern(want, seedOut);
   CUDA_OK(cudaMemcpy(src.p, want.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());  // see settle()
   nvlink::Endpoint ep;
   ep.pid = getppid();
   ep.hostId = kHostId;
@@ -417,6 +425,7 @@ BOOST_AUTO_TEST_CASE(writes_of_several_sizes) {
           std::memcpy(static_cast<char*>(pinned) + srcOff, want.data(), n);
           src = {pinned, cap, MemoryKind::Host, nullptr};
         }
+        settle();
         conn->write(dst, dstOff, src, srcOff, n);
         conn->flush(30);
         std::vector<uint8_t> got(n + dstOff + 8);
@@ -441,6 +450,7 @@ BOOST_AUTO_TEST_CASE(update_and_sync_after_data) {
     const size_t n = 64u << 20;
     DeviceBuffer dstBuf(*t, n), srcBuf(*t, n), flagBuf(*t, 64);
     CUDA_OK(cudaMemset(flagBuf.p, 0, 64));
+    settle();
     auto regData = t->registerMemory(dstBuf.p, n, MemoryKind::Cuda, nullptr);
     auto regFlag = t->registerMemory(flagBuf.p, 64, MemoryKind::Cuda, nullptr);
     auto self = peerInfo(0, getpid());
@@ -455,6 +465,7 @@ BOOST_AUTO_TEST_CASE(update_and_sync_after_data) {
     for (uint32_t round = 1; round <= 4; ++round) {
       fillPattern(want, round * 977);
       CUDA_OK(cudaMemcpy(srcBuf.p, want.data(), n, cudaMemcpyHostToDevice));
+      settle();
       conn->write(dst, 0, srcBuf.ref(), 0, n);
       conn->updateAndSync(flagRef, 8, round);
       waitSignal(*t, flagBuf.ref(), 8, round);
@@ -482,6 +493,7 @@ BOOST_AUTO_TEST_CASE(import_in_another_process) {
     CUDA_OK(cudaMemcpy(buf.c() + 256, pat.data(), n, cudaMemcpyHostToDevice));
     auto regData = t->registerMemory(buf.c() + 256, n, MemoryKind::Cuda, nullptr);
     auto regFlag = t->registerMemory(flagBuf.p, 8, MemoryKind::Cuda, nullptr);
+    settle();
     pid_t pid = spawnChild({"import", hex(regData->descriptor()), hex(regFlag->descriptor()),
                             std::to_string(n), "11", "23"});
     waitSignal(*t, flagBuf.ref(), 0, 1, 60);
