@@ -23,11 +23,11 @@ inline constexpr int kTagExchange = 0x53540003;
 inline constexpr int kTagSemaphore = 0x53540004;
 
 /// Record kinds (docs/wire-format.md).
-inline constexpr uint16_t kKindMemory = 40;
-inline constexpr uint16_t kKindConnect = 41;
-inline constexpr uint16_t kKindReady = 42;
-inline constexpr uint16_t kKindSemaphore = 43;
-inline constexpr uint16_t kKindHost = 44;
+inline constexpr uint16_t kKindMemory = 70;
+inline constexpr uint16_t kKindConnect = 71;
+inline constexpr uint16_t kKindReady = 72;
+inline constexpr uint16_t kKindSemaphore = 73;
+inline constexpr uint16_t kKindHost = 74;
 inline constexpr size_t kMaxRecord = 64 * 1024;
 
 struct HostRecord {
