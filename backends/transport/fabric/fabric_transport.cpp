@@ -72,7 +72,11 @@ InfoPtr query(const char* provider, bool hmem, bool deliveryComplete, bool waw) 
   // provider need not be thread-safe itself.
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   if (deliveryComplete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
-  if (waw) hints->tx_attr->msg_order = FI_ORDER_WAW;
+  // Write-after-write must hold where the writes are issued and where they land.
+  if (waw) {
+    hints->tx_attr->msg_order = FI_ORDER_WAW;
+    hints->rx_attr->msg_order = FI_ORDER_WAW;
+  }
   if (provider) hints->fabric_attr->prov_name = strdup(provider);
   fi_info* out = nullptr;
   int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &out);
@@ -106,7 +110,9 @@ std::optional<Choice> choose(const char* provider, bool hmem) {
     if (auto info = query(provider, hmem, dc, waw)) {
       Choice c;
       c.deliveryComplete = dc;
-      c.waw = waw && (info->tx_attr->msg_order & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+      constexpr uint64_t kWaw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
+      c.waw =
+          waw && (info->tx_attr->msg_order & kWaw) != 0 && (info->rx_attr->msg_order & kWaw) != 0;
       c.info = std::move(info);
       return c;
     }
@@ -353,7 +359,10 @@ size_t FabricCore::drainLocked() noexcept {
   auto finish = [&](OpContext* op) {
     if (!op || live_.erase(op) == 0) return;  // not one of ours (or already reaped)
     if (op->slot >= 0) freeSlots_.push_back(op->slot);
-    if (op->probe) op->conn->probeInFlight = false;
+    if (op->probe) {
+      op->conn->probesCompleted.fetch_add(1);
+      op->conn->probeInFlight = false;
+    }
     op->conn->outstanding.fetch_sub(1);
     delete op;
     ++handled;
@@ -376,7 +385,9 @@ size_t FabricCore::drainLocked() noexcept {
         ++handled;
         continue;
       }
-      bool gone = isPeerGone(err.err);
+      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED) and keeps the
+      // socket's errno (ENOTCONN, ECONNRESET) as the provider error.
+      bool gone = isPeerGone(err.err) || (err.err == FI_ECANCELED && isPeerGone(err.prov_errno));
       op->conn->fail(
           Error(gone ? ErrorCode::PeerLost : ErrorCode::BackendError,
                 fmt::format("{}: {} to rank {} failed: {} ({}). {}", describe(),
@@ -590,9 +601,10 @@ class FabricConnection final : public backend::TransportConnection {
 
   void checkPeer() override {
     state_->rethrow();
-    // shm never completes a write to a dead process, so on one host the pid says more.
-    if (state_->sameHost && state_->pid > 0 && core_->provider_ == "shm" &&
-        ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
+    // A peer process on this host that has exited is gone whatever the provider says: shm never
+    // completes a write to a dead process, and ofi_rxm keeps retrying a refused connection
+    // instead of failing the write.
+    if (state_->sameHost && state_->pid > 0 && ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
       state_->fail(Error(ErrorCode::PeerLost,
                          fmt::format("{}: rank {} (pid {}) has exited", core_->describe(),
                                      state_->rank, state_->pid),
@@ -604,6 +616,30 @@ class FabricConnection final : public backend::TransportConnection {
     lastProbe_ = now;
     core_->progressOnce();
     state_->rethrow();
+    uint64_t done = state_->probesCompleted.load();
+    if (done != probesSeen_) {
+      probesSeen_ = done;
+      probeWaiting_ = false;
+    }
+    // A probe that neither completes nor fails within transport.timeout (still queued, or
+    // refused with -FI_EAGAIN on every attempt) means the peer is unreachable: ofi_rxm keeps
+    // retrying a refused connection instead of failing the write.
+    if (probeWaiting_ && core_->timeout_ > 0) {
+      double waited = std::chrono::duration<double>(now - probeSince_).count();
+      if (waited > core_->timeout_) {
+        state_->fail(Error(ErrorCode::PeerLost,
+                           fmt::format("{}: rank {} did not complete an 8-byte liveness write in "
+                                       "{:.1f} s (transport.timeout); the peer is gone or "
+                                       "unreachable",
+                                       core_->describe(), state_->rank, waited),
+                           state_->rank));
+        state_->rethrow();
+      }
+    }
+    if (!probeWaiting_) {
+      probeWaiting_ = true;
+      probeSince_ = now;
+    }
     if (state_->probeInFlight.exchange(true)) return;
     auto op = std::make_unique<OpContext>();
     op->conn = state_;
@@ -638,6 +674,9 @@ class FabricConnection final : public backend::TransportConnection {
   std::shared_ptr<FabricCore> core_;
   std::shared_ptr<ConnState> state_;
   std::chrono::steady_clock::time_point lastProbe_{};
+  std::chrono::steady_clock::time_point probeSince_{};
+  uint64_t probesSeen_ = 0;
+  bool probeWaiting_ = false;
 };
 
 }  // namespace

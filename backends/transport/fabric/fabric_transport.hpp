@@ -115,6 +115,7 @@ class ConnState {
   int32_t pid = 0;
   std::atomic<int64_t> outstanding{0};
   std::atomic<bool> probeInFlight{false};
+  std::atomic<uint64_t> probesCompleted{0};
   std::mutex errorMutex;
   std::optional<Error> error;  ///< the first failed completion
   void fail(Error e) {
