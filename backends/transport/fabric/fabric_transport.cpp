@@ -1,0 +1,890 @@
+#include "fabric_transport.hpp"
+
+#include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <strata/backend/module.hpp>
+#include <strata/version.hpp>
+
+#include "config_keys.hpp"
+#include "fabric_records.hpp"
+#include "log.hpp"
+
+namespace strata::fabric {
+namespace {
+
+constexpr const char* kLog = "fabric";
+// Largest single fi_write we post even when the provider allows more (tcp;ofi_rxm reports
+// SIZE_MAX): bounded ops keep EAGAIN retries and completions flowing on very large writes.
+constexpr size_t kMaxChunk = size_t{64} << 20;
+// checkPeer() posts at most one probe write per interval.
+constexpr auto kProbeInterval = std::chrono::milliseconds(100);
+// Back-off of the waits that cannot block on a descriptor: 10 us doubling to this cap.
+constexpr int64_t kMaxBackoffUs = 1000;
+// A connection being destroyed waits this long for its own operations before it lets go.
+constexpr double kCloseGraceSeconds = 1.0;
+
+const char* const kAutoProviders[] = {"verbs;ofi_rxm", "efa", "tcp;ofi_rxm"};
+
+std::string fiError(ssize_t rc) {
+  return fmt::format("{} ({})", fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc);
+}
+
+void backoff(unsigned attempt) {
+  if (attempt == 0) {
+    std::this_thread::yield();
+    return;
+  }
+  int64_t us = std::min<int64_t>(int64_t{10} << std::min(attempt - 1, 10u), kMaxBackoffUs);
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+struct InfoDeleter {
+  void operator()(fi_info* info) const noexcept { fi_freeinfo(info); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+
+// The mr_mode bits strata handles (FI_MR_RAW is left out on purpose: keys wider than 64 bits
+// would need fi_mr_raw_attr/fi_mr_map_raw, which this transport does not implement).
+constexpr uint64_t kMrModeHandled =
+    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | FI_MR_ENDPOINT;
+
+InfoPtr query(const char* provider, bool hmem, bool deliveryComplete, bool waw) {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) throw Error(ErrorCode::SystemError, "fabric transport: fi_allocinfo failed");
+  hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode = kMrModeHandled | (hmem ? FI_MR_HMEM : 0);
+  // One mutex serializes every call on the domain (the progress thread and the caller), so the
+  // provider need not be thread-safe itself.
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  if (deliveryComplete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  // Write-after-write must hold where the writes are issued and where they land.
+  if (waw) {
+    hints->tx_attr->msg_order = FI_ORDER_WAW;
+    hints->rx_attr->msg_order = FI_ORDER_WAW;
+  }
+  if (provider) hints->fabric_attr->prov_name = strdup(provider);
+  fi_info* out = nullptr;
+  int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &out);
+  if (rc != 0) return nullptr;
+  return InfoPtr(out);
+}
+
+// What fi_getinfo offers for RDM + RMA at all, for error messages.
+std::string offeredProviders() {
+  InfoPtr all = query(nullptr, false, false, false);
+  std::set<std::string> names;
+  for (fi_info* i = all.get(); i; i = i->next) {
+    if (i->fabric_attr && i->fabric_attr->prov_name) names.insert(i->fabric_attr->prov_name);
+  }
+  if (names.empty()) return "none";
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+
+// Chooses the provider and the strongest completion/ordering guarantees it accepts.
+struct Choice {
+  InfoPtr info;
+  bool deliveryComplete = false;
+  bool waw = false;
+};
+
+std::optional<Choice> choose(const char* provider, bool hmem) {
+  for (int pass = 0; pass < 4; ++pass) {
+    bool dc = pass < 2, waw = pass % 2 == 0;
+    if (auto info = query(provider, hmem, dc, waw)) {
+      Choice c;
+      c.deliveryComplete = dc;
+      constexpr uint64_t kWaw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
+      c.waw =
+          waw && (info->tx_attr->msg_order & kWaw) != 0 && (info->rx_attr->msg_order & kWaw) != 0;
+      c.info = std::move(info);
+      return c;
+    }
+  }
+  return std::nullopt;
+}
+
+bool isPeerGone(int err) {
+  switch (err) {
+    case FI_ECONNREFUSED:
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED:
+    case FI_ENOTCONN:
+    case FI_EHOSTUNREACH:
+    case FI_ENETUNREACH:
+    case EPIPE:
+    case ESHUTDOWN:
+    case ESRCH:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// cuPointerGetAttribute through the driver library, loaded only when CUDA memory is registered
+// (the module links no CUDA).
+int cudaDeviceOf(void* ptr) {
+  using Fn = int (*)(void*, int, unsigned long long);
+  static Fn fn = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    return lib ? reinterpret_cast<Fn>(dlsym(lib, "cuPointerGetAttribute")) : nullptr;
+  }();
+  if (!fn) return -1;
+  int device = -1;
+  constexpr int kDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+  if (fn(&device, kDeviceOrdinal, reinterpret_cast<unsigned long long>(ptr)) != 0) return -1;
+  return device;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// FabricCore
+
+FabricCore::FabricCore(const backend::TransportInit& init, std::string provider, bool wantHmem)
+    : provider_(std::move(provider)), rank_(init.rank) {
+  if (init.config) timeout_ = config::getDouble(*init.config, "transport.timeout");
+  try {
+    open(init, wantHmem);
+  } catch (...) {
+    close();
+    throw;
+  }
+}
+
+FabricCore::~FabricCore() {
+  close();
+}
+
+std::string FabricCore::describe() const {
+  return fmt::format("fabric transport (rank {}, provider {})", rank_, provider_);
+}
+
+void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
+  (void)init;
+  std::optional<Choice> choice;
+  if (provider_ == "auto") {
+    for (int pass = wantHmem ? 0 : 1; pass < 2 && !choice; ++pass) {
+      for (const char* p : kAutoProviders) {
+        if ((choice = choose(p, pass == 0))) break;
+      }
+    }
+    if (!choice) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("fabric transport (rank {}): transport.fabric.provider=auto found "
+                              "none of verbs;ofi_rxm, efa, tcp;ofi_rxm with RDM endpoints and "
+                              "RMA; fi_getinfo offers: {}. Name one of those in "
+                              "transport.fabric.provider or leave fabric out of transport.*",
+                              rank_, offeredProviders()));
+    }
+  } else {
+    if (wantHmem) choice = choose(provider_.c_str(), true);
+    if (!choice) choice = choose(provider_.c_str(), false);
+    if (!choice) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("fabric transport (rank {}): libfabric provider \"{}\" "
+                              "(transport.fabric.provider) is not available with RDM endpoints "
+                              "and RMA writes; fi_getinfo offers: {}",
+                              rank_, provider_, offeredProviders()));
+    }
+  }
+  info_ = choice->info.release();
+  deliveryComplete_ = choice->deliveryComplete;
+  orderedWaw_ = choice->waw;
+  provider_ = info_->fabric_attr->prov_name ? info_->fabric_attr->prov_name : provider_;
+  hmem_ = (info_->caps & FI_HMEM) != 0;
+  mrMode_ = info_->domain_attr->mr_mode;
+  if (mrMode_ & FI_MR_RAW) {
+    throw Error(ErrorCode::NotSupported,
+                fmt::format("{}: the provider needs FI_MR_RAW (memory keys wider than 64 bits), "
+                            "which strata's fabric transport does not implement; choose another "
+                            "provider in transport.fabric.provider",
+                            describe()));
+  }
+  if (mrMode_ & ~(kMrModeHandled | FI_MR_HMEM)) {
+    STRATA_LOG(Warn, kLog, "{}: unhandled mr_mode bits {:#x}", describe(),
+               mrMode_ & ~(kMrModeHandled | FI_MR_HMEM));
+  }
+  size_t maxMsg = info_->ep_attr->max_msg_size;
+  maxChunk_ = std::max<size_t>(1, std::min(maxMsg, kMaxChunk));
+
+  auto check = [&](int rc, const char* what) {
+    if (rc != 0) {
+      throw Error(ErrorCode::BackendError,
+                  fmt::format("{}: {} failed: {}", describe(), what, fiError(rc)));
+    }
+  };
+  check(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
+  check(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
+
+  fi_cq_attr cqAttr{};
+  cqAttr.format = FI_CQ_FORMAT_CONTEXT;
+  cqAttr.wait_obj = FI_WAIT_FD;
+  if (fi_cq_open(domain_, &cqAttr, &cq_, nullptr) != 0) {
+    // No wait fd from this provider: the progress thread then sleeps with back-off.
+    cq_ = nullptr;
+    cqAttr.wait_obj = FI_WAIT_NONE;
+    check(fi_cq_open(domain_, &cqAttr, &cq_, nullptr), "fi_cq_open");
+  } else if (fi_control(&cq_->fid, FI_GETWAIT, &waitFd_) != 0) {
+    waitFd_ = -1;
+  }
+
+  fi_av_attr avAttr{};
+  avAttr.type = info_->domain_attr->av_type;
+  check(fi_av_open(domain_, &avAttr, &av_, nullptr), "fi_av_open");
+  check(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint");
+  check(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+  check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
+  check(fi_enable(ep_), "fi_enable");
+
+  size_t len = 64;
+  address_.resize(len);
+  int rc = fi_getname(&ep_->fid, address_.data(), &len);
+  if (rc == -FI_ETOOSMALL) {
+    address_.resize(len);
+    rc = fi_getname(&ep_->fid, address_.data(), &len);
+  }
+  check(rc, "fi_getname");
+  address_.resize(len);
+
+  size_t bytes = (2 + kSlots) * sizeof(uint64_t);
+  internal_ = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
+  if (!internal_) throw Error(ErrorCode::SystemError, describe() + ": out of memory");
+  std::memset(internal_, 0, bytes);
+  internalMr_ = registerRegion(internal_, bytes, FI_REMOTE_WRITE | FI_WRITE, false, 0);
+  freeSlots_.reserve(kSlots);
+  for (int i = kSlots - 1; i >= 0; --i) freeSlots_.push_back(i);
+
+  STRATA_LOG(Debug, kLog,
+             "{}: fabric {} domain {} mr_mode {:#x} delivery_complete {} ordered_waw {} "
+             "hmem {} max chunk {} wait fd {} data progress {}",
+             describe(), info_->fabric_attr->name ? info_->fabric_attr->name : "?",
+             info_->domain_attr->name ? info_->domain_attr->name : "?", mrMode_, deliveryComplete_,
+             orderedWaw_, hmem_, maxChunk_, waitFd_,
+             static_cast<int>(info_->domain_attr->data_progress));
+}
+
+void FabricCore::close() noexcept {
+  // Operations still posted when the endpoint closes never complete; their contexts are ours.
+  for (OpContext* op : live_) delete op;
+  live_.clear();
+  if (internalMr_) fi_close(&internalMr_->fid);
+  internalMr_ = nullptr;
+  if (ep_) fi_close(&ep_->fid);
+  if (av_) fi_close(&av_->fid);
+  if (cq_) fi_close(&cq_->fid);
+  if (domain_) fi_close(&domain_->fid);
+  if (fabric_) fi_close(&fabric_->fid);
+  ep_ = nullptr;
+  av_ = nullptr;
+  cq_ = nullptr;
+  domain_ = nullptr;
+  fabric_ = nullptr;
+  if (info_) fi_freeinfo(info_);
+  info_ = nullptr;
+  std::free(internal_);
+  internal_ = nullptr;
+}
+
+fid_mr* FabricCore::registerRegion(void* data, size_t bytes, uint64_t access, bool cuda,
+                                   int cudaDevice) {
+  iovec iov{data, bytes};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = access;
+  // Without FI_MR_PROV_KEY the application picks keys, unique within the domain.
+  attr.requested_key = (mrMode_ & FI_MR_PROV_KEY) ? 0 : nextKey_.fetch_add(1);
+  if (cuda) {
+    attr.iface = FI_HMEM_CUDA;
+    attr.device.cuda = cudaDevice;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_regattr(domain_, &attr, 0, &mr);
+  if (rc != 0) {
+    throw Error(ErrorCode::BackendError,
+                fmt::format("{}: fi_mr_regattr of {} bytes at {} ({} memory) failed: {}",
+                            describe(), bytes, data, cuda ? "cuda" : "host", fiError(rc)));
+  }
+  if (mrMode_ & FI_MR_ENDPOINT) {
+    rc = fi_mr_bind(mr, &ep_->fid, 0);
+    if (rc == 0) rc = fi_mr_enable(mr);
+    if (rc != 0) {
+      fi_close(&mr->fid);
+      throw Error(ErrorCode::BackendError,
+                  fmt::format("{}: binding a memory region to the endpoint (FI_MR_ENDPOINT) "
+                              "failed: {}",
+                              describe(), fiError(rc)));
+    }
+  }
+  return mr;
+}
+
+void FabricCore::closeRegion(fid_mr* mr) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int rc = fi_close(&mr->fid);
+  if (rc != 0) STRATA_LOG(Warn, kLog, "{}: closing a memory region: {}", describe(), fiError(rc));
+}
+
+uint64_t* FabricCore::slotWord(int slot) noexcept {
+  return internal_ + 2 + slot;
+}
+uint64_t* FabricCore::probeSource() noexcept {
+  return internal_ + 1;
+}
+void* FabricCore::internalDesc() noexcept {
+  return fi_mr_desc(internalMr_);
+}
+
+size_t FabricCore::drainLocked() noexcept {
+  size_t handled = 0;
+  fi_cq_entry entries[16];
+  auto finish = [&](OpContext* op) {
+    if (!op || live_.erase(op) == 0) return;  // not one of ours (or already reaped)
+    if (op->slot >= 0) freeSlots_.push_back(op->slot);
+    if (op->probe) {
+      op->conn->probesCompleted.fetch_add(1);
+      op->conn->probeInFlight = false;
+    }
+    op->conn->outstanding.fetch_sub(1);
+    delete op;
+    ++handled;
+  };
+  for (;;) {
+    ssize_t n = fi_cq_read(cq_, entries, 16);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) finish(static_cast<OpContext*>(entries[i].op_context));
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(cq_, &err, 0) <= 0) break;
+      char buf[256] = {};
+      const char* detail = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
+      auto* op = static_cast<OpContext*>(err.op_context);
+      if (!op || !live_.count(op)) {
+        STRATA_LOG(Warn, kLog, "{}: completion error without an operation: {} ({})", describe(),
+                   fi_strerror(err.err), detail ? detail : "");
+        ++handled;
+        continue;
+      }
+      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED) and keeps the
+      // socket's errno (ENOTCONN, ECONNRESET) as the provider error.
+      bool gone = isPeerGone(err.err) || (err.err == FI_ECANCELED && isPeerGone(err.prov_errno));
+      op->conn->fail(
+          Error(gone ? ErrorCode::PeerLost : ErrorCode::BackendError,
+                fmt::format("{}: {} to rank {} failed: {} ({}). {}", describe(),
+                            op->probe ? "liveness probe write" : "RMA write", op->conn->rank,
+                            fi_strerror(err.err), detail ? detail : "",
+                            gone ? "The peer process has exited or closed its endpoint."
+                                 : "Check the peer's log and the provider (fi_info -v)."),
+                op->conn->rank));
+      finish(op);
+      continue;
+    }
+    if (n != -FI_EAGAIN) {
+      STRATA_LOG(Warn, kLog, "{}: fi_cq_read: {}", describe(), fiError(n));
+    }
+    break;
+  }
+  return handled;
+}
+
+void FabricCore::progressOnce() noexcept {
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n = drainLocked();
+  }
+  if (n) cv_.notify_all();
+}
+
+void FabricCore::waitForCompletion(double maxSeconds) {
+  auto d = std::chrono::duration<double>(std::clamp(maxSeconds, 0.0, 0.001));
+  std::unique_lock<std::mutex> lock(cvMutex_);
+  cv_.wait_for(lock, d);
+}
+
+void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_t bytes, void* desc,
+                           uint64_t target, uint64_t key, const Deadline& deadline) {
+  auto& conn = *op->conn;
+  for (unsigned attempt = 0;; ++attempt) {
+    size_t reaped;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ssize_t rc = fi_write(ep_, src, bytes, desc, conn.addr, target, key, &op->ctx);
+      if (rc == 0) {
+        conn.outstanding.fetch_add(1);
+        live_.insert(op.release());
+        return;
+      }
+      if (rc != -FI_EAGAIN) {
+        if (op->slot >= 0) freeSlots_.push_back(op->slot);
+        throw Error(ErrorCode::BackendError,
+                    fmt::format("{}: fi_write of {} bytes to rank {} failed: {}", describe(), bytes,
+                                conn.rank, fiError(rc)),
+                    conn.rank);
+      }
+      // The provider's queue is full: reap completions so that it can drain, then retry.
+      reaped = drainLocked();
+    }
+    if (reaped) cv_.notify_all();
+    if (deadline.expired()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (op->slot >= 0) freeSlots_.push_back(op->slot);
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{}: the provider kept refusing a write of {} bytes to rank {} "
+                              "(queue full, -FI_EAGAIN) until the deadline (transport.timeout "
+                              "= {} s); the peer may not be making progress",
+                              describe(), bytes, conn.rank, timeout_),
+                  conn.rank);
+    }
+    backoff(attempt);
+  }
+}
+
+int FabricCore::acquireSlot(const Deadline& deadline, int peer) {
+  for (unsigned attempt = 0;; ++attempt) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!freeSlots_.empty()) {
+        int s = freeSlots_.back();
+        freeSlots_.pop_back();
+        return s;
+      }
+      drainLocked();
+    }
+    if (deadline.expired()) {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{}: all {} signal slots stayed busy until the deadline "
+                              "(transport.timeout = {} s); signals to the peers do not complete",
+                              describe(), kSlots, timeout_),
+                  peer);
+    }
+    backoff(attempt);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+namespace {
+
+class FabricLocal final : public backend::LocalMemory {
+ public:
+  FabricLocal(std::shared_ptr<FabricCore> core, fid_mr* mr, MemoryRecord record)
+      : core_(std::move(core)), mr_(mr), record_(record) {
+    core_->registrations_.fetch_add(1);
+  }
+  ~FabricLocal() override {
+    core_->closeRegion(mr_);
+    core_->registrations_.fetch_sub(1);
+  }
+  std::vector<uint8_t> descriptor() const override { return encode(record_); }
+  void* desc() const noexcept { return fi_mr_desc(mr_); }
+
+ private:
+  std::shared_ptr<FabricCore> core_;
+  fid_mr* mr_;
+  MemoryRecord record_;
+};
+
+class FabricRemote final : public backend::RemoteMemory {
+ public:
+  FabricRemote(std::shared_ptr<FabricCore> core, MemoryRecord record)
+      : core_(std::move(core)), record_(record) {
+    core_->imports_.fetch_add(1);
+  }
+  ~FabricRemote() override { core_->imports_.fetch_sub(1); }
+  /// The target address of dst + offset: the remote VA under FI_MR_VIRT_ADDR, else the offset.
+  uint64_t target(uint64_t offset) const noexcept {
+    return (record_.mrMode & FI_MR_VIRT_ADDR) ? record_.baseVa + offset : offset;
+  }
+  uint64_t key() const noexcept { return record_.key; }
+
+ private:
+  std::shared_ptr<FabricCore> core_;
+  MemoryRecord record_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Connection
+
+class FabricConnection final : public backend::TransportConnection {
+ public:
+  FabricConnection(std::shared_ptr<FabricCore> core, std::shared_ptr<ConnState> state)
+      : core_(std::move(core)), state_(std::move(state)) {
+    core_->connections_.fetch_add(1);
+  }
+
+  ~FabricConnection() override {
+    // Give our own writes a moment to land so that the address can be removed cleanly; a peer
+    // that is gone never completes them, and the core then reaps them when it closes.
+    auto deadline = Deadline::after(kCloseGraceSeconds);
+    while (state_->outstanding.load() > 0 && !deadline.expired() && !state_->failed()) {
+      core_->progressOnce();
+      core_->waitForCompletion(deadline.remaining());
+    }
+    if (state_->outstanding.load() == 0) {
+      std::lock_guard<std::mutex> lock(core_->mutex_);
+      fi_av_remove(core_->av_, &state_->addr, 1, 0);
+    }
+    core_->connections_.fetch_sub(1);
+  }
+
+  void write(const backend::RemoteRef& dst, uint64_t dstOffset, const backend::LocalRef& src,
+             uint64_t srcOffset, size_t bytes) override {
+    state_->rethrow();
+    auto deadline = Deadline::fromTimeout(core_->timeout_);
+    auto* remote = static_cast<FabricRemote*>(dst.memory);
+    auto* local = static_cast<FabricLocal*>(src.memory);
+    void* desc = local ? local->desc() : nullptr;
+    if (!local && (core_->mrMode_ & FI_MR_LOCAL)) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("{}: write to rank {} from an unregistered buffer, but the "
+                              "provider needs local registration (FI_MR_LOCAL)",
+                              core_->describe(), state_->rank),
+                  state_->rank);
+    }
+    const char* from = static_cast<const char*>(src.data) + srcOffset;
+    while (bytes > 0) {
+      size_t n = std::min(bytes, core_->maxChunk_);
+      auto op = std::make_unique<OpContext>();
+      op->conn = state_;
+      core_->postWrite(std::move(op), from, n, desc, remote->target(dstOffset), remote->key(),
+                       deadline);
+      from += n;
+      dstOffset += n;
+      bytes -= n;
+    }
+  }
+
+  void updateAndSync(const backend::RemoteRef& dst, uint64_t dstOffset, uint64_t value) override {
+    state_->rethrow();
+    auto deadline = Deadline::fromTimeout(core_->timeout_);
+    // Without write-after-write ordering, the signal may overtake the data: complete the data
+    // first (delivery complete), then write the signal.
+    if (!core_->orderedWaw_) waitIdle(deadline, "a signal's earlier writes");
+    auto* remote = static_cast<FabricRemote*>(dst.memory);
+    int slot = core_->acquireSlot(deadline, state_->rank);
+    uint64_t* word = core_->slotWord(slot);
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    auto op = std::make_unique<OpContext>();
+    op->conn = state_;
+    op->slot = slot;
+    core_->postWrite(std::move(op), word, sizeof(uint64_t), core_->internalDesc(),
+                     remote->target(dstOffset), remote->key(), deadline);
+  }
+
+  void flush(double deadlineSeconds) override {
+    waitIdle(Deadline::after(deadlineSeconds), "flush");
+  }
+
+  void progress() override { core_->progressOnce(); }
+
+  void checkPeer() override {
+    state_->rethrow();
+    // A peer process on this host that has exited is gone whatever the provider says: shm never
+    // completes a write to a dead process, and ofi_rxm keeps retrying a refused connection
+    // instead of failing the write.
+    if (state_->sameHost && state_->pid > 0 && ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
+      state_->fail(Error(ErrorCode::PeerLost,
+                         fmt::format("{}: rank {} (pid {}) has exited", core_->describe(),
+                                     state_->rank, state_->pid),
+                         state_->rank));
+      state_->rethrow();
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastProbe_ < kProbeInterval) return;
+    lastProbe_ = now;
+    core_->progressOnce();
+    state_->rethrow();
+    uint64_t done = state_->probesCompleted.load();
+    if (done != probesSeen_) {
+      probesSeen_ = done;
+      probeWaiting_ = false;
+    }
+    // A probe that neither completes nor fails within transport.timeout (still queued, or
+    // refused with -FI_EAGAIN on every attempt) means the peer is unreachable: ofi_rxm keeps
+    // retrying a refused connection instead of failing the write.
+    if (probeWaiting_ && core_->timeout_ > 0) {
+      double waited = std::chrono::duration<double>(now - probeSince_).count();
+      if (waited > core_->timeout_) {
+        state_->fail(Error(ErrorCode::PeerLost,
+                           fmt::format("{}: rank {} did not complete an 8-byte liveness write in "
+                                       "{:.1f} s (transport.timeout); the peer is gone or "
+                                       "unreachable",
+                                       core_->describe(), state_->rank, waited),
+                           state_->rank));
+        state_->rethrow();
+      }
+    }
+    if (!probeWaiting_) {
+      probeWaiting_ = true;
+      probeSince_ = now;
+    }
+    if (state_->probeInFlight.exchange(true)) return;
+    auto op = std::make_unique<OpContext>();
+    op->conn = state_;
+    op->probe = true;
+    try {
+      core_->postWrite(std::move(op), core_->probeSource(), sizeof(uint64_t), core_->internalDesc(),
+                       state_->probeTarget, state_->probeKey, Deadline::after(0));
+    } catch (const Error& e) {
+      state_->probeInFlight = false;
+      if (e.code() != ErrorCode::Timeout) throw;  // a full queue only postpones the probe
+    }
+  }
+
+ private:
+  void waitIdle(const Deadline& deadline, std::string_view what) {
+    for (;;) {
+      core_->progressOnce();
+      state_->rethrow();
+      int64_t left = state_->outstanding.load();
+      if (left == 0) return;
+      if (deadline.expired()) {
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("{}: {} to rank {} timed out with {} write(s) not completed; "
+                                "the peer is not making progress or the link is down",
+                                core_->describe(), what, state_->rank, left),
+                    state_->rank);
+      }
+      core_->waitForCompletion(deadline.remaining());
+    }
+  }
+
+  std::shared_ptr<FabricCore> core_;
+  std::shared_ptr<ConnState> state_;
+  std::chrono::steady_clock::time_point lastProbe_{};
+  std::chrono::steady_clock::time_point probeSince_{};
+  uint64_t probesSeen_ = 0;
+  bool probeWaiting_ = false;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// FabricTransport
+
+FabricTransport::FabricTransport(const backend::TransportInit& init) {
+  std::string provider =
+      init.config ? config::getString(*init.config, "transport.fabric.provider") : "";
+  if (provider.empty()) provider = "auto";
+  // FI_HMEM is requested only where CUDA memory may be registered at all (a CUDA driver is
+  // present); asking for it elsewhere would narrow the providers for nothing.
+  bool wantHmem = ::access("/dev/nvidiactl", F_OK) == 0;
+  core_ = std::make_shared<FabricCore>(init, provider, wantHmem);
+  stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stopFd_ < 0) {
+    throw Error(ErrorCode::SystemError,
+                fmt::format("{}: eventfd: {}", core_->describe(), std::strerror(errno)));
+  }
+  progress_ = std::thread([this] { progressLoop(); });
+}
+
+FabricTransport::~FabricTransport() {
+  stop_ = true;
+  uint64_t one = 1;
+  if (::write(stopFd_, &one, sizeof(one)) < 0) {
+    // The thread still sees stop_ within its poll timeout.
+  }
+  if (progress_.joinable()) progress_.join();
+  ::close(stopFd_);
+}
+
+void FabricTransport::progressLoop() noexcept {
+  // Target-side progress: with manual-progress providers (tcp;ofi_rxm) a peer's write lands only
+  // while someone drives this endpoint, and the owning thread may be blocked elsewhere.
+  unsigned idle = 0;
+  auto& c = *core_;
+  while (!stop_.load()) {
+    c.progressOnce();
+    if (c.waitFd_ >= 0) {
+      int rc;
+      {
+        std::lock_guard<std::mutex> lock(c.mutex_);
+        fid* f = &c.cq_->fid;
+        rc = fi_trywait(c.fabric_, &f, 1);
+      }
+      if (rc == FI_SUCCESS) {
+        pollfd fds[2] = {{c.waitFd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
+        ::poll(fds, 2, 1000);
+        idle = 0;
+        continue;
+      }
+    }
+    // Work pending (trywait said so) or no wait object: back off, never spin.
+    backoff(idle < 20 ? idle++ : idle);
+  }
+}
+
+bool FabricTransport::canReach(const backend::PeerInfo& peer) const noexcept {
+  return core_->provider_ == "shm" ? peer.sameHost : true;
+}
+
+bool FabricTransport::supportsMemory(MemoryKind kind) const noexcept {
+  return kind == MemoryKind::Host || (kind == MemoryKind::Cuda && core_->hmem_);
+}
+
+std::unique_ptr<backend::LocalMemory> FabricTransport::registerMemory(
+    void* data, size_t bytes, MemoryKind kind, const backend::HostAllocation* /*host*/) {
+  bool cuda = kind == MemoryKind::Cuda;
+  int device = 0;
+  if (cuda) {
+    if (!core_->hmem_) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("{}: cannot register CUDA memory: the provider does not offer "
+                              "FI_HMEM (GPU memory registration); use the nvlink transport "
+                              "within a node or a provider with FI_HMEM (verbs with DMA-BUF or "
+                              "peer memory, efa, shm)",
+                              core_->describe()));
+    }
+    device = cudaDeviceOf(data);
+    if (device < 0) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("{}: cannot tell which CUDA device owns {} (libcuda.so.1 missing "
+                              "or not a device pointer)",
+                              core_->describe(), data));
+    }
+  }
+  fid_mr* mr = core_->registerRegion(data, bytes, FI_REMOTE_WRITE | FI_WRITE, cuda, device);
+  MemoryRecord rec;
+  rec.key = fi_mr_key(mr);
+  rec.baseVa = reinterpret_cast<uint64_t>(data);
+  rec.length = bytes;
+  rec.mrMode = core_->mrMode_;
+  rec.kind = static_cast<uint8_t>(kind);
+  if (rec.key == FI_KEY_NOTAVAIL) {
+    core_->closeRegion(mr);
+    throw Error(ErrorCode::NotSupported,
+                fmt::format("{}: the provider gives no 64-bit key for this region (raw keys "
+                            "are not implemented)",
+                            core_->describe()));
+  }
+  return std::make_unique<FabricLocal>(core_, mr, rec);
+}
+
+std::unique_ptr<backend::RemoteMemory> FabricTransport::importMemory(
+    const backend::PeerInfo& owner, std::span<const uint8_t> descriptor, size_t bytes,
+    MemoryKind kind) {
+  MemoryRecord rec = decodeMemory(descriptor, owner.rank);
+  if (rec.length != bytes) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("{}: the memory descriptor of rank {} describes {} bytes, but the "
+                            "buffer is {} bytes; the records do not belong together",
+                            core_->describe(), owner.rank, rec.length, bytes),
+                owner.rank);
+  }
+  if (rec.kind != static_cast<uint8_t>(kind)) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("{}: the memory descriptor of rank {} is for {} memory, the "
+                            "buffer record says {}",
+                            core_->describe(), owner.rank, rec.kind == 2 ? "cuda" : "host",
+                            kind == MemoryKind::Cuda ? "cuda" : "host"),
+                owner.rank);
+  }
+  return std::make_unique<FabricRemote>(core_, rec);
+}
+
+std::vector<uint8_t> FabricTransport::endpoint() {
+  EndpointRecord r;
+  r.provider = core_->provider_;
+  r.fabric = core_->info_->fabric_attr->name ? core_->info_->fabric_attr->name : "";
+  r.domain = core_->info_->domain_attr->name ? core_->info_->domain_attr->name : "";
+  r.address = core_->address_;
+  r.mrMode = core_->mrMode_;
+  r.cqDataSize = core_->info_->domain_attr->cq_data_size;
+  r.probeKey = fi_mr_key(core_->internalMr_);
+  r.probeVa = reinterpret_cast<uint64_t>(core_->internal_);
+  return encode(r);
+}
+
+std::unique_ptr<backend::TransportConnection> FabricTransport::connect(
+    const backend::PeerInfo& peer, std::span<const uint8_t> peerEndpoint) {
+  EndpointRecord r = decodeEndpoint(peerEndpoint, peer.rank);
+  std::string fabricName = core_->info_->fabric_attr->name ? core_->info_->fabric_attr->name : "";
+  if (r.provider != core_->provider_ || r.fabric != fabricName) {
+    throw Error(ErrorCode::BackendError,
+                fmt::format("{}: rank {} uses provider \"{}\" on fabric \"{}\", this rank "
+                            "provider \"{}\" on fabric \"{}\"; both ends must use the same "
+                            "provider and fabric (set transport.fabric.provider explicitly)",
+                            core_->describe(), peer.rank, r.provider, r.fabric, core_->provider_,
+                            fabricName),
+                peer.rank);
+  }
+  if ((r.mrMode & FI_MR_RAW) != 0) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("{}: rank {} announces FI_MR_RAW keys, which are not implemented",
+                            core_->describe(), peer.rank),
+                peer.rank);
+  }
+  auto state = std::make_shared<ConnState>();
+  state->rank = peer.rank;
+  state->sameHost = peer.sameHost;
+  state->pid = peer.pid;
+  state->probeKey = r.probeKey;
+  state->probeTarget = (r.mrMode & FI_MR_VIRT_ADDR) ? r.probeVa : 0;
+  {
+    std::lock_guard<std::mutex> lock(core_->mutex_);
+    int n = fi_av_insert(core_->av_, r.address.data(), 1, &state->addr, 0, nullptr);
+    if (n != 1) {
+      throw Error(ErrorCode::BackendError,
+                  fmt::format("{}: fi_av_insert of rank {}'s address ({} bytes) failed: {}",
+                              core_->describe(), peer.rank, r.address.size(),
+                              n < 0 ? fiError(n) : std::string("address not inserted")),
+                  peer.rank);
+    }
+  }
+  return std::make_unique<FabricConnection>(core_, std::move(state));
+}
+
+backend::TransportStats FabricTransport::stats() const noexcept {
+  backend::TransportStats s;
+  s.registrations = core_->registrations_.load();
+  s.imports = core_->imports_.load();
+  s.connections = core_->connections_.load();
+  return s;
+}
+
+namespace {
+
+std::unique_ptr<backend::Transport> create(const backend::TransportInit& init) {
+  return std::make_unique<FabricTransport>(init);
+}
+
+const backend::ModuleInfo kInfo = {
+    STRATA_MODULE_ABI_VERSION,
+    backend::ModuleKind::Transport,
+    "fabric",
+    STRATA_VERSION_STRING,
+    "libfabric RDM endpoints: one-sided RMA writes (verbs, efa, tcp, shm providers)",
+    nullptr,
+    nullptr,
+    &create,
+};
+
+}  // namespace
+}  // namespace strata::fabric
+
+extern "C" __attribute__((visibility("default"))) const strata::backend::ModuleInfo*
+strata_module_info() {
+  return &strata::fabric::kInfo;
+}
