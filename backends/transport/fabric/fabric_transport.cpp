@@ -110,9 +110,14 @@ std::optional<Choice> choose(const char* provider, bool hmem) {
     if (auto info = query(provider, hmem, dc, waw)) {
       Choice c;
       c.deliveryComplete = dc;
-      constexpr uint64_t kWaw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
-      c.waw =
-          waw && (info->tx_attr->msg_order & kWaw) != 0 && (info->rx_attr->msg_order & kWaw) != 0;
+      if (waw) {
+        // Some providers (shm 1.17) echo a requested msg_order in the returned info although
+        // their receive side promises only FI_ORDER_SAS; judge by what they advertise unasked.
+        constexpr uint64_t kWaw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
+        InfoPtr plain = query(provider, hmem, dc, false);
+        c.waw = plain && (plain->tx_attr->msg_order & kWaw) != 0 &&
+                (plain->rx_attr->msg_order & kWaw) != 0;
+      }
       c.info = std::move(info);
       return c;
     }
