@@ -99,6 +99,10 @@ constexpr KeyInfo kKeys[] = {
      "libfabric provider of the fabric transport, as fi_info names it (\"tcp;ofi_rxm\", "
      "\"shm\"). auto prefers verbs;ofi_rxm, then efa, then tcp;ofi_rxm.",
      true},
+    {"transport.fabric.probe_timeout", Type::Double, "5", "0..",
+     "Seconds an 8-byte liveness write to a peer may stay unanswered before the fabric transport "
+     "reports the peer lost (waits probe every 100 ms). 0 turns the probe deadline off.",
+     false},
 
 };
 // END KEYS

@@ -164,7 +164,10 @@ int cudaDeviceOf(void* ptr) {
 
 FabricCore::FabricCore(const backend::TransportInit& init, std::string provider, bool wantHmem)
     : provider_(std::move(provider)), rank_(init.rank) {
-  if (init.config) timeout_ = config::getDouble(*init.config, "transport.timeout");
+  if (init.config) {
+    timeout_ = config::getDouble(*init.config, "transport.timeout");
+    probeTimeout_ = config::getDouble(*init.config, "transport.fabric.probe_timeout");
+  }
   try {
     open(init, wantHmem);
   } catch (...) {
@@ -626,16 +629,17 @@ class FabricConnection final : public backend::TransportConnection {
       probesSeen_ = done;
       probeWaiting_ = false;
     }
-    // A probe that neither completes nor fails within transport.timeout (still queued, or
-    // refused with -FI_EAGAIN on every attempt) means the peer is unreachable: ofi_rxm keeps
-    // retrying a refused connection instead of failing the write.
-    if (probeWaiting_ && core_->timeout_ > 0) {
+    // A probe that neither completes nor fails within transport.fabric.probe_timeout (still
+    // queued, or refused with -FI_EAGAIN on every attempt) means the peer is unreachable:
+    // ofi_rxm keeps retrying a refused connection instead of failing the write. A live peer's
+    // progress thread completes it in microseconds.
+    if (probeWaiting_ && core_->probeTimeout_ > 0) {
       double waited = std::chrono::duration<double>(now - probeSince_).count();
-      if (waited > core_->timeout_) {
+      if (waited > core_->probeTimeout_) {
         state_->fail(Error(ErrorCode::PeerLost,
                            fmt::format("{}: rank {} did not complete an 8-byte liveness write in "
-                                       "{:.1f} s (transport.timeout); the peer is gone or "
-                                       "unreachable",
+                                       "{:.1f} s (transport.fabric.probe_timeout); the peer "
+                                       "is gone or unreachable",
                                        core_->describe(), state_->rank, waited),
                            state_->rank));
         state_->rethrow();

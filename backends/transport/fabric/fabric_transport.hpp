@@ -81,6 +81,7 @@ class FabricCore {
   std::string provider_;
   int rank_ = -1;
   double timeout_ = 30;
+  double probeTimeout_ = 5;
   uint64_t mrMode_ = 0;
   bool orderedWaw_ = false;
   bool deliveryComplete_ = false;

@@ -449,11 +449,11 @@ BOOST_AUTO_TEST_CASE(peer_lost_after_kill) {
 
 BOOST_AUTO_TEST_CASE(peer_lost_on_another_host) {
   // Without a pid to check (the peer counts as remote), the unanswered probe decides, after
-  // transport.timeout.
+  // transport.fabric.probe_timeout.
   constexpr size_t kBytes = 4096;
   PeerProcess peer(kBytes);
   Config cfg = config();
-  cfg.set("transport.timeout", "2");
+  cfg.set("transport.fabric.probe_timeout", "2");
   TransportInit init;
   init.config = &cfg;
   init.rank = 0;
