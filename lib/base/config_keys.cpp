@@ -88,8 +88,8 @@ constexpr KeyInfo kKeys[] = {
     {"transport.inter_node", Type::String, "fabric", "",
      "Comma-separated transports tried in order between ranks on different hosts.", true},
     {"transport.timeout", Type::Double, "30", "0..",
-     "Deadline in seconds of blocking transport calls (flush, semaphore waits, connection "
-     "set-up). 0 means no deadline.",
+     "Deadline in seconds of blocking transport calls (flush, semaphore waits; connection set-up "
+     "uses bootstrap.timeout). 0 means no deadline.",
      false},
     {"transport.host_id", Type::String, "", "",
      "Host identity used to decide which ranks share a host. Empty means the host name plus the "
