@@ -1,6 +1,9 @@
 #include "fabric_transport.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -9,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -157,6 +161,36 @@ int cudaDeviceOf(void* ptr) {
   return device;
 }
 
+// libfabric's shm provider (1.17) backs every endpoint with a 16 MiB file in /dev/shm named
+// "<pid>:<n>:<n>" and removes it only when the process exits normally. A process killed with
+// SIGKILL leaves it behind. When this process uses the shm provider it removes such files of
+// processes that no longer exist (owned by this user), at start-up and at shutdown, so that a
+// job whose rank died does not leak them on the host.
+void sweepStaleShmRegions() noexcept {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    const char* name = e->d_name;
+    unsigned long pid = 0, a = 0, b = 0;
+    int consumed = 0;
+    if (std::sscanf(name, "%lu:%lu:%lu%n", &pid, &a, &b, &consumed) != 3 ||
+        name[consumed] != '\0' || pid == 0 || pid > 0x3fffffff) {
+      continue;
+    }
+    struct stat st {};
+    if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid()) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still alive
+    if (unlinkat(dirfd(dir), name, 0) == 0) {
+      STRATA_LOG(Info, "fabric", "removed /dev/shm/{} left by exited process {} (libfabric shm)",
+                 name, pid);
+    }
+  }
+  closedir(dir);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -178,6 +212,7 @@ FabricCore::FabricCore(const backend::TransportInit& init, std::string provider,
 
 FabricCore::~FabricCore() {
   close();
+  if (provider_ == "shm") sweepStaleShmRegions();
 }
 
 std::string FabricCore::describe() const {
@@ -216,6 +251,7 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   deliveryComplete_ = choice->deliveryComplete;
   orderedWaw_ = choice->waw;
   provider_ = info_->fabric_attr->prov_name ? info_->fabric_attr->prov_name : provider_;
+  if (provider_ == "shm") sweepStaleShmRegions();
   hmem_ = (info_->caps & FI_HMEM) != 0;
   mrMode_ = info_->domain_attr->mr_mode;
   if (mrMode_ & FI_MR_RAW) {
