@@ -307,7 +307,8 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   check(rc, "fi_getname");
   address_.resize(len);
 
-  size_t bytes = (2 + kSlots) * sizeof(uint64_t);
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  size_t bytes = ((2 + kSlots) * sizeof(uint64_t) + 63) / 64 * 64;
   internal_ = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
   if (!internal_) throw Error(ErrorCode::SystemError, describe() + ": out of memory");
   std::memset(internal_, 0, bytes);
