@@ -88,8 +88,8 @@ constexpr KeyInfo kKeys[] = {
     {"transport.inter_node", Type::String, "fabric", "",
      "Comma-separated transports tried in order between ranks on different hosts.", true},
     {"transport.timeout", Type::Double, "30", "0..",
-     "Deadline in seconds of blocking transport calls (flush, semaphore waits, connection "
-     "set-up). 0 means no deadline.",
+     "Deadline in seconds of blocking transport calls (flush, semaphore waits; connection set-up "
+     "uses bootstrap.timeout). 0 means no deadline.",
      false},
     {"transport.host_id", Type::String, "", "",
      "Host identity used to decide which ranks share a host. Empty means the host name plus the "
@@ -99,6 +99,10 @@ constexpr KeyInfo kKeys[] = {
      "libfabric provider of the fabric transport, as fi_info names it (\"tcp;ofi_rxm\", "
      "\"shm\"). auto prefers verbs;ofi_rxm, then efa, then tcp;ofi_rxm.",
      true},
+    {"transport.fabric.probe_timeout", Type::Double, "5", "0..",
+     "Seconds an 8-byte liveness write to a peer may stay unanswered before the fabric transport "
+     "reports the peer lost (waits probe every 100 ms). 0 turns the probe deadline off.",
+     false},
 
 };
 // END KEYS

@@ -23,11 +23,11 @@ inline constexpr int kTagExchange = 0x53540003;
 inline constexpr int kTagSemaphore = 0x53540004;
 
 /// Record kinds (docs/wire-format.md).
-inline constexpr uint16_t kKindMemory = 40;
-inline constexpr uint16_t kKindConnect = 41;
-inline constexpr uint16_t kKindReady = 42;
-inline constexpr uint16_t kKindSemaphore = 43;
-inline constexpr uint16_t kKindHost = 44;
+inline constexpr uint16_t kKindMemory = 80;
+inline constexpr uint16_t kKindConnect = 81;
+inline constexpr uint16_t kKindReady = 82;
+inline constexpr uint16_t kKindSemaphore = 83;
+inline constexpr uint16_t kKindHost = 84;
 inline constexpr size_t kMaxRecord = 64 * 1024;
 
 struct HostRecord {

@@ -1,6 +1,6 @@
 #pragma once
 
-// Encoders and decoders of the transport records (docs/wire-format.md, kinds 40-44). Decoders
+// Encoders and decoders of the transport records (docs/wire-format.md, kinds 80-84). Decoders
 // throw ProtocolError naming the record, the field and the peer.
 
 #include <cstdint>

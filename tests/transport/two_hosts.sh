@@ -43,9 +43,9 @@ ip -n "$nsB" addr add "$addrB/24" dev "$vethB"
 for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
 ip -n "$nsA" link set "$vethA" up
 ip -n "$nsB" link set "$vethB" up
-# The link needs a moment before the first packet passes.
+# Both ends up before anyone connects (the bootstrap retries connects anyway).
 for _ in $(seq 50); do
-  ip netns exec "$nsA" ping -c1 -W1 "$addrB" >/dev/null 2>&1 && break
+  ip -n "$nsB" link show "$vethB" | grep -q 'state UP' && break
   sleep 0.1
 done
 

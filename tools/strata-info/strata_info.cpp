@@ -34,6 +34,17 @@ int run(bool showConfig, bool onlyConfig) {
                   b.usable ? (b.path.empty() ? b.description.c_str() : b.path.c_str())
                            : b.error.c_str());
     }
+    std::printf("\nTransports\n");
+    std::printf("  %-6s %-9s %s\n", "shm", "built-in",
+                "host memory between processes of one host (memfd mappings, process_vm_writev)");
+    for (const char* name : {"fabric", "nvlink"}) {
+      auto m = strata::bootstrap::findModule(strata::backend::ModuleKind::Transport, name, config);
+      std::printf("  %-6s %-9s %s\n", name, m.info ? "module" : "missing",
+                  m.info ? m.path.c_str() : m.error.c_str());
+    }
+    std::printf("  transport.intra_node = %s, transport.inter_node = %s\n",
+                config.get("transport.intra_node").value_or("").c_str(),
+                config.get("transport.inter_node").value_or("").c_str());
     std::printf("\nbootstrap.backend = %s resolves to '%s' here\n",
                 config.get("bootstrap.backend").value_or("auto").c_str(),
                 strata::bootstrap::resolveBackendName(config).c_str());

@@ -1,6 +1,9 @@
 #include "fabric_transport.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -9,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -72,7 +76,11 @@ InfoPtr query(const char* provider, bool hmem, bool deliveryComplete, bool waw) 
   // provider need not be thread-safe itself.
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   if (deliveryComplete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
-  if (waw) hints->tx_attr->msg_order = FI_ORDER_WAW;
+  // Write-after-write must hold where the writes are issued and where they land.
+  if (waw) {
+    hints->tx_attr->msg_order = FI_ORDER_WAW;
+    hints->rx_attr->msg_order = FI_ORDER_WAW;
+  }
   if (provider) hints->fabric_attr->prov_name = strdup(provider);
   fi_info* out = nullptr;
   int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &out);
@@ -106,7 +114,14 @@ std::optional<Choice> choose(const char* provider, bool hmem) {
     if (auto info = query(provider, hmem, dc, waw)) {
       Choice c;
       c.deliveryComplete = dc;
-      c.waw = waw && (info->tx_attr->msg_order & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+      if (waw) {
+        // Some providers (shm 1.17) echo a requested msg_order in the returned info although
+        // their receive side promises only FI_ORDER_SAS; judge by what they advertise unasked.
+        constexpr uint64_t kWaw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
+        InfoPtr plain = query(provider, hmem, dc, false);
+        c.waw = plain && (plain->tx_attr->msg_order & kWaw) != 0 &&
+                (plain->rx_attr->msg_order & kWaw) != 0;
+      }
       c.info = std::move(info);
       return c;
     }
@@ -146,6 +161,36 @@ int cudaDeviceOf(void* ptr) {
   return device;
 }
 
+// libfabric's shm provider (1.17) backs every endpoint with a 16 MiB file in /dev/shm named
+// "<pid>:<n>:<n>" and removes it only when the process exits normally. A process killed with
+// SIGKILL leaves it behind. When this process uses the shm provider it removes such files of
+// processes that no longer exist (owned by this user), at start-up and at shutdown, so that a
+// job whose rank died does not leak them on the host.
+void sweepStaleShmRegions() noexcept {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    const char* name = e->d_name;
+    unsigned long pid = 0, a = 0, b = 0;
+    int consumed = 0;
+    if (std::sscanf(name, "%lu:%lu:%lu%n", &pid, &a, &b, &consumed) != 3 ||
+        name[consumed] != '\0' || pid == 0 || pid > 0x3fffffff) {
+      continue;
+    }
+    struct stat st {};
+    if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid()) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still alive
+    if (unlinkat(dirfd(dir), name, 0) == 0) {
+      STRATA_LOG(Info, "fabric", "removed /dev/shm/{} left by exited process {} (libfabric shm)",
+                 name, pid);
+    }
+  }
+  closedir(dir);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -153,7 +198,10 @@ int cudaDeviceOf(void* ptr) {
 
 FabricCore::FabricCore(const backend::TransportInit& init, std::string provider, bool wantHmem)
     : provider_(std::move(provider)), rank_(init.rank) {
-  if (init.config) timeout_ = config::getDouble(*init.config, "transport.timeout");
+  if (init.config) {
+    timeout_ = config::getDouble(*init.config, "transport.timeout");
+    probeTimeout_ = config::getDouble(*init.config, "transport.fabric.probe_timeout");
+  }
   try {
     open(init, wantHmem);
   } catch (...) {
@@ -164,6 +212,7 @@ FabricCore::FabricCore(const backend::TransportInit& init, std::string provider,
 
 FabricCore::~FabricCore() {
   close();
+  if (provider_ == "shm") sweepStaleShmRegions();
 }
 
 std::string FabricCore::describe() const {
@@ -202,6 +251,7 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   deliveryComplete_ = choice->deliveryComplete;
   orderedWaw_ = choice->waw;
   provider_ = info_->fabric_attr->prov_name ? info_->fabric_attr->prov_name : provider_;
+  if (provider_ == "shm") sweepStaleShmRegions();
   hmem_ = (info_->caps & FI_HMEM) != 0;
   mrMode_ = info_->domain_attr->mr_mode;
   if (mrMode_ & FI_MR_RAW) {
@@ -257,7 +307,8 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   check(rc, "fi_getname");
   address_.resize(len);
 
-  size_t bytes = (2 + kSlots) * sizeof(uint64_t);
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  size_t bytes = ((2 + kSlots) * sizeof(uint64_t) + 63) / 64 * 64;
   internal_ = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
   if (!internal_) throw Error(ErrorCode::SystemError, describe() + ": out of memory");
   std::memset(internal_, 0, bytes);
@@ -353,7 +404,10 @@ size_t FabricCore::drainLocked() noexcept {
   auto finish = [&](OpContext* op) {
     if (!op || live_.erase(op) == 0) return;  // not one of ours (or already reaped)
     if (op->slot >= 0) freeSlots_.push_back(op->slot);
-    if (op->probe) op->conn->probeInFlight = false;
+    if (op->probe) {
+      op->conn->probesCompleted.fetch_add(1);
+      op->conn->probeInFlight = false;
+    }
     op->conn->outstanding.fetch_sub(1);
     delete op;
     ++handled;
@@ -376,7 +430,9 @@ size_t FabricCore::drainLocked() noexcept {
         ++handled;
         continue;
       }
-      bool gone = isPeerGone(err.err);
+      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED) and keeps the
+      // socket's errno (ENOTCONN, ECONNRESET) as the provider error.
+      bool gone = isPeerGone(err.err) || (err.err == FI_ECANCELED && isPeerGone(err.prov_errno));
       op->conn->fail(
           Error(gone ? ErrorCode::PeerLost : ErrorCode::BackendError,
                 fmt::format("{}: {} to rank {} failed: {} ({}). {}", describe(),
@@ -590,9 +646,10 @@ class FabricConnection final : public backend::TransportConnection {
 
   void checkPeer() override {
     state_->rethrow();
-    // shm never completes a write to a dead process, so on one host the pid says more.
-    if (state_->sameHost && state_->pid > 0 && core_->provider_ == "shm" &&
-        ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
+    // A peer process on this host that has exited is gone whatever the provider says: shm never
+    // completes a write to a dead process, and ofi_rxm keeps retrying a refused connection
+    // instead of failing the write.
+    if (state_->sameHost && state_->pid > 0 && ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
       state_->fail(Error(ErrorCode::PeerLost,
                          fmt::format("{}: rank {} (pid {}) has exited", core_->describe(),
                                      state_->rank, state_->pid),
@@ -604,6 +661,31 @@ class FabricConnection final : public backend::TransportConnection {
     lastProbe_ = now;
     core_->progressOnce();
     state_->rethrow();
+    uint64_t done = state_->probesCompleted.load();
+    if (done != probesSeen_) {
+      probesSeen_ = done;
+      probeWaiting_ = false;
+    }
+    // A probe that neither completes nor fails within transport.fabric.probe_timeout (still
+    // queued, or refused with -FI_EAGAIN on every attempt) means the peer is unreachable:
+    // ofi_rxm keeps retrying a refused connection instead of failing the write. A live peer's
+    // progress thread completes it in microseconds.
+    if (probeWaiting_ && core_->probeTimeout_ > 0) {
+      double waited = std::chrono::duration<double>(now - probeSince_).count();
+      if (waited > core_->probeTimeout_) {
+        state_->fail(Error(ErrorCode::PeerLost,
+                           fmt::format("{}: rank {} did not complete an 8-byte liveness write in "
+                                       "{:.1f} s (transport.fabric.probe_timeout); the peer "
+                                       "is gone or unreachable",
+                                       core_->describe(), state_->rank, waited),
+                           state_->rank));
+        state_->rethrow();
+      }
+    }
+    if (!probeWaiting_) {
+      probeWaiting_ = true;
+      probeSince_ = now;
+    }
     if (state_->probeInFlight.exchange(true)) return;
     auto op = std::make_unique<OpContext>();
     op->conn = state_;
@@ -638,6 +720,9 @@ class FabricConnection final : public backend::TransportConnection {
   std::shared_ptr<FabricCore> core_;
   std::shared_ptr<ConnState> state_;
   std::chrono::steady_clock::time_point lastProbe_{};
+  std::chrono::steady_clock::time_point probeSince_{};
+  uint64_t probesSeen_ = 0;
+  bool probeWaiting_ = false;
 };
 
 }  // namespace

@@ -81,6 +81,7 @@ class FabricCore {
   std::string provider_;
   int rank_ = -1;
   double timeout_ = 30;
+  double probeTimeout_ = 5;
   uint64_t mrMode_ = 0;
   bool orderedWaw_ = false;
   bool deliveryComplete_ = false;
@@ -115,6 +116,7 @@ class ConnState {
   int32_t pid = 0;
   std::atomic<int64_t> outstanding{0};
   std::atomic<bool> probeInFlight{false};
+  std::atomic<uint64_t> probesCompleted{0};
   std::mutex errorMutex;
   std::optional<Error> error;  ///< the first failed completion
   void fail(Error e) {

@@ -526,7 +526,9 @@ BOOST_AUTO_TEST_CASE(no_leaks) {
     BOOST_TEST(usageAfter[i].imports == usageBefore[i].imports);
     BOOST_TEST(usageAfter[i].connections == usageBefore[i].connections);
   }
-  BOOST_TEST(strata::testing::countOpenFds() == fds);
+  // Fewer is fine (a provider may close an idle connection); more is a leak.
+  BOOST_TEST(strata::testing::countOpenFds() <= fds, "open fds went from " << fds << " to "
+                                                     << strata::testing::countOpenFds());
   BOOST_TEST(countMaps() <= maps + 2, "mappings went from " << maps << " to " << countMaps());
   ctx.reset();
   size_t fds2 = strata::testing::countOpenFds();
@@ -534,7 +536,8 @@ BOOST_AUTO_TEST_CASE(no_leaks) {
     auto c = makeContext(cfg);
     cycle(*c);
   }
-  BOOST_TEST(strata::testing::countOpenFds() == fds2);
+  BOOST_TEST(strata::testing::countOpenFds() <= fds2, "open fds went from " << fds2 << " to "
+                                                      << strata::testing::countOpenFds());
 }
 
 int main(int argc, char** argv) {

@@ -447,6 +447,46 @@ BOOST_AUTO_TEST_CASE(peer_lost_after_kill) {
   BOOST_TEST(static_cast<int>(again->code()) == static_cast<int>(ErrorCode::PeerLost));
 }
 
+BOOST_AUTO_TEST_CASE(peer_lost_on_another_host) {
+  // Without a pid to check (the peer counts as remote), the unanswered probe decides, after
+  // transport.fabric.probe_timeout.
+  constexpr size_t kBytes = 4096;
+  PeerProcess peer(kBytes);
+  Config cfg = config();
+  cfg.set("transport.fabric.probe_timeout", "2");
+  TransportInit init;
+  init.config = &cfg;
+  init.rank = 0;
+  init.size = 2;
+  auto t = g_info->createTransport(init);
+  Buffer src(kBytes);
+  auto mem = t->registerMemory(src.data, kBytes, MemoryKind::Host, nullptr);
+  PeerInfo remotePeer = peerInfo(1, peer.pid);
+  remotePeer.sameHost = false;
+  remotePeer.pid = 0;
+  auto remote = t->importMemory(remotePeer, peer.descriptor, kBytes, MemoryKind::Host);
+  auto conn = t->connect(remotePeer, peer.endpoint);
+  LocalRef local{src.data, kBytes, MemoryKind::Host, mem.get()};
+  RemoteRef dst{kBytes, MemoryKind::Host, remote.get()};
+  conn->write(dst, 0, local, 0, kBytes);
+  conn->flush(20);
+  conn->checkPeer();
+  peer.killNow();
+  auto start = std::chrono::steady_clock::now();
+  std::optional<Error> err;
+  while (!err && std::chrono::steady_clock::now() - start < 30s) {
+    err = catchError([&] { conn->checkPeer(); });
+    std::this_thread::sleep_for(10ms);
+  }
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  BOOST_REQUIRE_MESSAGE(err, "checkPeer never noticed the killed peer");
+  BOOST_TEST(static_cast<int>(err->code()) == static_cast<int>(ErrorCode::PeerLost),
+             "code " << toString(err->code()) << ": " << err->what());
+  BOOST_TEST(err->peer() == 1);
+  BOOST_TEST(took < 10.0);
+  BOOST_TEST_MESSAGE("PeerLost after " << took << " s: " << err->what());
+}
+
 BOOST_AUTO_TEST_CASE(corrupt_records_rejected) {
   auto a = makeTransport(0);
   auto b = makeTransport(1);
