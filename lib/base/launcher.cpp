@@ -1,6 +1,7 @@
 #include "launcher.hpp"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -64,6 +65,12 @@ std::string readSecretFile(const std::string& path) {
 }
 
 }  // namespace
+
+std::string hostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
 
 LaunchInfo detectLaunch(const Config& config) {
   LaunchInfo info;

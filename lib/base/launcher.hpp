@@ -27,4 +27,7 @@ struct LaunchInfo {
 /// values (rank >= size, negative numbers, garbage).
 STRATA_API LaunchInfo detectLaunch(const Config& config);
 
+/// This host's name as gethostname() gives it (in this UTS namespace), or "unknown".
+STRATA_API std::string hostName();
+
 }  // namespace strata

@@ -1,5 +1,7 @@
 #include "log.hpp"
 
+#include "launcher.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,9 +26,7 @@ namespace {
 constexpr std::string_view kLevelNames[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
 
 std::string shortHostname() {
-  char buffer[256] = {};
-  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown";
-  std::string host(buffer);
+  std::string host = hostName();
   // The short name is what users see in Slurm node lists; the domain only lengthens every line.
   if (auto dot = host.find('.'); dot != std::string::npos && dot > 0) host.resize(dot);
   return host;

@@ -18,6 +18,7 @@
 #include "backends/transport/shm/shm_transport.hpp"
 #include "config_keys.hpp"
 #include "context_impl.hpp"
+#include "launcher.hpp"
 #include "lib/bootstrap/registry.hpp"
 #include "log.hpp"
 #include "records.hpp"
@@ -33,12 +34,6 @@ uint64_t fnv1a(std::string_view text) {
     h *= 0x100000001b3ull;
   }
   return h ? h : 1;
-}
-
-std::string thisHostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
 }
 
 std::string bootId() {
@@ -194,7 +189,7 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   transport::HostRecord me;
   me.rank = I->rank;
   me.pid = static_cast<int32_t>(getpid());
-  me.hostName = transport::thisHostName();
+  me.hostName = ::strata::hostName();
   std::string hostKey = config::getString(config, "transport.host_id");
   me.hostId = transport::fnv1a(hostKey.empty() ? me.hostName + "/" + transport::bootId() : hostKey);
   std::vector<uint8_t> slots(transport::kHostSlot * I->size);

@@ -75,12 +75,6 @@ std::vector<uint8_t> encodeReply(const std::string& next) {
   return wire::encodeRecord(kReply, kRendezvousVersion, w.data());
 }
 
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 // strata-run hands rank 0 its root socket; it stays open for the life of the process so that
 // later bootstraps (create/destroy cycles) reuse it instead of racing to bind the port again.
 struct InheritedRoot {

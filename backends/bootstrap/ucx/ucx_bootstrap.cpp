@@ -161,12 +161,6 @@ bool isPeerFailure(ucs_status_t status) {
   }
 }
 
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 std::string tagText(Kind kind, int tag) {
   return kind == Kind::User ? fmt::format("tag {}", tag) : std::string("internal tag");
 }
