@@ -17,6 +17,7 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
+#include "launcher.hpp"
 #include "mode.hpp"
 #include "report.hpp"
 #include "stats.hpp"
@@ -29,10 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kPingTag = 7001;  // any tag >= 0; a fixed one keeps ping-pong in one ordered stream
 constexpr size_t kHostBytes = 64;
-
-double usSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
 
 struct BootstrapOptions {
   SweepOptions sweep;
@@ -162,23 +159,8 @@ class Runner {
   int wrong_ = 0;
 };
 
-std::string localHost() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
-}
-
 int runBootstrap(const BootstrapOptions& opt) {
-  std::vector<size_t> sizes;
-  try {
-    sizes = opt.sweep.sizes();
-  } catch (const std::invalid_argument& e) {
-    throw CLI::ValidationError(e.what());
-  }
-  if (parseBytes(opt.sweep.minBytes) > parseBytes(opt.sweep.maxBytes)) {
-    throw CLI::ValidationError(fmt::format("--minbytes {} is larger than --maxbytes {}",
-                                           opt.sweep.minBytes, opt.sweep.maxBytes));
-  }
+  const std::vector<size_t> sizes = opt.sweep.checkedSizes();
   auto has = [&](const char* op) {
     return std::find(opt.ops.begin(), opt.ops.end(), op) != opt.ops.end();
   };
@@ -198,7 +180,7 @@ int runBootstrap(const BootstrapOptions& opt) {
     StartRecord me{};
     me.createUs = createUs;
     me.firstBarrierUs = firstBarrierUs;
-    std::string host = localHost();
+    std::string host = hostName();
     std::strncpy(me.host, host.c_str(), kHostBytes - 1);
     std::vector<StartRecord> starts(static_cast<size_t>(size));
     starts[static_cast<size_t>(rank)] = me;
@@ -259,12 +241,8 @@ int runBootstrap(const BootstrapOptions& opt) {
     if (out) out->comment(fmt::format("wrong results: {}", total));
     boot->barrier();
     return total ? 1 : 0;
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Aborted) boot->abort(e.what());
-    throw;
-  } catch (const std::exception& e) {
-    boot->abort(e.what());
-    throw;
+  } catch (...) {
+    abortJobAndRethrow(*boot);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <strata/bootstrap.hpp>
 
 namespace strata::perf {
 
@@ -40,9 +41,17 @@ struct SweepOptions {
   /// The sizes to sweep: -b .. -e by -f, plus maxBytes and 64 B (the size peers compare at).
   /// Throws std::invalid_argument for a malformed size.
   std::vector<size_t> sizes() const;
+  /// sizes() for a run: a malformed size or -b larger than -e is a CLI::ValidationError (exit 2).
+  /// onlyRequested drops the extra 64 B when it lies outside -b..-e.
+  std::vector<size_t> checkedSizes(bool onlyRequested = false) const;
   size_t itersFor(size_t bytes) const;
   size_t warmupFor(size_t bytes) const;
 };
+
+/// Call from a catch (...) block around a mode's run: makes every other rank fail at once
+/// (Bootstrap::abort with the error's text; an Aborted error is not aborted again), then
+/// rethrows the current exception.
+[[noreturn]] void abortJobAndRethrow(Bootstrap& boot);
 
 Mode addBootstrapMode(CLI::App& app);
 Mode addP2pMode(CLI::App& app);

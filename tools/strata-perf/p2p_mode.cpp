@@ -29,10 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kWrongTag = 7101;  // rank 1 -> rank 0: the bytes rank 1 found wrong per size
 
-double usSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
 struct P2pOptions {
   SweepOptions sweep;
   std::string transport = "auto";
@@ -182,22 +178,9 @@ class Pair {
 };
 
 int runP2p(const P2pOptions& opt) {
-  std::vector<size_t> sizes;
-  try {
-    sizes = opt.sweep.sizes();
-  } catch (const std::invalid_argument& e) {
-    throw CLI::ValidationError(e.what());
-  }
-  const size_t maxBytes = parseBytes(opt.sweep.maxBytes);
-  if (parseBytes(opt.sweep.minBytes) > maxBytes) {
-    throw CLI::ValidationError(fmt::format("--minbytes {} is larger than --maxbytes {}",
-                                           opt.sweep.minBytes, opt.sweep.maxBytes));
-  }
   // sizes() always adds 64 B; p2p keeps it only inside the requested range.
-  const size_t minBytes = parseBytes(opt.sweep.minBytes);
-  sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
-                             [&](size_t s) { return s < minBytes || s > maxBytes; }),
-              sizes.end());
+  const std::vector<size_t> sizes = opt.sweep.checkedSizes(/*onlyRequested=*/true);
+  const size_t maxBytes = parseBytes(opt.sweep.maxBytes);
 
   Config config = Config::load();
   if (opt.transport != "auto") {
@@ -290,12 +273,8 @@ int runP2p(const P2pOptions& opt) {
     pair.reset();
     boot->barrier();
     return totalWrong ? 1 : 0;
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Aborted) boot->abort(e.what());
-    throw;
-  } catch (const std::exception& e) {
-    boot->abort(e.what());
-    throw;
+  } catch (...) {
+    abortJobAndRethrow(*boot);
   }
 }
 

@@ -3,6 +3,7 @@
 // Small helpers shared by every strata-perf mode: summary statistics, byte-size parsing and the
 // list of message sizes to sweep.
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -17,6 +18,12 @@ struct Summary {
   double p99 = 0;  ///< nearest-rank 99th percentile: with fewer than 100 samples it is the max
   double max = 0;
 };
+
+/// Microseconds since start on the steady clock.
+inline double usSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 /// Sorts a copy; an empty sample gives all zeros.
 Summary summarize(std::vector<double> samples);

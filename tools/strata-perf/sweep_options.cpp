@@ -1,5 +1,8 @@
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <strata/error.hpp>
+
 #include "mode.hpp"
 #include "stats.hpp"
 
@@ -51,6 +54,37 @@ void SweepOptions::addTo(CLI::App& command) {
 
 std::vector<size_t> SweepOptions::sizes() const {
   return sizeList(parseBytes(minBytes), parseBytes(maxBytes), factor, {64});
+}
+
+std::vector<size_t> SweepOptions::checkedSizes(bool onlyRequested) const {
+  std::vector<size_t> out;
+  try {
+    out = sizes();
+  } catch (const std::invalid_argument& e) {
+    throw CLI::ValidationError(e.what());
+  }
+  const size_t lo = parseBytes(minBytes), hi = parseBytes(maxBytes);
+  if (lo > hi) {
+    throw CLI::ValidationError(
+        fmt::format("--minbytes {} is larger than --maxbytes {}", minBytes, maxBytes));
+  }
+  if (onlyRequested) {
+    out.erase(std::remove_if(out.begin(), out.end(), [&](size_t s) { return s < lo || s > hi; }),
+              out.end());
+  }
+  return out;
+}
+
+void abortJobAndRethrow(Bootstrap& boot) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Aborted) boot.abort(e.what());
+    throw;
+  } catch (const std::exception& e) {
+    boot.abort(e.what());
+    throw;
+  }
 }
 
 size_t SweepOptions::itersFor(size_t bytes) const {
