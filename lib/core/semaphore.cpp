@@ -24,19 +24,19 @@ struct HostSemaphore::Impl {
   ~Impl() {
     if (pool) pool->release(localSlot);
   }
+  backend::LocalRef counter;  ///< this transport's registration of the arena, found once
   uint64_t load() {
-    auto& arena = pool->arena;
-    auto& ci = conn->impl();
-    backend::LocalRef ref{arena.data(), arena.size(), arena.kind(),
-                          arena.impl()->localFor(ci.transportName)};
-    return ci.transport->loadSignal(ref, uint64_t{localSlot} * transport::SlotPool::kStride);
+    return conn->impl().transport->loadSignal(counter,
+                                              uint64_t{localSlot} * transport::SlotPool::kStride);
   }
 };
 
 HostSemaphore::HostSemaphore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HostSemaphore::~HostSemaphore() = default;
 
-int HostSemaphore::peer() const noexcept { return impl_->conn->peer(); }
+int HostSemaphore::peer() const noexcept {
+  return impl_->conn->peer();
+}
 
 void HostSemaphore::signal() {
   auto& I = *impl_;
@@ -113,6 +113,8 @@ std::vector<std::shared_ptr<HostSemaphore>> Context::createSemaphores(
     s->timeout = I.timeout;
     s->pool = I.pool(std::string(c->transport()), *this);
     s->localSlot = s->pool->acquire(I.rank);
+    const auto& arena = s->pool->arena;
+    s->counter = {arena.data(), arena.size(), arena.kind(), arena.impl()->localFor(c->transport())};
     s->expected = s->load();
     sems.push_back(std::move(s));
   }
@@ -121,8 +123,8 @@ std::vector<std::shared_ptr<HostSemaphore>> Context::createSemaphores(
     r.from = I.rank;
     r.to = p;
     for (size_t i : byPeer[p]) {
-      r.slots.push_back({std::string(connections[i]->transport()), sems[i]->localSlot,
-                         sems[i]->expected});
+      r.slots.push_back(
+          {std::string(connections[i]->transport()), sems[i]->localSlot, sems[i]->expected});
     }
     transport::sendBlob(*I.bootstrap, p, transport::kTagSemaphore, transport::encodeSemaphore(r));
   }
