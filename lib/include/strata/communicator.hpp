@@ -1,0 +1,103 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include <strata/bootstrap.hpp>
+#include <strata/config.hpp>
+#include <strata/export.hpp>
+
+namespace strata {
+
+class Context;
+
+/// Element types of the collectives. Float16 is IEEE binary16, BFloat16 is bfloat16; both are
+/// reduced with fp32 accumulation.
+enum class DataType { Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64 };
+
+/// Reductions. Avg is NCCL's: the sum divided by the number of ranks (integer division,
+/// truncating, for integer types).
+enum class ReduceOp { Sum, Prod, Min, Max, Avg };
+
+/// Where a collective runs: a cudaStream_t for device memory; ignored for host memory, where a
+/// collective completes before it returns.
+struct Stream {
+  void* handle = nullptr;
+};
+
+/// Bytes per element.
+STRATA_API size_t sizeOf(DataType type) noexcept;
+/// "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "bfloat16", "float",
+/// "double" (nccl-tests' names).
+STRATA_API std::string_view toString(DataType type) noexcept;
+/// "sum", "prod", "min", "max", "avg".
+STRATA_API std::string_view toString(ReduceOp op) noexcept;
+/// The inverse of toString; also accepts "float16", "fp16", "bf16", "float32", "fp32",
+/// "float64", "fp64", "char" (int8). nullopt for anything else.
+STRATA_API std::optional<DataType> parseDataType(std::string_view name) noexcept;
+STRATA_API std::optional<ReduceOp> parseReduceOp(std::string_view name) noexcept;
+
+/// A group of ranks that run collectives together: the ranks of one Bootstrap, connected over
+/// the transports of one Context (shm inside a host, fabric across hosts).
+///
+/// Every rank calls the same collectives in the same order (as with NCCL). Buffers follow
+/// NCCL's rules: counts are in elements, and a collective is in place when send == recv
+/// (allReduce, broadcast), send == recv + rank * sendCount elements (allGather) or
+/// recv == send + rank * recvCount elements (reduceScatter). Host memory (from malloc, or
+/// strata's allocator) is complete when the call returns. Arguments are checked before anything
+/// is sent: a null buffer with count > 0, a bad root or peer, or buffers that overlap other
+/// than in place throw InvalidArgument and leave the communicator usable. Errors while data
+/// moves (Timeout, PeerLost) name the peer; after one the communicator should be destroyed.
+///
+/// Calls on one Communicator must not overlap (one thread at a time).
+class STRATA_API Communicator {
+ public:
+  /// Creates the bootstrap from config, then the communicator. Collective over the job.
+  static std::unique_ptr<Communicator> create(const Config& config = Config::load());
+  /// Builds on an existing bootstrap (shared with the caller). Collective over its ranks.
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Bootstrap> bootstrap,
+                                              const Config& config = Config::load());
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  Bootstrap& bootstrap();
+  /// The transport context (connections, registered memory) the collectives run on.
+  Context& context();
+
+  /// recv[i] = op over ranks of send[i], count elements; in place when send == recv.
+  void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                 Stream stream = {});
+  /// recv (size * sendCount elements) gets every rank's send in rank order; in place when
+  /// send == recv + rank * sendCount elements.
+  void allGather(const void* send, void* recv, size_t sendCount, DataType type,
+                 Stream stream = {});
+  /// recv (recvCount elements) gets block `rank` of the reduction of every rank's send
+  /// (size * recvCount elements); in place when recv == send + rank * recvCount elements.
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op,
+                     Stream stream = {});
+  /// recv gets root's send (count elements); send is read on root only; in place when
+  /// send == recv.
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                 Stream stream = {});
+  /// Block j of send (countPerRank elements) goes to rank j, landing in block `rank` of its
+  /// recv. send and recv must not overlap.
+  void allToAll(const void* send, void* recv, size_t countPerRank, DataType type,
+                Stream stream = {});
+  /// Point to point: matched in order with the peer's recv of the same count and type.
+  void send(const void* buf, size_t count, DataType type, int peer, Stream stream = {});
+  void recv(void* buf, size_t count, DataType type, int peer, Stream stream = {});
+
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata
