@@ -287,7 +287,8 @@ bool Engine::trySend(Link& link) {
     Backoff backoff;
     // The FIFO holds far more than the outstanding chunks and acks of every peer, and the
     // proxy always drains it, so this wait is short.
-    while (!link.dataPort.tryPutWithSignal(off, stagingOff, kHeaderBytes + piece.bytes, &id)) {
+    uint64_t dstOff = static_cast<uint64_t>(rank_) * depth_ * slotBytes_ + off;
+    while (!link.dataPort.tryPutWithSignal(dstOff, stagingOff, kHeaderBytes + piece.bytes, &id)) {
       proxy_->check();
       backoff.pause();
     }
