@@ -12,7 +12,8 @@
 # Environment: ITERS / WARMUP (timed and warm-up iterations for every tool and size; default:
 # each tool's own, 200 up to 64 KiB then proportionally fewer, at least 5, for the peers),
 # GLOO_ALGOS (Gloo allreduce algorithms to run, default "ring bcube"; the Gloo column shows the
-# best per size), BENCH_TIMEOUT (seconds per run, default 900), CC (default mpicc), CXX (default
+# best per size), REPEAT (rounds of all runs, default 1; every tool keeps its best result per
+# size, since other load on the machine makes single runs noisy), BENCH_TIMEOUT (seconds per run, default 900), CC (default mpicc), CXX (default
 # g++), STRATA_PLOT (path of strata-plot; default tools/strata-plot).
 #
 # Runs one at a time, never in parallel (the benchmarks share the machine's cores). A benchmark,
@@ -57,6 +58,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 run_timeout=${BENCH_TIMEOUT:-900}
 gloo_algos=${GLOO_ALGOS:-"ring bcube"}
+repeat=${REPEAT:-1}
 iters=${ITERS:-}
 warmup=${WARMUP:-}
 if [[ -n $iters && -z $warmup ]]; then
@@ -69,6 +71,7 @@ else
   mkdir -p "$out" || exit 1
 fi
 out=$(cd "$out" && pwd)
+rm -f "$out"/*.r[0-9]*.json # rounds of an earlier run in the same directory must not mix in
 
 # Loopback only, for every stack and for anything they spawn. STRATA_CONFIG points at a path
 # that cannot exist so that no strata.toml on this machine changes what is measured.
@@ -146,7 +149,7 @@ note_failure() {
 }
 
 run_strata() {
-  local op=$1 n=$2 json="$out/strata-$1-n$2.json" log="$out/strata-$1-n$2.log"
+  local op=$1 n=$2 json="$out/strata-$1-n$2.r$rep.json" log="$out/strata-$1-n$2.r$rep.log"
   rm -f "$json"
   echo "# strata-run -n $n strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0 ..." >&2
   timeout "$run_timeout" "$strata_run" -n "$n" "$strata_perf" "$op" -b "$min" -e "$max" \
@@ -155,7 +158,7 @@ run_strata() {
 }
 
 run_mpi() {
-  local op=$1 n=$2 json="$out/openmpi-$1-n$2.json" log="$out/openmpi-$1-n$2.log"
+  local op=$1 n=$2 json="$out/openmpi-$1-n$2.r$rep.json" log="$out/openmpi-$1-n$2.r$rep.log"
   echo "# mpirun -np $n mpi_coll $op ${peer_args[*]} (pml ob1, btl self,vader) ..." >&2
   # ob1 with the vader BTL is Open MPI's shared-memory path; without --mca pml ob1 Open MPI 4.1
   # would pick UCX's pml where UCX is installed.
@@ -170,7 +173,7 @@ run_mpi() {
 run_gloo() {
   local op=$1 n=$2 algo=$3 name=gloo
   [[ $algo != ring ]] && name=gloo-$algo
-  local json="$out/$name-$op-n$n.json" log="$out/$name-$op-n$n.log"
+  local json="$out/$name-$op-n$n.r$rep.json" log="$out/$name-$op-n$n.r$rep.log"
   local store
   store=$(mktemp -d "$out/gloo-store.XXXXXX") || return
   echo "# gloo_coll $op ${peer_args[*]} at N=$n (GLOO_ALGO=$algo) ..." >&2
@@ -187,23 +190,49 @@ run_gloo() {
   rm -rf "$store"
 }
 
-# --- run, one after the other ----------------------------------------------------------------
-for n in $ranks; do
-  for op in $ops; do
-    if strata_has "$op"; then
-      run_strata "$op" "$n"
-    elif [[ -n $strata_perf ]]; then
-      echo "# strata skipped: $strata_perf has no '$op' mode yet ('strata-perf $op --help' fails)" >&2
-    fi
-    ((have_mpi)) && run_mpi "$op" "$n"
-    if ((have_gloo)); then
-      if [[ $op == allreduce ]]; then
-        for algo in $gloo_algos; do run_gloo "$op" "$n" "$algo"; done
-      else
-        run_gloo "$op" "$n" ring # GLOO_ALGO only selects among allreduce algorithms
+# load: prints a warning when other work keeps the cores busy (polling benchmarks such as Open
+# MPI's shared-memory BTL slow down by orders of magnitude when their ranks lose their core).
+load() {
+  awk -v c="$(nproc)" -v w="$1" '{ if ($1 >= c / 2) printf "# WARNING: load average %s on %d cores %s: other work is running, numbers are unreliable\n", $1, c, w }' /proc/loadavg >&2
+}
+
+# --- run, one after the other, REPEAT times; each tool's file keeps its best line per size ----
+load "before the runs"
+for ((rep = 1; rep <= repeat; ++rep)); do
+  ((repeat > 1)) && echo "# round $rep of $repeat" >&2
+  for n in $ranks; do
+    for op in $ops; do
+      if strata_has "$op"; then
+        run_strata "$op" "$n"
+      elif [[ -n $strata_perf && $rep == 1 ]]; then
+        echo "# strata skipped: $strata_perf has no '$op' mode yet ('strata-perf $op --help' fails)" >&2
       fi
-    fi
+      ((have_mpi)) && run_mpi "$op" "$n"
+      if ((have_gloo)); then
+        if [[ $op == allreduce ]]; then
+          for algo in $gloo_algos; do run_gloo "$op" "$n" "$algo"; done
+        else
+          run_gloo "$op" "$n" ring # GLOO_ALGO only selects among allreduce algorithms
+        fi
+      fi
+    done
   done
+done
+load "after the runs"
+
+# Merge the rounds: per label, op, N, size and in-place flag the line with the largest busbw,
+# in size order, into NAME.json (the file the table and the plot read).
+for f in "$out"/*.r1.json; do
+  [[ -e $f ]] || continue
+  base=${f%.r1.json}
+  cat "$base".r*.json 2>/dev/null | awk '
+    /"size":/ {
+      key = $0; sub(/"time_us".*/, "", key)
+      b = $0; sub(/.*"busbw":/, "", b); sub(/[,}].*/, "", b)
+      s = $0; sub(/.*"size":/, "", s); sub(/,.*/, "", s)
+      if (!(key in best) || b + 0 > best[key]) { best[key] = b + 0; line[key] = $0; size[key] = s }
+    }
+    END { for (k in line) print size[k], line[k] }' | sort -n -s -k1,1 | cut -d' ' -f2- >"$base.json"
 done
 
 # --- tables ----------------------------------------------------------------------------------
