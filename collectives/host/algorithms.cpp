@@ -28,15 +28,141 @@ void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, 
   for (size_t off = 0; off < bytes; off += chunk) {
     size_t n = std::min(chunk, bytes - off);
     int r = static_cast<int>(plan.rounds.size());
-    plan.rounds.push_back({dst + off, own + off, n / typeSize, nullptr});
+    plan.rounds.push_back({dst + off, own + off, n / typeSize, nullptr, nullptr});
     for (int p = 0; p < e.size(); ++p) {
-      if (p != e.rank()) plan.in[p].push_back({nullptr, n, off, r});
+      if (p != e.rank()) plan.in[p].push_back({nullptr, n, off, r, {}});
     }
   }
 }
 
 void copyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) std::memmove(dst, src, bytes);
+}
+
+// --- single copy: peers read each other's buffers with process_vm_readv --------------------
+//
+// Each rank sends every peer a descriptor (its buffer addresses); a reader copies what it needs
+// straight from the peer's buffer into its own, then tells the owner "done" so that the owner
+// may return (its buffers are no longer read). Offsets tag the messages of one operation:
+// 0 descriptor, 1 "reduced" (allReduce), 2 "done".
+
+struct Desc {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+};
+
+uint64_t addressOf(const void* p) {
+  return reinterpret_cast<uint64_t>(p);
+}
+
+Desc readDesc(const char* payload) {
+  Desc d;
+  std::memcpy(&d, payload, sizeof d);
+  return d;
+}
+
+void sendDone(Engine& e, int peer, const OpSignature& sig) {
+  uint64_t one = 1;
+  e.queueCopy(peer, &one, sizeof one, sig, 2);
+}
+
+void expectDone(Plan& plan, int peer, uint64_t* sink) {
+  plan.in[peer].push_back({reinterpret_cast<char*>(sink), sizeof(uint64_t), 2, -1, {}});
+}
+
+bool useSingleCopy(Engine& e, size_t bytes) {
+  return e.singleCopy() && e.size() > 1 && bytes >= e.singleCopyMinBytes();
+}
+
+/// dst = op over ranks of block [offset, offset + bytes) of every rank's send buffer (own: the
+/// local one), reading peers' blocks through a reused staging buffer in pieces.
+void reduceFromPeers(Engine& e, const std::vector<Desc>& descs, const char* own, char* dst,
+                     uint64_t offset, size_t bytes, DataType type, ReduceOp op) {
+  const size_t ts = sizeOf(type);
+  const size_t n = static_cast<size_t>(e.size());
+  const size_t piece = 256 * 1024;  // a few pieces of every peer stay in the L2 cache
+  char* temp = e.temp(piece * n);
+  std::vector<const void*> srcs(n);
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t len = std::min(piece, bytes - off);
+    for (size_t p = 0; p < n; ++p) {
+      if (p == static_cast<size_t>(e.rank())) {
+        srcs[p] = own + off;
+      } else {
+        e.readFrom(static_cast<int>(p), descs[p].send + offset + off, temp + p * piece, len);
+        srcs[p] = temp + p * piece;
+      }
+    }
+    reduceMany(dst + off, srcs.data(), n, len / ts, type, op);
+    if (op == ReduceOp::Avg) divideBy(dst + off, len / ts, type, e.size());
+  }
+}
+
+void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
+                         DataType type, ReduceOp op) {
+  const size_t ts = sizeOf(type);
+  const size_t n = static_cast<size_t>(e.size());
+  const size_t me = static_cast<size_t>(e.rank());
+  size_t blk = (count + n - 1) / n;
+  blk = (blk + 15) / 16 * 16;
+  auto start = [&](size_t b) { return std::min(count, b * blk) * ts; };
+  auto length = [&](size_t b) { return start(b + 1) - start(b); };
+  Plan plan = makePlan(e, sig);
+  std::vector<Desc> descs(n);
+  std::vector<uint64_t> sink(n);
+  Desc mine{addressOf(s), addressOf(d)};
+  for (size_t p = 0; p < n; ++p) {
+    if (p == me) continue;
+    e.queueCopy(static_cast<int>(p), &mine, sizeof mine, sig, 0);
+    plan.in[p].push_back({nullptr, sizeof(Desc), 0, 0, {}});
+  }
+  // Round 0: every descriptor is here; reduce this rank's block from every send buffer, then
+  // tell every peer that the block is ready to be read.
+  Round round;
+  round.action = [&](const std::vector<const char*>& payloads) {
+    for (size_t p = 0; p < n; ++p) {
+      if (p != me) descs[p] = readDesc(payloads[p]);
+    }
+    reduceFromPeers(e, descs, s + start(me), d + start(me), start(me), length(me), type, op);
+    uint64_t one = 1;
+    for (size_t p = 0; p < n; ++p) {
+      if (p != me) e.queueCopy(static_cast<int>(p), &one, sizeof one, sig, 1);
+    }
+  };
+  plan.rounds.push_back(std::move(round));
+  for (size_t p = 0; p < n; ++p) {
+    if (p == me) continue;
+    int peer = static_cast<int>(p);
+    plan.in[p].push_back({nullptr, sizeof(uint64_t), 1, -1, [&, p, peer](const char*) {
+                            e.readFrom(peer, descs[p].recv + start(p), d + start(p), length(p));
+                            sendDone(e, peer, sig);
+                          }});
+    expectDone(plan, peer, &sink[p]);
+  }
+  e.run(plan, "allReduce");
+}
+
+/// Ops where each reader copies one region of each peer's send buffer into its recv buffer:
+/// srcOffset(p) and dst(p) say which; owners wait for every reader's "done".
+template <typename SrcOffset, typename Dst>
+void gatherSingleCopy(Engine& e, const OpSignature& sig, const void* send, size_t bytes,
+                      SrcOffset srcOffset, Dst dst, const char* what) {
+  const size_t n = static_cast<size_t>(e.size());
+  Plan plan = makePlan(e, sig);
+  std::vector<uint64_t> sink(n);
+  Desc mine{addressOf(send), 0};
+  for (size_t p = 0; p < n; ++p) {
+    if (p == static_cast<size_t>(e.rank())) continue;
+    int peer = static_cast<int>(p);
+    e.queueCopy(peer, &mine, sizeof mine, sig, 0);
+    plan.in[p].push_back({nullptr, sizeof(Desc), 0, -1, [&, peer](const char* payload) {
+                            Desc d = readDesc(payload);
+                            e.readFrom(peer, d.send + srcOffset(peer), dst(peer), bytes);
+                            sendDone(e, peer, sig);
+                          }});
+    expectDone(plan, peer, &sink[p]);
+  }
+  e.run(plan, what);
 }
 
 }  // namespace
@@ -57,6 +183,10 @@ void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType t
   char* d = static_cast<char*>(recv);
   bool oneshot =
       e.algorithm() == "oneshot" || (e.algorithm() == "auto" && bytes <= e.oneshotMaxBytes());
+  if (!oneshot && useSingleCopy(e, bytes)) {
+    allReduceSingleCopy(e, sig, s, d, count, type, op);
+    return;
+  }
   if (oneshot) {
     // Every rank gets every input and reduces all of it in rank order, so every rank computes
     // bit-identical results.
@@ -113,6 +243,13 @@ void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataTy
   if (sendCount == 0) return;
   char* d = static_cast<char*>(recv);
   auto sig = signature(OpKind::AllGather, type, ReduceOp::Sum, -1, sendCount);
+  if (useSingleCopy(e, bytes)) {
+    copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes);
+    gatherSingleCopy(
+        e, sig, send, bytes, [](int) { return uint64_t{0}; },
+        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allGather");
+    return;
+  }
   Plan plan = makePlan(e, sig);
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
@@ -137,6 +274,35 @@ void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, Da
   e.type = type;
   e.redop = op;
   auto sig = signature(OpKind::ReduceScatter, type, op, -1, recvCount);
+  if (useSingleCopy(e, bytes)) {
+    const size_t n = static_cast<size_t>(e.size());
+    Plan plan = makePlan(e, sig);
+    std::vector<Desc> descs(n);
+    std::vector<uint64_t> sink(n);
+    Desc mine{addressOf(s), 0};
+    for (size_t p = 0; p < n; ++p) {
+      if (p == me) continue;
+      e.queueCopy(static_cast<int>(p), &mine, sizeof mine, sig, 0);
+      plan.in[p].push_back({nullptr, sizeof(Desc), 0, 0, {}});
+    }
+    Round round;
+    round.action = [&](const std::vector<const char*>& payloads) {
+      for (size_t p = 0; p < n; ++p) {
+        if (p != me) descs[p] = readDesc(payloads[p]);
+      }
+      reduceFromPeers(e, descs, s + me * bytes, static_cast<char*>(recv), me * bytes, bytes, type,
+                      op);
+      for (size_t p = 0; p < n; ++p) {
+        if (p != me) sendDone(e, static_cast<int>(p), sig);
+      }
+    };
+    plan.rounds.push_back(std::move(round));
+    for (size_t p = 0; p < n; ++p) {
+      if (p != me) expectDone(plan, static_cast<int>(p), &sink[p]);
+    }
+    e.run(plan, "reduceScatter");
+    return;
+  }
   Plan plan = makePlan(e, sig);
   for (int p = 0; p < e.size(); ++p) {
     if (p != e.rank()) e.queueSend(p, s + static_cast<size_t>(p) * bytes, bytes, sig);
@@ -149,6 +315,26 @@ void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType t
   const size_t bytes = count * sizeOf(type);
   if (count == 0) return;
   auto sig = signature(OpKind::Broadcast, type, ReduceOp::Sum, root, count);
+  if (useSingleCopy(e, bytes)) {
+    Plan plan = makePlan(e, sig);
+    std::vector<uint64_t> sink(static_cast<size_t>(e.size()));
+    if (e.rank() == root) {
+      Desc mine{addressOf(send), 0};
+      for (int p = 0; p < e.size(); ++p) {
+        if (p == root) continue;
+        e.queueCopy(p, &mine, sizeof mine, sig, 0);
+        expectDone(plan, p, &sink[p]);
+      }
+      copyIfDistinct(recv, send, bytes);
+    } else {
+      plan.in[root].push_back({nullptr, sizeof(Desc), 0, -1, [&](const char* payload) {
+                                 e.readFrom(root, readDesc(payload).send, recv, bytes);
+                                 sendDone(e, root, sig);
+                               }});
+    }
+    e.run(plan, "broadcast");
+    return;
+  }
   Plan plan = makePlan(e, sig);
   if (e.rank() == root) {
     for (int p = 0; p < e.size(); ++p) {
@@ -167,6 +353,14 @@ void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, Data
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(recv);
   auto sig = signature(OpKind::AllToAll, type, ReduceOp::Sum, -1, countPerRank);
+  if (useSingleCopy(e, bytes)) {
+    size_t me = static_cast<size_t>(e.rank());
+    copyIfDistinct(d + me * bytes, s + me * bytes, bytes);
+    gatherSingleCopy(
+        e, sig, send, bytes, [&](int) { return uint64_t{me * bytes}; },
+        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allToAll");
+    return;
+  }
   Plan plan = makePlan(e, sig);
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;

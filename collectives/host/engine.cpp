@@ -1,6 +1,7 @@
 #include "engine.hpp"
 
 #include <sched.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "collectives/host/reduce.hpp"
 #include "config_keys.hpp"
+#include "lib/transport/context_impl.hpp"
 #include "lib/transport/internal.hpp"
 #include "log.hpp"
 
@@ -207,6 +209,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     }
   }
   if (proxy_) proxy_->start();
+  probeSingleCopy(config);
   STRATA_LOG(Debug, "coll",
              "host collectives: {} ranks, chunk {} B, {} slots per peer, {} peers "
              "through the proxy",
@@ -227,6 +230,67 @@ Engine::~Engine() {
   if (proxy_) proxy_->stop();
 }
 
+void Engine::probeSingleCopy(const Config& config) {
+  std::string mode = config::getString(config, "collectives.single_copy");
+  singleCopyMin_ = static_cast<size_t>(config::getInt(config, "collectives.single_copy_min_bytes"));
+  pids_.assign(size_, 0);
+  for (int p = 0; p < size_; ++p) pids_[p] = context_->impl().hosts[p].pid;
+  // Every rank tries to read every same-host peer's probe word; single copy is used only when
+  // all pairs of the job can, so that every rank picks the same algorithms.
+  uint8_t ok = mode != "off";
+  uint64_t myAddress = reinterpret_cast<uint64_t>(&probeWord_);
+  std::vector<uint64_t> addresses(size_);
+  addresses[rank_] = myAddress;
+  context_->bootstrap().allGather(addresses.data(), sizeof(uint64_t));
+  for (int p = 0; p < size_ && ok; ++p) {
+    if (p == rank_) continue;
+    if (!links_[p].mapped) {
+      ok = 0;
+      break;
+    }
+    uint64_t value = 0;
+    iovec local{&value, sizeof value};
+    iovec remote{reinterpret_cast<void*>(addresses[p]), sizeof value};
+    if (process_vm_readv(pids_[p], &local, 1, &remote, 1, 0) != sizeof value ||
+        value != probeWord_) {
+      STRATA_LOG(Info, "coll", "single copy off: cannot read rank {}'s memory (pid {}): {}", p,
+                 pids_[p], value ? "wrong value" : std::strerror(errno));
+      ok = 0;
+    }
+  }
+  std::vector<uint8_t> all(size_);
+  all[rank_] = ok;
+  context_->bootstrap().allGather(all.data(), 1);
+  singleCopy_ = std::all_of(all.begin(), all.end(), [](uint8_t v) { return v != 0; });
+}
+
+void Engine::readFrom(int peer, uint64_t addr, void* dst, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  while (bytes > 0) {
+    iovec local{d, bytes};
+    iovec remote{reinterpret_cast<void*>(addr), bytes};
+    ssize_t n = process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      int err = errno;
+      if (n < 0 && err == EINTR) continue;
+      throw Error(err == ESRCH ? ErrorCode::PeerLost : ErrorCode::SystemError,
+                  fmt::format("reading {} B of rank {}'s buffer (pid {}) failed: {}", bytes, peer,
+                              pids_[peer], n == 0 ? "nothing read" : std::strerror(err)),
+                  peer);
+    }
+    d += n;
+    addr += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void Engine::queueCopy(int peer, const void* data, size_t bytes, const OpSignature& sig,
+                       uint64_t offset) {
+  auto owned = std::make_shared<std::vector<char>>(static_cast<const char*>(data),
+                                                   static_cast<const char*>(data) + bytes);
+  links_[peer].out.push_back({owned->data(), bytes, offset, sig, owned});
+}
+
 void Engine::queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
                        uint64_t offsetBase) {
   Link& link = links_[peer];
@@ -240,7 +304,7 @@ void Engine::queueSend(int peer, const void* src, size_t bytes, const OpSignatur
 void Engine::expectCopy(Plan& plan, int peer, void* dst, size_t bytes, size_t chunkBytes) {
   char* d = static_cast<char*>(dst);
   for (size_t off = 0; off < bytes; off += chunkBytes) {
-    plan.in[peer].push_back({d + off, std::min(chunkBytes, bytes - off), off, -1});
+    plan.in[peer].push_back({d + off, std::min(chunkBytes, bytes - off), off, -1, {}});
   }
 }
 
@@ -403,8 +467,19 @@ void Engine::run(Plan& plan, const char* what) {
       while (idx[p] < in.size() && in[idx[p]].round < 0 && link.consumed < link.arrived) {
         const InPiece& piece = in[idx[p]];
         checkHeader(link, link.consumed, plan.sig, piece);
-        std::memcpy(piece.dst, slotPayload(link, link.consumed), piece.bytes);
-        sendAck(link);
+        if (piece.onArrive) {
+          // Copy out first: the callback may wait for this peer, which needs the ack.
+          char small[64];
+          const char* payload = slotPayload(link, link.consumed);
+          bool copied = piece.bytes <= sizeof small;
+          if (copied) std::memcpy(small, payload, piece.bytes);
+          if (copied) sendAck(link);
+          piece.onArrive(copied ? small : payload);
+          if (!copied) sendAck(link);
+        } else {
+          std::memcpy(piece.dst, slotPayload(link, link.consumed), piece.bytes);
+          sendAck(link);
+        }
         ++idx[p];
         progress = true;
       }
@@ -434,8 +509,17 @@ void Engine::run(Plan& plan, const char* what) {
           srcs[p] = slotPayload(link, link.consumed);
         }
       }
-      reduceMany(round.dst, srcs.data(), n, round.count, type, redop);
-      if (redop == ReduceOp::Avg) divideBy(round.dst, round.count, type, size_);
+      if (round.action) {
+        std::vector<const char*> payloads(n);
+        for (size_t p = 0; p < n; ++p) {
+          payloads[p] =
+              p == static_cast<size_t>(rank_) ? nullptr : static_cast<const char*>(srcs[p]);
+        }
+        round.action(payloads);
+      } else {
+        reduceMany(round.dst, srcs.data(), n, round.count, type, redop);
+        if (redop == ReduceOp::Avg) divideBy(round.dst, round.count, type, size_);
+      }
       for (size_t p = 0; p < n; ++p) {
         if (p == static_cast<size_t>(rank_)) continue;
         sendAck(links_[p]);

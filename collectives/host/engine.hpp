@@ -62,6 +62,8 @@ struct InPiece {
   size_t bytes = 0;
   uint64_t offset = 0;
   int round = -1;  ///< >= 0: a reduction round member (dst unused)
+  /// Called with the payload instead of the copy to dst (descriptors of single-copy ops).
+  std::function<void(const char* payload)> onArrive;
 };
 
 struct Link {
@@ -87,6 +89,8 @@ struct Round {
   const char* own = nullptr;
   size_t count = 0;
   std::function<void()> after;
+  /// Replaces the reduction: called with every rank's payload of the round (own: nullptr).
+  std::function<void(const std::vector<const char*>& payloads)> action;
 };
 
 struct Plan {
@@ -126,6 +130,20 @@ class Engine {
   /// Runs until every InPiece and round of the plan is done and every queued piece is sent
   /// (for plan.waitForSends), with the no-progress deadline transport.timeout.
   void run(Plan& plan, const char* what);
+  /// Queues a small message (copied now) to peer.
+  void queueCopy(int peer, const void* data, size_t bytes, const OpSignature& sig, uint64_t offset);
+  /// True when every peer shares this host and its memory can be read with
+  /// process_vm_readv (probed at creation; collectives.single_copy): the single-copy
+  /// algorithms read peers' buffers directly.
+  bool singleCopy() const { return singleCopy_; }
+  size_t singleCopyMinBytes() const { return singleCopyMin_; }
+  /// A buffer of this process for staging (reused across calls, so its pages stay mapped).
+  char* temp(size_t bytes) {
+    if (temp_.size() < bytes) temp_.resize(bytes);
+    return temp_.data();
+  }
+  /// Reads bytes at address addr of peer's process into dst (process_vm_readv).
+  void readFrom(int peer, uint64_t addr, void* dst, size_t bytes);
   /// After send(): sends what credits allow, buffers the rest for later calls.
   void flushSendsOrBuffer(int peer);
 
@@ -140,6 +158,7 @@ class Engine {
   void checkHeader(Link& link, uint64_t chunk, const OpSignature& sig, const InPiece& piece) const;
   void sendAck(Link& link);
   void checkPeers();
+  void probeSingleCopy(const Config& config);
 
   std::shared_ptr<Context> context_;
   int rank_ = 0;
@@ -153,6 +172,11 @@ class Engine {
   RegisteredMemory area_;     ///< receive area: region per source rank, depth slots each
   RegisteredMemory flags_;    ///< semaphore words: (peer * 2 + {0 data, 1 ack}) * 64
   RegisteredMemory staging_;  ///< port links: source of puts, region per destination
+  bool singleCopy_ = false;
+  size_t singleCopyMin_ = 0;
+  std::vector<int32_t> pids_;
+  std::vector<char> temp_;
+  uint64_t probeWord_ = 0x5354524154414341ull;
   std::vector<RegisteredMemory> peerAreas_, peerFlags_;  ///< keep the peers' mappings alive
   std::vector<Link> links_;                              ///< indexed by rank (own entry unused)
   std::unique_ptr<ProxyService> proxy_;

@@ -115,6 +115,15 @@ constexpr KeyInfo kKeys[] = {
      "rank; latency-optimal), twoshot (reduce-scatter then all-gather; bandwidth-optimal), or auto "
      "(oneshot up to collectives.oneshot_max_bytes).",
      true},
+    {"collectives.single_copy", Type::Enum, "auto", "auto|off",
+     "Host collectives between ranks of one host read each other's buffers directly "
+     "(process_vm_readv, one copy) when every pair of the job allows it (same user, ptrace "
+     "permitted). off always copies through the shared receive buffers (two copies).",
+     true},
+    {"collectives.single_copy_min_bytes", Type::Int, "65536", "0..",
+     "Smallest message (bytes per rank) that uses single copy; smaller ones go through the shared "
+     "receive buffers, which has lower latency.",
+     true},
     {"collectives.oneshot_max_bytes", Type::Int, "65536", "0..",
      "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm.", true},
 
