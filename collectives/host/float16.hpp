@@ -48,6 +48,14 @@ STRATA_HOST_DEVICE inline float bitsFloat(uint32_t u) {
 #endif
 }
 
+// a where cond, else b. Written with masks rather than ?: because g++ sinks the float operations
+// of the unused side into a branch and then, under -ftrapping-math, will not if-convert (and so
+// not vectorize) the loop.
+STRATA_HOST_DEVICE inline uint32_t select(bool cond, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
+}
+
 }  // namespace detail
 
 /// binary16 bits -> fp32 (exact).
@@ -62,7 +70,8 @@ STRATA_HOST_DEVICE inline float halfToFloat(uint16_t h) {
   const uint32_t infNan = normal + ((128u - 16u) << 23);
   const uint32_t sub =
       detail::floatBits(detail::bitsFloat(normal + (1u << 23)) - detail::bitsFloat(113u << 23));
-  const uint32_t magnitude = exp == shiftedExp ? infNan : (exp == 0 ? sub : normal);
+  const uint32_t magnitude =
+      detail::select(exp == shiftedExp, infNan, detail::select(exp == 0, sub, normal));
   return detail::bitsFloat(magnitude | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
 }
 
@@ -71,6 +80,8 @@ STRATA_HOST_DEVICE inline uint16_t floatToHalf(float f) {
   const uint32_t u = detail::floatBits(f);
   const uint32_t sign = u & 0x80000000u;
   const uint32_t a = u ^ sign;  // |f|
+  // a < 2^31, so the comparisons below are done signed: SSE2 and AVX2 only compare signed.
+  const int32_t sa = static_cast<int32_t>(a);
   // Normal range: rebias (127 -> 15, i.e. add -112 << 23 modulo 2^32), add the rounding bias
   // (0xfff plus the lowest kept bit, for ties to even) and drop 13 bits. A carry out of the
   // mantissa bumps the exponent, up to Inf, which is the correctly rounded result.
@@ -81,9 +92,10 @@ STRATA_HOST_DEVICE inline uint16_t floatToHalf(float f) {
   const uint32_t sub =
       detail::floatBits(detail::bitsFloat(a) + detail::bitsFloat(denormMagic)) - denormMagic;
   const uint32_t nanPayload = (a >> 13) & 0x3ffu;
-  const uint32_t nan = 0x7c00u | (nanPayload == 0 ? 0x200u : nanPayload);
+  const uint32_t nan = 0x7c00u | detail::select(nanPayload == 0, 0x200u, nanPayload);
   const uint32_t magnitude =
-      a >= 0x47800000u ? (a > 0x7f800000u ? nan : 0x7c00u) : (a < 0x38800000u ? sub : normal);
+      detail::select(sa >= 0x47800000, detail::select(sa > 0x7f800000, nan, 0x7c00u),
+                     detail::select(sa < 0x38800000, sub, normal));
   return static_cast<uint16_t>(magnitude | (sign >> 16));
 }
 
@@ -99,9 +111,9 @@ STRATA_HOST_DEVICE inline uint16_t floatToBf16(float f) {
   // normals and subnormals alike, and carries into the exponent (up to Inf) where it must.
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const uint32_t top = u >> 16;
-  const uint32_t nan = (top & 0x7fu) == 0 ? top | 0x40u : top;
-  const bool isNan = (u & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<uint16_t>(isNan ? nan : rounded);
+  const uint32_t nan = detail::select((top & 0x7fu) == 0, top | 0x40u, top);
+  const bool isNan = static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000;
+  return static_cast<uint16_t>(detail::select(isNan, nan, rounded));
 }
 
 }  // namespace strata::collectives
