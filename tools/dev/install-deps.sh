@@ -13,8 +13,8 @@ packages=(
   # libraries the core and the backends build against
   libboost-test-dev libtomlplusplus-dev libfmt-dev libcli11-dev libssl-dev
   libpmix-dev libucx-dev libfabric-dev libfabric-bin libhwloc-dev
-  # comparison benchmarks and mpirun-launched tests
-  openmpi-bin libopenmpi-dev
+  # comparison benchmarks (Open MPI, Gloo), mpirun-launched tests, strata-plot
+  openmpi-bin libopenmpi-dev libgloo-dev python3-matplotlib
   # local single-node Slurm for the `slurm` suite (tools/dev/slurm-up.sh)
   slurm-wlm slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
   # scripts: ss/ip (port checks, network namespaces), ps, python3
