@@ -13,6 +13,7 @@
 
 #include "collectives/host/reduce.hpp"
 #include "config_keys.hpp"
+#include "deadline.hpp"
 #include "lib/transport/context_impl.hpp"
 #include "lib/transport/internal.hpp"
 #include "log.hpp"
@@ -219,15 +220,91 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
 }
 
 Engine::~Engine() {
+  drainOnExit();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopDelivery_ = true;
+  }
+  cv_.notify_all();
+  if (delivery_.joinable()) delivery_.join();
+  if (proxy_) proxy_->stop();
+  // What the proxy wrote must land before this process may exit.
+  for (Link& link : links_) {
+    if (link.conn && !link.mapped) {
+      try {
+        link.conn->flush(timeout_);
+      } catch (const std::exception& e) {
+        STRATA_LOG(Warn, "coll", "flushing the connection to rank {} at exit: {}", link.peer,
+                   e.what());
+      }
+    }
+  }
+}
+
+bool Engine::anyPending() const {
+  for (const Link& link : links_) {
+    if (!link.out.empty()) return true;
+  }
+  return false;
+}
+
+void Engine::drainOnExit() noexcept {
+  // A rank that sends and then destroys its communicator must not lose the buffered data: wait
+  // (up to transport.timeout) until its receivers have taken it into their slots.
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!anyPending() || deliveryError_) return;
+  auto deadline = Deadline::fromTimeout(timeout_);
+  try {
+    while (anyPending()) {
+      bool progress = false;
+      for (Link& link : links_) {
+        while (trySend(link)) progress = true;
+      }
+      if (progress) continue;
+      if (deadline.expired()) break;
+      checkPeers();
+      lock.unlock();
+      timespec ts{0, 100'000};
+      nanosleep(&ts, nullptr);
+      lock.lock();
+    }
+  } catch (const std::exception& e) {
+    STRATA_LOG(Warn, "coll", "delivering buffered send() data at exit: {}", e.what());
+  }
   size_t pending = 0;
   for (const Link& link : links_) pending += link.out.size();
   if (pending) {
     STRATA_LOG(Warn, "coll",
-               "communicator destroyed with {} chunks of send() not yet delivered "
+               "communicator destroyed with {} chunks of send() not yet delivered after {} s "
                "(their receivers never called recv)",
-               pending);
+               pending, timeout_);
   }
-  if (proxy_) proxy_->stop();
+}
+
+void Engine::deliveryLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopDelivery_) {
+    if (!anyPending() || deliveryError_) {
+      cv_.wait(lock);
+      continue;
+    }
+    try {
+      for (Link& link : links_) {
+        while (trySend(link)) {
+        }
+      }
+      checkPeers();
+    } catch (...) {
+      deliveryError_ = std::current_exception();
+      continue;
+    }
+    // Let the application's calls in; try again soon.
+    cv_.wait_for(lock, std::chrono::microseconds(200));
+  }
+}
+
+void Engine::checkDelivery() {
+  if (deliveryError_) std::rethrow_exception(deliveryError_);
 }
 
 void Engine::probeSingleCopy(const Config& config) {
@@ -433,6 +510,8 @@ void Engine::flushSendsOrBuffer(int peer) {
     if (!p.owned) total += p.bytes;
   }
   if (total == 0) return;
+  if (!delivery_.joinable()) delivery_ = std::thread([this] { deliveryLoop(); });
+  cv_.notify_all();
   auto buffer = std::make_shared<std::vector<char>>(total);
   size_t at = 0;
   for (OutPiece& p : link.out) {

@@ -14,7 +14,11 @@
 // the header, which the receiver checks.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -144,8 +148,13 @@ class Engine {
   }
   /// Reads bytes at address addr of peer's process into dst (process_vm_readv).
   void readFrom(int peer, uint64_t addr, void* dst, size_t bytes);
-  /// After send(): sends what credits allow, buffers the rest for later calls.
+  /// After send(): sends what credits allow, buffers the rest; the delivery thread sends it
+  /// while no call runs (and every later call does too).
   void flushSendsOrBuffer(int peer);
+  /// Held by every Communicator call and by the delivery thread while it sends.
+  std::mutex& mutex() { return mu_; }
+  /// Rethrows an error the delivery thread hit (under mutex()).
+  void checkDelivery();
 
   /// Reduction callback set by the algorithms: dst = fold of srcs (n sources) of count elems.
   DataType type = DataType::Float32;
@@ -159,6 +168,9 @@ class Engine {
   void sendAck(Link& link);
   void checkPeers();
   void probeSingleCopy(const Config& config);
+  bool anyPending() const;
+  void deliveryLoop();
+  void drainOnExit() noexcept;
 
   std::shared_ptr<Context> context_;
   int rank_ = 0;
@@ -180,6 +192,12 @@ class Engine {
   std::vector<RegisteredMemory> peerAreas_, peerFlags_;  ///< keep the peers' mappings alive
   std::vector<Link> links_;                              ///< indexed by rank (own entry unused)
   std::unique_ptr<ProxyService> proxy_;
+  // Delivery of buffered send() data while the application does something else.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread delivery_;
+  bool stopDelivery_ = false;
+  std::exception_ptr deliveryError_;
 };
 
 }  // namespace strata::collectives

@@ -122,6 +122,8 @@ struct Communicator::Impl {
                   broken->peer());
     }
     try {
+      std::lock_guard<std::mutex> lock(engine->mutex());
+      engine->checkDelivery();
       fn();
     } catch (const Error& e) {
       broken = e;
