@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   std::vector<Mode> modes;
   modes.push_back(addBootstrapMode(app));
   modes.push_back(addP2pMode(app));
+  for (Mode& mode : addCollModes(app)) modes.push_back(std::move(mode));
 
   try {
     app.parse(argc, argv);

@@ -1,8 +1,8 @@
 #pragma once
 
 // strata-perf is `strata-perf <mode> [options]`. Each mode adds one CLI11 subcommand and says
-// how to run it: bootstrap, p2p; later modes (allreduce, allgather, ...) add theirs next to
-// them.
+// how to run it: bootstrap, p2p, and the nccl-tests-like collective modes (allreduce, allgather,
+// reducescatter, broadcast, alltoall, sendrecv).
 
 #include <cstddef>
 #include <functional>
@@ -55,5 +55,7 @@ struct SweepOptions {
 
 Mode addBootstrapMode(CLI::App& app);
 Mode addP2pMode(CLI::App& app);
+/// allreduce, allgather, reducescatter, broadcast, alltoall, sendrecv (coll_mode.cpp).
+std::vector<Mode> addCollModes(CLI::App& app);
 
 }  // namespace strata::perf

@@ -109,4 +109,67 @@ void Reporter::row(const BandwidthRow& r) {
   }
 }
 
+void Reporter::line(std::string_view text) {
+  fmt::print(table_, "{}\n", text);
+  std::fflush(table_);
+}
+
+// nccl-tests' layout (common.cu): "%12li  %12li  %8s  %6s  %6s" for the row head, then per
+// placement "  %7s  %6.2f  %6.2f  %5g" (time with 2, 1 or 0 decimals as it grows).
+void Reporter::collColumns() {
+  fmt::print(table_, "#\n");
+  fmt::print(table_,
+             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       "
+             "in-place          \n",
+             "", "", "", "", "");
+  fmt::print(table_,
+             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  "
+             "{:>6} {:>6}\n",
+             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+             "algbw", "busbw", "#wrong");
+  fmt::print(table_,
+             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  "
+             "{:>6}  {:>5}\n",
+             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+             "(GB/s)", "");
+  std::fflush(table_);
+}
+
+namespace {
+
+std::string timeText(double us) {
+  if (us >= 10000.0) return fmt::format("{:7.0f}", us);
+  if (us >= 100.0) return fmt::format("{:7.1f}", us);
+  return fmt::format("{:7.2f}", us);
+}
+
+std::string placementText(const CollResult& r) {
+  if (!r.measured) return fmt::format("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A");
+  std::string wrong = r.wrong < 0 ? std::string("N/A") : fmt::format("{}", r.wrong);
+  return fmt::format("  {:>7}  {:6.2f}  {:6.2f}  {:>5}", timeText(r.timeUs), r.algbw, r.busbw,
+                     wrong);
+}
+
+}  // namespace
+
+void Reporter::row(const CollRow& r) {
+  fmt::print(table_, "{:12}  {:12}  {:>8}  {:>6}  {:6}{}{}\n", r.bytes, r.count, r.type, r.redop,
+             r.root, placementText(r.outOfPlace), placementText(r.inPlace));
+  std::fflush(table_);
+  if (!json_) return;
+  for (const CollResult* p : {&r.outOfPlace, &r.inPlace}) {
+    if (!p->measured) continue;
+    fmt::print(json_,
+               "{{\"tool\":\"strata-perf\",\"label\":{},\"op\":{},\"nranks\":{},"
+               "\"backend\":{},\"memory\":{},\"size\":{},\"count\":{},\"type\":{},"
+               "\"redop\":{},\"root\":{},\"inplace\":{},\"time_us\":{:.3f},"
+               "\"algbw\":{:.6f},\"busbw\":{:.6f},\"wrong\":{}}}\n",
+               jsonString(label_), jsonString(r.op), nranks_, jsonString(backend_),
+               jsonString(memory_), r.bytes, r.count, jsonString(r.type), jsonString(r.redop),
+               r.root, p == &r.inPlace ? "true" : "false", p->timeUs, p->algbw, p->busbw,
+               p->wrong < 0 ? std::string("null") : fmt::format("{}", p->wrong));
+  }
+  std::fflush(json_);
+}
+
 }  // namespace strata::perf

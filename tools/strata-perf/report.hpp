@@ -33,6 +33,27 @@ struct BandwidthRow {
   int64_t wrong = -1;  ///< wrong bytes; -1: not checked (N/A)
 };
 
+/// One placement (out-of-place or in-place) of a collective-mode row.
+struct CollResult {
+  bool measured = false;  ///< false: not applicable (N/A in every column, no JSON line)
+  double timeUs = 0;      ///< per iteration, averaged over ranks
+  double algbw = 0;       ///< GB/s (1e9 B/s): size / time
+  double busbw = 0;       ///< algbw * the op's bus factor
+  int64_t wrong = -1;     ///< wrong elements over all ranks; -1: not checked (N/A)
+};
+
+/// One row of a collective mode (strata-perf allreduce, ...), nccl-tests' columns.
+struct CollRow {
+  std::string op;  ///< "allreduce", ...
+  size_t bytes = 0;
+  size_t count = 0;
+  std::string type;
+  std::string redop;  ///< "none" for the non-reducing ops
+  int root = -1;      ///< -1 except broadcast
+  CollResult outOfPlace;
+  CollResult inPlace;
+};
+
 class Reporter {
  public:
   /// jsonPath: empty for none, "-" for stdout (the table then goes to stderr so that stdout
@@ -48,6 +69,17 @@ class Reporter {
   /// Prints the column header; call once after the comments.
   void columns();
   void row(const Row& row);
+  /// A line printed as given (nccl-tests' exact header lines).
+  void line(std::string_view text);
+  /// Collective modes: "label" and "memory" of every JSON row.
+  void setLabel(std::string label) { label_ = std::move(label); }
+  void setMemory(std::string memory) { memory_ = std::move(memory); }
+  /// nccl-tests' two-level column header (out-of-place | in-place).
+  void collColumns();
+  /// One table row and one JSON line per measured placement: "tool", "label", "op", "nranks",
+  /// "backend" (the constructor's), "memory", "size", "count", "type", "redop", "root",
+  /// "inplace", "time_us", "algbw", "busbw", "wrong" (null when not checked).
+  void row(const CollRow& row);
   /// Bandwidth modes: a provider (or similar detail) added to every JSON row when not empty.
   void setProvider(std::string provider) { provider_ = std::move(provider); }
   /// Column header of the bandwidth rows; call once after the comments.
@@ -60,6 +92,8 @@ class Reporter {
   std::string mode_;
   std::string backend_;
   std::string provider_;
+  std::string label_ = "strata";
+  std::string memory_ = "host";
   int nranks_;
   std::FILE* table_;
   std::FILE* json_ = nullptr;
