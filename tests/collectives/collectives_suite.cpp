@@ -216,7 +216,8 @@ uint64_t runAllReduce(DataType type, ReduceOp op, size_t count, bool inPlace, Me
   return fnv1a(recv.data(), bytes);
 }
 
-uint64_t runReduceScatter(DataType type, ReduceOp op, size_t recvCount, bool inPlace, Mem mem) {
+// Each rank gets a different block, so there is no cross-rank identity to check.
+void runReduceScatter(DataType type, ReduceOp op, size_t recvCount, bool inPlace, Mem mem) {
   auto& c = comm();
   const int n = c.size(), me = c.rank();
   std::string what = describeCall("reduceScatter", type, recvCount, inPlace, mem,
@@ -238,7 +239,6 @@ uint64_t runReduceScatter(DataType type, ReduceOp op, size_t recvCount, bool inP
                what << ": the send buffer changed");
   }
   checkReduced(in, type, recv, me * recvCount, recvCount, what);
-  return fnv1a(recv, recvCount * es);
 }
 
 void runAllGather(DataType type, size_t sendCount, bool inPlace, Mem mem) {
@@ -384,19 +384,16 @@ BOOST_AUTO_TEST_CASE(reduce_scatter) {
   RANK_SCOPE();
   for (DataType t : kTypes) {
     for (ReduceOp op : kOps) {
-      uint64_t h = 0;
       for (size_t count : kCounts) {
         // The largest count per rank divided by N keeps the send buffer near the others' size.
         size_t rc = count > 1000 ? count / comm().size() : count;
         for (bool inPlace : {false, true}) {
-          h ^= runReduceScatter(t, op, rc, inPlace, Mem::Malloc) + rc;
+          runReduceScatter(t, op, rc, inPlace, Mem::Malloc);
         }
       }
       for (bool inPlace : {false, true}) {
-        h ^= runReduceScatter(t, op, 13, inPlace, Mem::Unaligned);
+        runReduceScatter(t, op, 13, inPlace, Mem::Unaligned);
       }
-      checkSameOnAllRanks(h, std::string("reduceScatter ") + std::string(strata::toString(t)) +
-                                 " " + std::string(strata::toString(op)));
     }
   }
 }
@@ -483,7 +480,7 @@ BOOST_AUTO_TEST_CASE(registered_memory) {
     h ^= runAllReduce(DataType::Float16, ReduceOp::Sum, count, false, Mem::Registered, Mem::Malloc);
     for (bool inPlace : {false, true}) {
       size_t per = count > 1000 ? count / n : count;
-      h ^= runReduceScatter(DataType::Float64, ReduceOp::Min, per, inPlace, Mem::Registered);
+      runReduceScatter(DataType::Float64, ReduceOp::Min, per, inPlace, Mem::Registered);
       runAllGather(DataType::Int8, per, inPlace, Mem::Registered);
       runBroadcast(DataType::Uint32, count, n - 1, inPlace, Mem::Registered);
     }
