@@ -103,6 +103,20 @@ constexpr KeyInfo kKeys[] = {
      "Seconds an 8-byte liveness write to a peer may stay unanswered before the fabric transport "
      "reports the peer lost (waits probe every 100 ms). 0 turns the probe deadline off.",
      false},
+    {"collectives.buffer_bytes", Type::Int, "33554432", "65536..",
+     "Bytes of the receive buffer each rank shares with its peers for host collectives: one "
+     "region of pipeline slots per peer. The chunk size shrinks so that every peer gets at least "
+     "two slots.",
+     true},
+    {"collectives.chunk_bytes", Type::Int, "1048576", "4096..",
+     "Largest piece of a host collective sent in one step (pipelining unit).", true},
+    {"collectives.algorithm", Type::Enum, "auto", "auto|oneshot|twoshot",
+     "allReduce algorithm for host memory: oneshot (every rank sends its whole input to every "
+     "rank; latency-optimal), twoshot (reduce-scatter then all-gather; bandwidth-optimal), or auto "
+     "(oneshot up to collectives.oneshot_max_bytes).",
+     true},
+    {"collectives.oneshot_max_bytes", Type::Int, "65536", "0..",
+     "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm.", true},
 
 };
 // END KEYS

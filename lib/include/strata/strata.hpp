@@ -2,6 +2,8 @@
 
 /// Umbrella header.
 #include <strata/bootstrap.hpp>
+#include <strata/channel.hpp>
+#include <strata/communicator.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 #include <strata/memory.hpp>

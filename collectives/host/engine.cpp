@@ -1,0 +1,488 @@
+#include "engine.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "collectives/host/reduce.hpp"
+#include "config_keys.hpp"
+#include "lib/transport/internal.hpp"
+#include "log.hpp"
+
+namespace strata::collectives {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x48435453;  // "STCH"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kFlagStride = 64;
+
+/// The chunk header, encoded explicitly (little-endian fields at fixed offsets).
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t op = 0;
+  uint16_t type = 0;
+  uint16_t redop = 0;
+  int32_t root = -1;
+  uint64_t count = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t seq = 0;
+};
+static_assert(sizeof(Header) <= kHeaderBytes);
+
+void encode(const Header& h, char* out) {
+  std::memset(out, 0, kHeaderBytes);
+  std::memcpy(out + 0, &h.magic, 4);
+  std::memcpy(out + 4, &h.version, 2);
+  std::memcpy(out + 6, &h.op, 2);
+  std::memcpy(out + 8, &h.type, 2);
+  std::memcpy(out + 10, &h.redop, 2);
+  std::memcpy(out + 12, &h.root, 4);
+  std::memcpy(out + 16, &h.count, 8);
+  std::memcpy(out + 24, &h.offset, 8);
+  std::memcpy(out + 32, &h.bytes, 8);
+  std::memcpy(out + 40, &h.seq, 8);
+}
+
+Header decode(const char* in) {
+  Header h;
+  std::memcpy(&h.magic, in + 0, 4);
+  std::memcpy(&h.version, in + 4, 2);
+  std::memcpy(&h.op, in + 6, 2);
+  std::memcpy(&h.type, in + 8, 2);
+  std::memcpy(&h.redop, in + 10, 2);
+  std::memcpy(&h.root, in + 12, 4);
+  std::memcpy(&h.count, in + 16, 8);
+  std::memcpy(&h.offset, in + 24, 8);
+  std::memcpy(&h.bytes, in + 32, 8);
+  std::memcpy(&h.seq, in + 40, 8);
+  return h;
+}
+
+std::string describe(const OpSignature& s) {
+  auto kind = static_cast<OpKind>(s.op);
+  std::string text = fmt::format("{}(count {}", toString(kind), s.count);
+  if (s.type <= static_cast<uint16_t>(DataType::Float64)) {
+    text += fmt::format(", {}", toString(static_cast<DataType>(s.type)));
+  } else {
+    text += fmt::format(", type {}", s.type);
+  }
+  if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) {
+    text += s.redop <= static_cast<uint16_t>(ReduceOp::Avg)
+                ? fmt::format(", {}", toString(static_cast<ReduceOp>(s.redop)))
+                : fmt::format(", op {}", s.redop);
+  }
+  if (kind == OpKind::Broadcast) text += fmt::format(", root {}", s.root);
+  return text + ")";
+}
+
+/// Spin briefly, then yield, then sleep in short steps: ranks often share cores, and a
+/// spinning waiter would starve the rank it waits for.
+class Backoff {
+ public:
+  void reset() { idle_ = false; }
+  void pause() {
+    auto now = std::chrono::steady_clock::now();
+    if (!idle_) {
+      idle_ = true;
+      since_ = now;
+    }
+    auto waited = now - since_;
+    if (waited < std::chrono::microseconds(10)) {
+      for (int i = 0; i < 16; ++i) device::spinPause();
+    } else if (waited < std::chrono::milliseconds(2)) {
+      sched_yield();
+    } else {
+      timespec ts{0, 50'000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+
+ private:
+  bool idle_ = false;
+  std::chrono::steady_clock::time_point since_;
+};
+
+void* mappedPointer(const RegisteredMemory& remote) {
+  const auto& impl = remote.impl();
+  if (!impl || impl->local || !impl->remote) return nullptr;
+  return impl->remote->mappedPointer();
+}
+
+}  // namespace
+
+const char* toString(OpKind kind) noexcept {
+  switch (kind) {
+    case OpKind::AllReduce:
+      return "allReduce";
+    case OpKind::AllGather:
+      return "allGather";
+    case OpKind::ReduceScatter:
+      return "reduceScatter";
+    case OpKind::Broadcast:
+      return "broadcast";
+    case OpKind::AllToAll:
+      return "allToAll";
+    case OpKind::SendRecv:
+      return "send/recv";
+  }
+  return "unknown";
+}
+
+Engine::Engine(std::shared_ptr<Context> context, const Config& config)
+    : context_(std::move(context)) {
+  rank_ = context_->rank();
+  size_ = context_->size();
+  timeout_ = config::getDouble(config, "transport.timeout");
+  algorithm_ = config::getString(config, "collectives.algorithm");
+  oneshotMax_ = static_cast<size_t>(config::getInt(config, "collectives.oneshot_max_bytes"));
+  size_t buffer = static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes"));
+  size_t chunkMax = static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes"));
+  links_.resize(size_);
+  if (size_ == 1) {
+    chunkBytes_ = chunkMax;
+    return;
+  }
+  // Four slots per peer when the buffer allows chunks of 64 KiB or more, else two.
+  auto chunkFor = [&](uint32_t depth) -> size_t {
+    size_t per = buffer / (static_cast<size_t>(size_) * depth);
+    return per > kHeaderBytes ? std::min(chunkMax, per - kHeaderBytes) : 0;
+  };
+  depth_ = chunkFor(4) >= 64 * 1024 || chunkFor(4) >= chunkMax ? 4 : 2;
+  chunkBytes_ = chunkFor(depth_) / 64 * 64;
+  if (chunkBytes_ < 4096) chunkBytes_ = 4096;
+  slotBytes_ = kHeaderBytes + chunkBytes_;
+
+  area_ = context_->allocate(static_cast<size_t>(size_) * depth_ * slotBytes_);
+  flags_ = context_->allocate(static_cast<size_t>(size_) * 2 * kFlagStride);
+  std::vector<int> peers;
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) peers.push_back(p);
+  }
+  auto conns = context_->connect(peers);
+  peerAreas_ = context_->exchange(area_, peers);
+  peerFlags_ = context_->exchange(flags_, peers);
+  const auto& areas = peerAreas_;
+  const auto& flags = peerFlags_;
+  auto* myFlags = static_cast<char*>(flags_.data());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    int p = peers[i];
+    Link& link = links_[p];
+    link.peer = p;
+    link.conn = conns[i];
+    auto* inData = reinterpret_cast<uint64_t*>(myFlags + (p * 2 + 0) * kFlagStride);
+    auto* inAck = reinterpret_cast<uint64_t*>(myFlags + (p * 2 + 1) * kFlagStride);
+    uint64_t myRegion = static_cast<uint64_t>(rank_) * depth_ * slotBytes_;
+    auto* area = static_cast<char*>(mappedPointer(areas[i]));
+    auto* peerFlags = static_cast<char*>(mappedPointer(flags[i]));
+    if (area && peerFlags) {
+      link.mapped = true;
+      link.data.remote = area + myRegion;
+      link.data.inbound = inData;
+      link.data.remoteInbound =
+          reinterpret_cast<uint64_t*>(peerFlags + (rank_ * 2 + 0) * kFlagStride);
+      link.ack.inbound = inAck;
+      link.ack.remoteInbound =
+          reinterpret_cast<uint64_t*>(peerFlags + (rank_ * 2 + 1) * kFlagStride);
+    } else {
+      if (!proxy_) {
+        proxy_ = std::make_unique<ProxyService>(1024, timeout_);
+        staging_ = context_->allocate(static_cast<size_t>(size_) * depth_ * slotBytes_);
+      }
+      uint32_t d = proxy_->addChannel(link.conn, areas[i], staging_, flags[i],
+                                      (rank_ * 2 + 0) * kFlagStride);
+      uint32_t a = proxy_->addChannel(link.conn, areas[i], staging_, flags[i],
+                                      (rank_ * 2 + 1) * kFlagStride);
+      link.dataPort = proxy_->portChannel(d, inData);
+      link.ackPort = proxy_->portChannel(a, inAck);
+    }
+  }
+  if (proxy_) proxy_->start();
+  STRATA_LOG(Debug, "coll",
+             "host collectives: {} ranks, chunk {} B, {} slots per peer, {} peers "
+             "through the proxy",
+             size_, chunkBytes_, depth_,
+             std::count_if(links_.begin(), links_.end(),
+                           [](const Link& l) { return l.peer >= 0 && !l.mapped; }));
+}
+
+Engine::~Engine() {
+  size_t pending = 0;
+  for (const Link& link : links_) pending += link.out.size();
+  if (pending) {
+    STRATA_LOG(Warn, "coll",
+               "communicator destroyed with {} chunks of send() not yet delivered "
+               "(their receivers never called recv)",
+               pending);
+  }
+  if (proxy_) proxy_->stop();
+}
+
+void Engine::queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
+                       uint64_t offsetBase) {
+  Link& link = links_[peer];
+  const char* s = static_cast<const char*>(src);
+  for (size_t off = 0; off < bytes; off += chunkBytes_) {
+    link.out.push_back(
+        {s + off, std::min(chunkBytes_, bytes - off), offsetBase + off, sig, nullptr});
+  }
+}
+
+void Engine::expectCopy(Plan& plan, int peer, void* dst, size_t bytes, size_t chunkBytes) {
+  char* d = static_cast<char*>(dst);
+  for (size_t off = 0; off < bytes; off += chunkBytes) {
+    plan.in[peer].push_back({d + off, std::min(chunkBytes, bytes - off), off, -1});
+  }
+}
+
+const char* Engine::slotPayload(Link& link, uint64_t chunk) const {
+  uint64_t slot = chunk % depth_;
+  return static_cast<const char*>(area_.data()) +
+         (static_cast<uint64_t>(link.peer) * depth_ + slot) * slotBytes_ + kHeaderBytes;
+}
+
+bool Engine::trySend(Link& link) {
+  if (link.out.empty()) return false;
+  if (link.sent - link.acked >= depth_) {
+    if (link.mapped) {
+      while (link.ack.poll()) ++link.acked;
+    } else {
+      while (link.ackPort.poll()) ++link.acked;
+    }
+    if (link.sent - link.acked >= depth_) return false;
+  }
+  const OutPiece& piece = link.out.front();
+  uint64_t slot = link.sent % depth_;
+  Header h;
+  h.op = piece.sig.op;
+  h.type = piece.sig.type;
+  h.redop = piece.sig.redop;
+  h.root = piece.sig.root;
+  h.count = piece.sig.count;
+  h.offset = piece.offset;
+  h.bytes = piece.bytes;
+  h.seq = link.sent;
+  char header[kHeaderBytes];
+  encode(h, header);
+  uint64_t off = slot * slotBytes_;
+  if (link.mapped) {
+    link.data.putFrom(off + kHeaderBytes, piece.src, piece.bytes);
+    link.data.putFrom(off, header, kHeaderBytes);
+    link.data.signal();
+  } else {
+    uint64_t stagingOff = (static_cast<uint64_t>(link.peer) * depth_ + slot) * slotBytes_;
+    char* st = static_cast<char*>(staging_.data()) + stagingOff;
+    std::memcpy(st, header, kHeaderBytes);
+    std::memcpy(st + kHeaderBytes, piece.src, piece.bytes);
+    uint64_t id;
+    Backoff backoff;
+    // The FIFO holds far more than the outstanding chunks and acks of every peer, and the
+    // proxy always drains it, so this wait is short.
+    uint64_t dstOff = static_cast<uint64_t>(rank_) * depth_ * slotBytes_ + off;
+    while (!link.dataPort.tryPutWithSignal(dstOff, stagingOff, kHeaderBytes + piece.bytes, &id)) {
+      proxy_->check();
+      backoff.pause();
+    }
+  }
+  ++link.sent;
+  link.out.pop_front();
+  return true;
+}
+
+bool Engine::tryArrive(Link& link) {
+  if (link.mapped ? link.data.poll() : link.dataPort.poll()) {
+    ++link.arrived;
+    return true;
+  }
+  return false;
+}
+
+void Engine::sendAck(Link& link) {
+  ++link.consumed;
+  if (link.mapped) {
+    link.ack.signal();
+  } else {
+    uint64_t id;
+    Backoff backoff;
+    while (!link.ackPort.trySignal(&id)) {
+      proxy_->check();
+      backoff.pause();
+    }
+  }
+}
+
+void Engine::checkHeader(Link& link, uint64_t chunk, const OpSignature& sig,
+                         const InPiece& piece) const {
+  Header h = decode(slotPayload(link, chunk) - kHeaderBytes);
+  if (h.magic != kMagic || h.version != kVersion) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("chunk {} from rank {} has a bad header (magic {:#x}, version {}); "
+                            "both ranks must run the same strata version",
+                            chunk, link.peer, h.magic, h.version),
+                link.peer);
+  }
+  OpSignature theirs{h.op, h.type, h.redop, h.root, h.count};
+  if (theirs.op != sig.op || theirs.type != sig.type || theirs.redop != sig.redop ||
+      theirs.root != sig.root || theirs.count != sig.count) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("rank {} sent data of {} while rank {} runs {}: every rank must call "
+                            "the same collectives (and matching send/recv) in the same order with "
+                            "the same counts, types and roots",
+                            link.peer, describe(theirs), rank_, describe(sig)),
+                link.peer);
+  }
+  if (h.seq != chunk || h.offset != piece.offset || h.bytes != piece.bytes) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("rank {} sent chunk {} (offset {}, {} B) of {} where rank {} expected "
+                            "chunk {} (offset {}, {} B)",
+                            link.peer, h.seq, h.offset, h.bytes, describe(sig), rank_, chunk,
+                            piece.offset, piece.bytes),
+                link.peer);
+  }
+}
+
+void Engine::checkPeers() {
+  for (Link& link : links_) {
+    if (link.conn) link.conn->checkPeer();
+  }
+  if (proxy_) proxy_->check();
+}
+
+void Engine::flushSendsOrBuffer(int peer) {
+  Link& link = links_[peer];
+  while (trySend(link)) {
+  }
+  if (link.out.empty()) return;
+  // The receiver has not made room yet: keep a copy of the rest so that send() can return
+  // (as with a buffered MPI send); later calls deliver it.
+  size_t total = 0;
+  for (const OutPiece& p : link.out) {
+    if (!p.owned) total += p.bytes;
+  }
+  if (total == 0) return;
+  auto buffer = std::make_shared<std::vector<char>>(total);
+  size_t at = 0;
+  for (OutPiece& p : link.out) {
+    if (p.owned) continue;
+    std::memcpy(buffer->data() + at, p.src, p.bytes);
+    p.src = buffer->data() + at;
+    p.owned = buffer;
+    at += p.bytes;
+  }
+}
+
+void Engine::run(Plan& plan, const char* what) {
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<size_t> idx(n, 0);
+  size_t nextRound = 0;
+  std::vector<const void*> srcs(n);
+  Backoff backoff;
+  auto lastProgress = std::chrono::steady_clock::now();
+  auto lastCheck = lastProgress;
+  for (;;) {
+    bool progress = false;
+    for (Link& link : links_) {
+      if (link.peer < 0) continue;
+      while (trySend(link)) progress = true;
+      while (link.arrived - link.consumed < depth_ && tryArrive(link)) progress = true;
+    }
+    // Copies, in order per peer, up to the next reduction round member.
+    for (size_t p = 0; p < n; ++p) {
+      if (p == static_cast<size_t>(rank_)) continue;
+      Link& link = links_[p];
+      auto& in = plan.in[p];
+      while (idx[p] < in.size() && in[idx[p]].round < 0 && link.consumed < link.arrived) {
+        const InPiece& piece = in[idx[p]];
+        checkHeader(link, link.consumed, plan.sig, piece);
+        std::memcpy(piece.dst, slotPayload(link, link.consumed), piece.bytes);
+        sendAck(link);
+        ++idx[p];
+        progress = true;
+      }
+    }
+    // Reduction rounds: each needs chunk `round` of every peer.
+    while (nextRound < plan.rounds.size()) {
+      bool ready = true;
+      for (size_t p = 0; p < n && ready; ++p) {
+        if (p == static_cast<size_t>(rank_)) continue;
+        const auto& in = plan.in[p];
+        ready = idx[p] < in.size() && in[idx[p]].round == static_cast<int>(nextRound) &&
+                links_[p].consumed < links_[p].arrived;
+      }
+      if (ready && nextRound < plan.minSent.size()) {
+        for (size_t p = 0; p < n && ready; ++p) {
+          if (p != static_cast<size_t>(rank_)) ready = links_[p].sent >= plan.minSent[nextRound][p];
+        }
+      }
+      if (!ready) break;
+      Round& round = plan.rounds[nextRound];
+      for (size_t p = 0; p < n; ++p) {
+        if (p == static_cast<size_t>(rank_)) {
+          srcs[p] = round.own;
+        } else {
+          Link& link = links_[p];
+          checkHeader(link, link.consumed, plan.sig, plan.in[p][idx[p]]);
+          srcs[p] = slotPayload(link, link.consumed);
+        }
+      }
+      reduceMany(round.dst, srcs.data(), n, round.count, type, redop);
+      if (redop == ReduceOp::Avg) divideBy(round.dst, round.count, type, size_);
+      for (size_t p = 0; p < n; ++p) {
+        if (p == static_cast<size_t>(rank_)) continue;
+        sendAck(links_[p]);
+        ++idx[p];
+      }
+      if (round.after) round.after();
+      ++nextRound;
+      progress = true;
+    }
+    bool done = nextRound == plan.rounds.size();
+    for (size_t p = 0; p < n && done; ++p) {
+      if (p == static_cast<size_t>(rank_)) continue;
+      done = idx[p] == plan.in[p].size() && (!plan.waitForSends || links_[p].out.empty());
+    }
+    if (done) return;
+    auto now = std::chrono::steady_clock::now();
+    if (progress) {
+      backoff.reset();
+      lastProgress = now;
+      continue;
+    }
+    if (now - lastCheck > std::chrono::milliseconds(10)) {
+      lastCheck = now;
+      checkPeers();
+      if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {
+        // Name the first peer this rank is stuck on.
+        for (size_t p = 0; p < n; ++p) {
+          if (p == static_cast<size_t>(rank_)) continue;
+          Link& link = links_[p];
+          if (idx[p] < plan.in[p].size() || (plan.waitForSends && !link.out.empty())) {
+            throw Error(ErrorCode::Timeout,
+                        fmt::format("{} {} made no progress for {} s: waiting for rank {} ({} of "
+                                    "{} pieces from it received, {} pieces to it not yet sent); "
+                                    "the peer may be stuck, slower, or in another call: every "
+                                    "rank must call the same collectives in the same order. "
+                                    "Raise transport.timeout for slow peers",
+                                    what, describe(plan.sig), timeout_, p, idx[p],
+                                    plan.in[p].size(), link.out.size()),
+                        static_cast<int>(p));
+          }
+        }
+        throw Error(ErrorCode::Timeout, fmt::format("{} {} made no progress for {} s", what,
+                                                    describe(plan.sig), timeout_));
+      }
+    }
+    backoff.pause();
+  }
+}
+
+}  // namespace strata::collectives

@@ -1,0 +1,161 @@
+#pragma once
+
+// The host collective engine: one Link per peer (a MemoryChannel where the peer's buffers are
+// mapped here, else PortChannels through the proxy), a receive area with pipeline slots per
+// peer, and a progress loop that moves an operation's pieces with credits, deadlines and peer
+// checks.
+//
+// Every message between two ranks is a sequence of chunks on that ordered pair. A chunk is a
+// 64-byte header (what operation it belongs to, where it goes) followed by up to chunkBytes of
+// payload, written into slot (sent % depth) of the sender's region in the receiver's area,
+// then announced with the pair's data semaphore. The receiver acknowledges each chunk it has
+// consumed with the ack semaphore; a sender holds at most `depth` unacknowledged chunks per
+// peer. Both sides derive the same chunk sequence from the call, so no sizes travel except in
+// the header, which the receiver checks.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <strata/channel.hpp>
+#include <strata/communicator.hpp>
+#include <strata/transport.hpp>
+
+namespace strata::collectives {
+
+/// What an operation is, as both sides of a chunk must agree.
+struct OpSignature {
+  uint16_t op = 0;  ///< OpKind
+  uint16_t type = 0;
+  uint16_t redop = 0;
+  int32_t root = -1;
+  uint64_t count = 0;
+};
+
+enum class OpKind : uint16_t {
+  AllReduce = 1,
+  AllGather = 2,
+  ReduceScatter = 3,
+  Broadcast = 4,
+  AllToAll = 5,
+  SendRecv = 6,
+};
+const char* toString(OpKind kind) noexcept;
+
+/// A piece this rank sends to one peer: payload from src (any local memory).
+struct OutPiece {
+  const char* src = nullptr;
+  size_t bytes = 0;
+  uint64_t offset = 0;  ///< byte offset in the operation's message (checked by the receiver)
+  OpSignature sig;
+  std::shared_ptr<std::vector<char>> owned;  ///< buffered data of a send() that returned early
+};
+
+/// A piece this rank expects from one peer: copied to dst, or one member of a reduction round.
+struct InPiece {
+  char* dst = nullptr;  ///< Copy: destination
+  size_t bytes = 0;
+  uint64_t offset = 0;
+  int round = -1;  ///< >= 0: a reduction round member (dst unused)
+};
+
+struct Link {
+  int peer = -1;
+  std::shared_ptr<Connection> conn;
+  bool mapped = false;
+  MemoryChannel data;  ///< mapped: payload and data semaphore
+  MemoryChannel ack;   ///< mapped: ack semaphore (no payload)
+  PortChannel dataPort;
+  PortChannel ackPort;
+  // Lifetime counters of the pair.
+  uint64_t sent = 0;         ///< chunks sent to the peer
+  uint64_t acked = 0;        ///< acks received from the peer
+  uint64_t arrived = 0;      ///< data signals received from the peer
+  uint64_t consumed = 0;     ///< chunks of the peer consumed (and acked)
+  std::deque<OutPiece> out;  ///< pending pieces to the peer, in order (may span operations)
+};
+
+/// A reduction round: dst = op over ranks (in rank order) of the round's pieces, own being
+/// this rank's contribution; then `after` runs (it may queue more pieces).
+struct Round {
+  char* dst = nullptr;
+  const char* own = nullptr;
+  size_t count = 0;
+  std::function<void()> after;
+};
+
+struct Plan {
+  OpSignature sig;
+  std::vector<std::vector<InPiece>> in;  ///< per rank (own rank empty)
+  std::vector<Round> rounds;
+  /// Round r runs only once links_[p].sent >= minSent[r][p] for every peer (in-place one-shot:
+  /// a round overwrites input that must have gone to every peer first). Empty: no condition.
+  std::vector<std::vector<uint64_t>> minSent;
+  /// Wait until every queued piece is sent (collectives: they read the caller's buffers);
+  /// false for recv(), which may leave earlier buffered send() pieces queued.
+  bool waitForSends = true;
+};
+
+class Engine {
+ public:
+  /// Collective over the context's ranks: connects every pair, shares receive areas and
+  /// semaphores, starts the proxy when some peer is not mapped.
+  Engine(std::shared_ptr<Context> context, const Config& config);
+  ~Engine();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t chunkBytes() const { return chunkBytes_; }
+  Context& context() { return *context_; }
+  const std::string& algorithm() const { return algorithm_; }
+  size_t oneshotMaxBytes() const { return oneshotMax_; }
+
+  /// Queues bytes from src to peer as chunks of the operation sig.
+  void queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
+                 uint64_t offsetBase = 0);
+  /// Chunks already sent to peer plus those queued (the value link.sent reaches once every
+  /// queued piece has gone).
+  uint64_t sentAfterQueue(int peer) const { return links_[peer].sent + links_[peer].out.size(); }
+  /// Expected pieces from peer copied into dst.
+  static void expectCopy(Plan& plan, int peer, void* dst, size_t bytes, size_t chunkBytes);
+  /// Runs until every InPiece and round of the plan is done and every queued piece is sent
+  /// (for plan.waitForSends), with the no-progress deadline transport.timeout.
+  void run(Plan& plan, const char* what);
+  /// After send(): sends what credits allow, buffers the rest for later calls.
+  void flushSendsOrBuffer(int peer);
+
+  /// Reduction callback set by the algorithms: dst = fold of srcs (n sources) of count elems.
+  DataType type = DataType::Float32;
+  ReduceOp redop = ReduceOp::Sum;
+
+ private:
+  bool trySend(Link& link);
+  bool tryArrive(Link& link);
+  const char* slotPayload(Link& link, uint64_t chunk) const;
+  void checkHeader(Link& link, uint64_t chunk, const OpSignature& sig, const InPiece& piece) const;
+  void sendAck(Link& link);
+  void checkPeers();
+
+  std::shared_ptr<Context> context_;
+  int rank_ = 0;
+  int size_ = 1;
+  double timeout_ = 30;
+  size_t chunkBytes_ = 0;
+  size_t slotBytes_ = 0;
+  uint32_t depth_ = 2;
+  size_t oneshotMax_ = 0;
+  std::string algorithm_;
+  RegisteredMemory area_;     ///< receive area: region per source rank, depth slots each
+  RegisteredMemory flags_;    ///< semaphore words: (peer * 2 + {0 data, 1 ack}) * 64
+  RegisteredMemory staging_;  ///< port links: source of puts, region per destination
+  std::vector<RegisteredMemory> peerAreas_, peerFlags_;  ///< keep the peers' mappings alive
+  std::vector<Link> links_;                              ///< indexed by rank (own entry unused)
+  std::unique_ptr<ProxyService> proxy_;
+};
+
+}  // namespace strata::collectives

@@ -1,0 +1,214 @@
+// The proxy service behind PortChannels: one thread that drains the FIFO and turns triggers
+// into Connection calls.
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/channel.hpp>
+#include <strata/error.hpp>
+#include <strata/transport.hpp>
+
+#include "log.hpp"
+
+namespace strata {
+
+namespace {
+
+long futex(uint32_t* word, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+void FifoDeviceHandle::wakeProxy() const noexcept {
+  // Pairs with the proxy's sleeping flag: the proxy raises it, rechecks the FIFO, then sleeps
+  // on wake; a producer publishes, then reads the flag (both sequentially consistent).
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(sleeping, __ATOMIC_SEQ_CST) != 0) {
+    __atomic_fetch_add(wake, 1, __ATOMIC_SEQ_CST);
+    futex(wake, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  }
+}
+
+struct ProxyService::Impl {
+  struct Channel {
+    std::shared_ptr<Connection> conn;
+    RegisteredMemory dst, src, peerFlags;
+    uint64_t flagOffset = 0;
+    uint64_t outbound = 0;
+  };
+  uint32_t size;
+  double timeout;
+  std::vector<FifoSlot> slots;
+  alignas(64) uint64_t head = 0;
+  alignas(64) uint64_t tail = 0;
+  alignas(64) uint32_t wake = 0;
+  uint32_t sleeping = 0;
+  std::vector<Channel> channels;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> failed{false};
+  std::atomic<uint64_t> executedCount{0};
+  mutable std::mutex errorMu;
+  std::exception_ptr error;
+
+  FifoDeviceHandle handle() { return {slots.data(), &head, &tail, &wake, &sleeping, size}; }
+
+  void execute(const ProxyTrigger& t) {
+    if (t.channel >= channels.size()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("proxy trigger for channel {}, but only {} channels exist", t.channel,
+                              channels.size()));
+    }
+    Channel& c = channels[t.channel];
+    switch (t.type) {
+      case TriggerType::Put:
+        c.conn->write(c.dst, t.dstOffset, c.src, t.srcOffset, t.bytes);
+        break;
+      case TriggerType::PutWithSignal:
+        c.conn->write(c.dst, t.dstOffset, c.src, t.srcOffset, t.bytes);
+        c.conn->updateAndSync(c.peerFlags, c.flagOffset, ++c.outbound);
+        break;
+      case TriggerType::Signal:
+        c.conn->updateAndSync(c.peerFlags, c.flagOffset, ++c.outbound);
+        break;
+      case TriggerType::Flush:
+        c.conn->flush(timeout);
+        break;
+      default:
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("proxy trigger of unknown type {}", static_cast<uint32_t>(t.type)));
+    }
+  }
+
+  void run() {
+    using Clock = std::chrono::steady_clock;
+    auto idleSince = Clock::now();
+    for (;;) {
+      FifoSlot& slot = slots[tail % size];
+      if (__atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE) == tail + 1) {
+        ProxyTrigger t = slot.trigger;
+        if (!failed.load(std::memory_order_relaxed)) {
+          try {
+            execute(t);
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(errorMu);
+            error = std::current_exception();
+            failed.store(true, std::memory_order_release);
+          }
+        }
+        executedCount.fetch_add(1, std::memory_order_relaxed);
+        __atomic_store_n(&tail, tail + 1, __ATOMIC_RELEASE);
+        idleSince = Clock::now();
+        continue;
+      }
+      if (stopping.load(std::memory_order_acquire) &&
+          __atomic_load_n(&head, __ATOMIC_ACQUIRE) == tail) {
+        return;
+      }
+      // Idle: spin briefly, yield for a while, then sleep until a producer wakes us (or 1 ms,
+      // for producers that cannot wake, such as GPU kernels).
+      auto idle = Clock::now() - idleSince;
+      if (idle < std::chrono::microseconds(20)) {
+        device::spinPause();
+      } else if (idle < std::chrono::microseconds(500)) {
+        sched_yield();
+      } else {
+        uint32_t seen = __atomic_load_n(&wake, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&sleeping, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&slot.seq, __ATOMIC_SEQ_CST) != tail + 1 &&
+            !stopping.load(std::memory_order_seq_cst)) {
+          timespec ts{0, 1'000'000};
+          futex(&wake, FUTEX_WAIT_PRIVATE, seen, &ts);
+        }
+        __atomic_store_n(&sleeping, 0, __ATOMIC_SEQ_CST);
+      }
+    }
+  }
+};
+
+ProxyService::ProxyService(uint32_t fifoSize, double timeoutSeconds)
+    : impl_(std::make_unique<Impl>()) {
+  if (fifoSize == 0) throw Error(ErrorCode::InvalidArgument, "ProxyService: FIFO size 0");
+  impl_->size = fifoSize;
+  impl_->timeout = timeoutSeconds;
+  impl_->slots.resize(fifoSize);
+}
+
+ProxyService::~ProxyService() {
+  stop();
+}
+
+uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMemory dst,
+                                  RegisteredMemory src, RegisteredMemory peerFlags,
+                                  uint64_t flagOffset) {
+  if (impl_->thread.joinable()) {
+    throw Error(ErrorCode::InvalidArgument, "ProxyService::addChannel after start()");
+  }
+  if (!conn || !dst || !src || !peerFlags) {
+    throw Error(ErrorCode::InvalidArgument, "ProxyService::addChannel: null connection or memory");
+  }
+  if (dst.isLocal() || peerFlags.isLocal() || !src.isLocal()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "ProxyService::addChannel: dst and peerFlags must be the peer's memory (remote "
+                "views), src this rank's");
+  }
+  impl_->channels.push_back(
+      {std::move(conn), std::move(dst), std::move(src), std::move(peerFlags), flagOffset, 0});
+  return static_cast<uint32_t>(impl_->channels.size() - 1);
+}
+
+PortChannel ProxyService::portChannel(uint32_t channel, uint64_t* inbound) {
+  if (channel >= impl_->channels.size()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("ProxyService::portChannel: no channel {}", channel));
+  }
+  PortChannel p;
+  p.fifo = impl_->handle();
+  p.channel = channel;
+  p.inbound = inbound;
+  p.expected = inbound ? device::loadAcquire(inbound) : 0;
+  return p;
+}
+
+FifoDeviceHandle ProxyService::fifo() noexcept {
+  return impl_->handle();
+}
+
+void ProxyService::start() {
+  if (impl_->thread.joinable()) return;
+  impl_->stopping = false;
+  impl_->thread = std::thread([this] { impl_->run(); });
+}
+
+void ProxyService::stop() noexcept {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  impl_->stopping.store(true, std::memory_order_seq_cst);
+  __atomic_fetch_add(&impl_->wake, 1, __ATOMIC_SEQ_CST);
+  futex(&impl_->wake, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  impl_->thread.join();
+}
+
+void ProxyService::check() const {
+  if (!impl_->failed.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(impl_->errorMu);
+  std::rethrow_exception(impl_->error);
+}
+
+uint64_t ProxyService::executed() const noexcept {
+  return impl_->executedCount.load(std::memory_order_relaxed);
+}
+
+}  // namespace strata

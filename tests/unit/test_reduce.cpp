@@ -1,0 +1,645 @@
+// Host reduction kernels and fp16/bf16 conversions: exhaustive conversion checks, every DataType x
+// ReduceOp against a scalar reference (odd counts, unaligned pointers, guard bytes), reduceMany's
+// independence from dst aliasing, and divideBy's integer and float semantics.
+#define BOOST_TEST_MODULE reduce
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <strata/communicator.hpp>
+#include <strata/error.hpp>
+
+#include "collectives/host/float16.hpp"
+#include "collectives/host/reduce.hpp"
+
+using namespace strata;
+using namespace strata::collectives;
+
+namespace {
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Value of a binary16 from its definition, computed in double (exact).
+double halfValue(uint16_t h) {
+  const int sign = h >> 15;
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  double v;
+  if (exp == 0x1f) {
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else if (exp == 0) {
+    v = std::ldexp(mant, -24);
+  } else {
+    v = std::ldexp(1024 + mant, exp - 25);
+  }
+  return sign ? -v : v;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(conversions)
+
+BOOST_AUTO_TEST_CASE(half_exhaustive_round_trip_and_values) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    const float f = halfToFloat(bits);
+    const double want = halfValue(bits);
+    if (std::isnan(want)) {
+      BOOST_TEST_REQUIRE(std::isnan(f), "half " << h);
+      BOOST_TEST_REQUIRE(std::signbit(f) == std::signbit(want), "half " << h);
+    } else {
+      BOOST_TEST_REQUIRE(static_cast<double>(f) == want, "half " << h);
+      BOOST_TEST_REQUIRE(std::signbit(f) == std::signbit(want), "half " << h);
+    }
+    BOOST_TEST_REQUIRE(floatToHalf(f) == bits, "half " << h << " round trip");
+  }
+}
+
+// Every midpoint between adjacent halves (subnormal, normal and the last finite to the overflow
+// threshold) must round to the even neighbour, and one float ulp either side to the nearer one.
+BOOST_AUTO_TEST_CASE(half_rounding_every_midpoint) {
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const double lo = halfValue(static_cast<uint16_t>(h));
+    // Above 65504 the next "value" is 2^16, where overflow to Inf begins.
+    const double hi = h == 0x7bff ? 65536.0 : halfValue(static_cast<uint16_t>(h + 1));
+    const float mid = static_cast<float>((lo + hi) / 2);
+    BOOST_TEST_REQUIRE(static_cast<double>(mid) == (lo + hi) / 2);  // exact in fp32
+    const uint16_t even = (h & 1) ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h);
+    for (int sign = 0; sign < 2; ++sign) {
+      const float s = sign ? -1.0f : 1.0f;
+      const uint16_t sb = sign ? 0x8000 : 0;
+      BOOST_TEST_REQUIRE(floatToHalf(s * mid) == (even | sb), "midpoint above " << h);
+      BOOST_TEST_REQUIRE(floatToHalf(s * std::nextafter(mid, 0.0f)) == (h | sb), "below " << h);
+      BOOST_TEST_REQUIRE(floatToHalf(s * std::nextafter(mid, 1e30f)) == ((h + 1) | sb),
+                         "above " << h);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(half_special_values) {
+  BOOST_TEST(floatToHalf(0.0f) == 0x0000);
+  BOOST_TEST(floatToHalf(-0.0f) == 0x8000);
+  BOOST_TEST(floatToHalf(1.0f) == 0x3c00);
+  BOOST_TEST(floatToHalf(65504.0f) == 0x7bff);
+  BOOST_TEST(floatToHalf(65519.99f) == 0x7bff);
+  BOOST_TEST(floatToHalf(65520.0f) == 0x7c00);
+  BOOST_TEST(floatToHalf(1e10f) == 0x7c00);
+  BOOST_TEST(floatToHalf(-std::numeric_limits<float>::infinity()) == 0xfc00);
+  BOOST_TEST(floatToHalf(std::numeric_limits<float>::max()) == 0x7c00);
+  BOOST_TEST(floatToHalf(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  BOOST_TEST(floatToHalf(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even (zero)
+  BOOST_TEST(floatToHalf(std::ldexp(1.5f, -25)) == 0x0001);
+  BOOST_TEST(floatToHalf(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
+  BOOST_TEST(floatToHalf(std::numeric_limits<float>::denorm_min()) == 0x0000);
+  BOOST_TEST(floatToHalf(-std::numeric_limits<float>::denorm_min()) == 0x8000);
+  // NaNs stay NaNs, keep their sign and top payload bits.
+  BOOST_TEST(floatToHalf(floatOf(0x7fc00000)) == 0x7e00);
+  BOOST_TEST(floatToHalf(floatOf(0xff800001)) == 0xfe00);  // payload only in dropped bits
+  BOOST_TEST(floatToHalf(floatOf(0x7f802000)) == 0x7c01);  // signalling, payload kept
+}
+
+#ifdef __FLT16_MAX__
+// The compiler's own _Float16 conversion (libgcc, or F16C) as an independent reference on a
+// large sample of floats: random bit patterns and values near the half range.
+BOOST_AUTO_TEST_CASE(half_matches_compiler_float16) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t u = rng();
+    if (i & 1) u = (u & 0x807fffffu) | ((100u + (rng() % 50)) << 23);  // exponents near half's
+    const float f = floatOf(u);
+    if (std::isnan(f)) continue;
+    const _Float16 ref = static_cast<_Float16>(f);
+    uint16_t refBits;
+    std::memcpy(&refBits, &ref, 2);
+    BOOST_TEST_REQUIRE(floatToHalf(f) == refBits, "float bits " << std::hex << u);
+  }
+}
+#endif
+
+BOOST_AUTO_TEST_CASE(bf16_exhaustive_round_trip) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = bf16ToFloat(static_cast<uint16_t>(b));
+    BOOST_TEST_REQUIRE(bitsOf(f) == (b << 16));
+    BOOST_TEST_REQUIRE(floatToBf16(f) == b, "bf16 " << b << " round trip");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_rounding_every_midpoint) {
+  for (uint32_t b = 0; b < 0x7f80; ++b) {
+    // Midpoint between b and b+1 (the latter may be Inf: overflow threshold) in fp32 bits.
+    const uint32_t mid = (b << 16) | 0x8000u;
+    const uint32_t even = (b & 1) ? b + 1 : b;
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const uint32_t sb = sign >> 16;
+      BOOST_TEST_REQUIRE(floatToBf16(floatOf(mid | sign)) == (even | sb), "midpoint " << b);
+      BOOST_TEST_REQUIRE(floatToBf16(floatOf((mid - 1) | sign)) == (b | sb), "below " << b);
+      BOOST_TEST_REQUIRE(floatToBf16(floatOf((mid + 1) | sign)) == ((b + 1) | sb), "above " << b);
+    }
+  }
+  BOOST_TEST(floatToBf16(1.0f) == 0x3f80);
+  BOOST_TEST(floatToBf16(-0.0f) == 0x8000);
+  BOOST_TEST(floatToBf16(std::numeric_limits<float>::max()) == 0x7f80);
+  BOOST_TEST(floatToBf16(std::numeric_limits<float>::infinity()) == 0x7f80);
+  BOOST_TEST(floatToBf16(std::numeric_limits<float>::denorm_min()) == 0x0000);
+  BOOST_TEST(floatToBf16(floatOf(0x00008000)) == 0x0000);  // subnormal tie to even
+  BOOST_TEST(floatToBf16(floatOf(0x00018000)) == 0x0002);
+  BOOST_TEST(floatToBf16(floatOf(0x7fc00000)) == 0x7fc0);
+  BOOST_TEST(floatToBf16(floatOf(0xff800001)) == 0xffc0);  // NaN stays NaN (not Inf)
+  BOOST_TEST(floatToBf16(floatOf(0x7fffffff)) == 0x7fff);  // no carry out of a NaN
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+const DataType kTypes[] = {
+    DataType::Int8,   DataType::Uint8,   DataType::Int32,    DataType::Uint32,  DataType::Int64,
+    DataType::Uint64, DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                         ReduceOp::Avg};
+
+size_t elemSize(DataType t) {
+  switch (t) {
+    case DataType::Int8:
+    case DataType::Uint8:
+      return 1;
+    case DataType::Float16:
+    case DataType::BFloat16:
+      return 2;
+    case DataType::Int32:
+    case DataType::Uint32:
+    case DataType::Float32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+std::string name(DataType t, ReduceOp op) {
+  return std::to_string(static_cast<int>(t)) + "/" + std::to_string(static_cast<int>(op));
+}
+
+// The scalar reference: one element at a time, the way the semantics in reduce.hpp read.
+template <typename A>
+A refApply(ReduceOp op, A a, A b) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      if constexpr (std::is_integral_v<A>) {
+        using U = std::make_unsigned_t<A>;
+        return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+      } else {
+        return a + b;
+      }
+    case ReduceOp::Prod:
+      if constexpr (std::is_integral_v<A>) {
+        using U = std::make_unsigned_t<A>;
+        return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      } else {
+        return a * b;
+      }
+    case ReduceOp::Min:
+      if constexpr (!std::is_integral_v<A>) {
+        if (std::isnan(b)) return b;
+        if (std::isnan(a)) return a;
+      }
+      return b < a ? b : a;
+    case ReduceOp::Max:
+      if constexpr (!std::is_integral_v<A>) {
+        if (std::isnan(b)) return b;
+        if (std::isnan(a)) return a;
+      }
+      return b > a ? b : a;
+  }
+  return a;
+}
+
+template <typename T>
+T get(const uint8_t* p, size_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <typename T>
+void put(uint8_t* p, size_t i, T v) {
+  std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+}
+
+// Folds srcs[0..n) element i in order, into bytes at out.
+void refFold(uint8_t* out, const std::vector<const uint8_t*>& srcs, size_t count, DataType t,
+             ReduceOp op) {
+  for (size_t i = 0; i < count; ++i) {
+    auto fold = [&](auto zero, auto toAcc, auto fromAcc) {
+      using S = decltype(zero);
+      auto acc = toAcc(get<S>(srcs[0], i));
+      for (size_t k = 1; k < srcs.size(); ++k) acc = refApply(op, acc, toAcc(get<S>(srcs[k], i)));
+      put<S>(out, i, fromAcc(acc));
+    };
+    auto id = [](auto v) { return v; };
+    switch (t) {
+      case DataType::Int8:
+        fold(int8_t{}, id, id);
+        break;
+      case DataType::Uint8:
+        fold(uint8_t{}, id, id);
+        break;
+      case DataType::Int32:
+        fold(int32_t{}, id, id);
+        break;
+      case DataType::Uint32:
+        fold(uint32_t{}, id, id);
+        break;
+      case DataType::Int64:
+        fold(int64_t{}, id, id);
+        break;
+      case DataType::Uint64:
+        fold(uint64_t{}, id, id);
+        break;
+      case DataType::Float16:
+        fold(uint16_t{}, halfToFloat, floatToHalf);
+        break;
+      case DataType::BFloat16:
+        fold(uint16_t{}, bf16ToFloat, floatToBf16);
+        break;
+      case DataType::Float32:
+        fold(float{}, id, id);
+        break;
+      case DataType::Float64:
+        fold(double{}, id, id);
+        break;
+    }
+  }
+}
+
+// Random elements: integers any bits; floats mostly moderate values (so Prod stays finite), with
+// some NaN, Inf, signed zeros and subnormals mixed in.
+void fillRandom(uint8_t* p, size_t count, DataType t, std::mt19937_64& rng) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t r = rng();
+    const int special = static_cast<int>(r % 23);
+    double v = static_cast<double>(static_cast<int64_t>(r >> 40) % 2000) / 64.0;
+    if (special == 0) v = std::numeric_limits<double>::quiet_NaN();
+    if (special == 1) v = -std::numeric_limits<double>::infinity();
+    if (special == 2) v = -0.0;
+    if (special == 3) v = 0.0;
+    if (special == 4) v = std::ldexp(1.0, -20);  // half subnormal
+    switch (t) {
+      case DataType::Float16:
+        put<uint16_t>(p, i, floatToHalf(static_cast<float>(v)));
+        break;
+      case DataType::BFloat16:
+        put<uint16_t>(p, i, floatToBf16(static_cast<float>(v)));
+        break;
+      case DataType::Float32:
+        put<float>(p, i, static_cast<float>(v));
+        break;
+      case DataType::Float64:
+        put<double>(p, i, v);
+        break;
+      default:
+        std::memcpy(p + i * elemSize(t), &r, elemSize(t));
+    }
+  }
+}
+
+// Bit-identical, except that two NaNs of a float type match whatever their payloads: the
+// compiler may swap the operands of the reference's a + b, and x86 returns the first NaN.
+bool sameElements(const uint8_t* got, const uint8_t* want, size_t count, DataType t) {
+  if (std::memcmp(got, want, count * elemSize(t)) == 0) return true;
+  for (size_t i = 0; i < count; ++i) {
+    bool same;
+    switch (t) {
+      case DataType::Float16: {
+        const uint16_t a = get<uint16_t>(got, i), b = get<uint16_t>(want, i);
+        same = a == b || (std::isnan(halfToFloat(a)) && std::isnan(halfToFloat(b)));
+        break;
+      }
+      case DataType::BFloat16: {
+        const uint16_t a = get<uint16_t>(got, i), b = get<uint16_t>(want, i);
+        same = a == b || (std::isnan(bf16ToFloat(a)) && std::isnan(bf16ToFloat(b)));
+        break;
+      }
+      case DataType::Float32: {
+        const float a = get<float>(got, i), b = get<float>(want, i);
+        same = bitsOf(a) == bitsOf(b) || (std::isnan(a) && std::isnan(b));
+        break;
+      }
+      case DataType::Float64: {
+        const double a = get<double>(got, i), b = get<double>(want, i);
+        same = std::memcmp(&a, &b, 8) == 0 || (std::isnan(a) && std::isnan(b));
+        break;
+      }
+      default:
+        same = std::memcmp(got + i * elemSize(t), want + i * elemSize(t), elemSize(t)) == 0;
+    }
+    if (!same) {
+      BOOST_TEST_MESSAGE("element " << i << " differs");
+      return false;
+    }
+  }
+  return true;
+}
+
+const size_t kCounts[] = {0, 1, 2, 3, 7, 15, 17, 31, 33, 63, 65, 255, 1001, 4097, 9999};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kernels)
+
+BOOST_AUTO_TEST_CASE(reduce_into_matches_reference) {
+  std::mt19937_64 rng(42);
+  const size_t kGuard = 16;
+  for (DataType t : kTypes) {
+    const size_t es = elemSize(t);
+    for (ReduceOp op : kOps) {
+      for (size_t count : kCounts) {
+        for (size_t dstOff : {0, 1, 3}) {
+          for (size_t srcOff : {0, 2, 5}) {
+            const size_t bytes = count * es;
+            std::vector<uint8_t> dstBuf(bytes + 2 * kGuard + 8, 0xa5);
+            std::vector<uint8_t> srcBuf(bytes + 2 * kGuard + 8, 0x5a);
+            uint8_t* dst = dstBuf.data() + kGuard + dstOff;
+            uint8_t* src = srcBuf.data() + kGuard + srcOff;
+            fillRandom(dst, count, t, rng);
+            fillRandom(src, count, t, rng);
+            std::vector<uint8_t> want(bytes + 1);
+            refFold(want.data(), {dst, src}, count, t, op);
+            const std::vector<uint8_t> srcBefore = srcBuf;
+            const std::vector<uint8_t> dstBefore = dstBuf;
+
+            reduceInto(dst, src, count, t, op);
+
+            BOOST_TEST_REQUIRE(sameElements(dst, want.data(), count, t),
+                               name(t, op)
+                                   << " count " << count << " offsets " << dstOff << "," << srcOff);
+            BOOST_TEST_REQUIRE((srcBuf == srcBefore));
+            // Bytes around dst untouched.
+            BOOST_TEST_REQUIRE(std::memcmp(dstBuf.data(), dstBefore.data(), kGuard + dstOff) == 0);
+            const size_t tail = kGuard + dstOff + bytes;
+            BOOST_TEST_REQUIRE(std::memcmp(dstBuf.data() + tail, dstBefore.data() + tail,
+                                           dstBuf.size() - tail) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(reduce_into_edge_values) {
+  // Integer wrap, signed comparisons, NaN propagation from either side, fp16 accumulation.
+  int8_t i8[] = {127, -128, -1, 5};
+  const int8_t i8b[] = {1, -1, -1, -7};
+  reduceInto(i8, i8b, 4, DataType::Int8, ReduceOp::Sum);
+  BOOST_TEST(i8[0] == -128);
+  BOOST_TEST(i8[1] == 127);
+  BOOST_TEST(i8[2] == -2);
+  BOOST_TEST(i8[3] == -2);
+  int32_t i32[] = {-5, 7, std::numeric_limits<int32_t>::min()};
+  const int32_t i32b[] = {3, -9, -1};
+  reduceInto(i32, i32b, 3, DataType::Int32, ReduceOp::Min);
+  BOOST_TEST(i32[0] == -5);
+  BOOST_TEST(i32[1] == -9);
+  BOOST_TEST(i32[2] == std::numeric_limits<int32_t>::min());
+  uint32_t u32[] = {0xffffffffu, 2};
+  const uint32_t u32b[] = {1, 0x80000000u};
+  reduceInto(u32, u32b, 2, DataType::Uint32, ReduceOp::Max);
+  BOOST_TEST(u32[0] == 0xffffffffu);
+  BOOST_TEST(u32[1] == 0x80000000u);
+  int64_t i64[] = {std::numeric_limits<int64_t>::max()};
+  const int64_t i64b[] = {2};
+  reduceInto(i64, i64b, 1, DataType::Int64, ReduceOp::Prod);
+  BOOST_TEST(i64[0] == -2);
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max, ReduceOp::Sum, ReduceOp::Prod}) {
+    float a[] = {nan, 1.0f, nan};
+    const float b[] = {1.0f, nan, nan};
+    reduceInto(a, b, 3, DataType::Float32, op);
+    BOOST_TEST(std::isnan(a[0]));
+    BOOST_TEST(std::isnan(a[1]));
+    BOOST_TEST(std::isnan(a[2]));
+  }
+  double d[] = {-0.0, 2.0};
+  const double db[] = {0.0, -3.0};
+  reduceInto(d, db, 2, DataType::Float64, ReduceOp::Min);
+  BOOST_TEST(std::signbit(d[0]));  // equal operands keep the accumulator
+  BOOST_TEST(d[1] == -3.0);
+
+  // 2048 + 1 in fp16 is a tie that rounds to even (2048): the sum is rounded, not truncated.
+  uint16_t h[] = {floatToHalf(2048.0f), floatToHalf(2048.0f), floatToHalf(65504.0f),
+                  floatToHalf(65504.0f)};
+  const uint16_t hb[] = {floatToHalf(1.0f), floatToHalf(3.0f), floatToHalf(8.0f),
+                         floatToHalf(16.0f)};
+  reduceInto(h, hb, 4, DataType::Float16, ReduceOp::Sum);
+  BOOST_TEST(halfToFloat(h[0]) == 2048.0f);
+  BOOST_TEST(halfToFloat(h[1]) == 2052.0f);
+  BOOST_TEST(halfToFloat(h[2]) == 65504.0f);  // below the overflow threshold
+  BOOST_TEST(h[3] == 0x7c00);                 // 65520 is the threshold: Inf
+  uint16_t bf[] = {floatToBf16(256.0f)};
+  const uint16_t bfb[] = {floatToBf16(3.0f)};
+  reduceInto(bf, bfb, 1, DataType::BFloat16, ReduceOp::Sum);
+  BOOST_TEST(bf16ToFloat(bf[0]) == 260.0f);  // 259 is a tie between 258 and 260: even is 260
+}
+
+BOOST_AUTO_TEST_CASE(reduce_many_matches_reference_and_ignores_aliasing) {
+  std::mt19937_64 rng(1234);
+  for (DataType t : kTypes) {
+    const size_t es = elemSize(t);
+    for (ReduceOp op : kOps) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{33}, size_t{5001}}) {
+        for (size_t n : {1, 2, 3, 5}) {
+          const size_t bytes = count * es;
+          // Sources at odd offsets in one arena; sources are restored before each variant.
+          std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(bytes + 8));
+          std::vector<const uint8_t*> srcs;
+          for (size_t k = 0; k < n; ++k) {
+            fillRandom(bufs[k].data() + 1 + k % 3, count, t, rng);
+            srcs.push_back(bufs[k].data() + 1 + k % 3);
+          }
+          const auto original = bufs;
+          std::vector<uint8_t> want(bytes + 1);
+          refFold(want.data(), srcs, count, t, op);
+
+          std::vector<const void*> ptrs(srcs.begin(), srcs.end());
+          // Separate dst.
+          std::vector<uint8_t> out(bytes + 8, 0);
+          reduceMany(out.data() + 3, ptrs.data(), n, count, t, op);
+          BOOST_TEST_REQUIRE(sameElements(out.data() + 3, want.data(), count, t),
+                             name(t, op) << " count " << count << " n " << n);
+          BOOST_TEST_REQUIRE((bufs == original));
+          // dst == each source in turn: bit-identical to the separate dst, NaN payloads included.
+          for (size_t k = 0; k < n; ++k) {
+            bufs = original;
+            reduceMany(const_cast<uint8_t*>(srcs[k]), ptrs.data(), n, count, t, op);
+            BOOST_TEST_REQUIRE(std::memcmp(srcs[k], out.data() + 3, bytes) == 0,
+                               name(t, op) << " count " << count << " n " << n << " dst=src " << k);
+          }
+          bufs = original;
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(reduce_many_accumulates_half_once) {
+  // 2048 + 1 + 1 + 1 + 1: rounding after each step would stay at 2048 (ties to even); fp32
+  // accumulation gives 2052 exactly.
+  const uint16_t big = floatToHalf(2048.0f);
+  const uint16_t one = floatToHalf(1.0f);
+  const void* srcs[] = {&big, &one, &one, &one, &one};
+  uint16_t out = 0;
+  reduceMany(&out, srcs, 5, 1, DataType::Float16, ReduceOp::Sum);
+  BOOST_TEST(halfToFloat(out) == 2052.0f);
+  const uint16_t bbig = floatToBf16(256.0f);
+  const uint16_t bone = floatToBf16(1.0f);
+  const void* bsrcs[] = {&bbig, &bone, &bone, &bone, &bone};
+  reduceMany(&out, bsrcs, 5, 1, DataType::BFloat16, ReduceOp::Sum);
+  BOOST_TEST(bf16ToFloat(out) == 260.0f);
+}
+
+BOOST_AUTO_TEST_CASE(divide_by_semantics) {
+  int8_t i8[] = {-7, 7, -128, 127, -1};
+  divideBy(i8, 5, DataType::Int8, 2);
+  BOOST_TEST(i8[0] == -3);
+  BOOST_TEST(i8[1] == 3);
+  BOOST_TEST(i8[2] == -64);
+  BOOST_TEST(i8[3] == 63);
+  BOOST_TEST(i8[4] == 0);
+  int8_t big[] = {-128};
+  divideBy(big, 1, DataType::Int8, 1000);  // divisor wider than the type
+  BOOST_TEST(big[0] == 0);
+  uint8_t u8[] = {255, 3};
+  divideBy(u8, 2, DataType::Uint8, 2);
+  BOOST_TEST(u8[0] == 127);
+  BOOST_TEST(u8[1] == 1);
+  int32_t i32[] = {-7, -9, 9};
+  divideBy(i32, 3, DataType::Int32, 4);
+  BOOST_TEST(i32[0] == -1);
+  BOOST_TEST(i32[1] == -2);
+  BOOST_TEST(i32[2] == 2);
+  uint32_t u32[] = {0xffffffffu};
+  divideBy(u32, 1, DataType::Uint32, 3);
+  BOOST_TEST(u32[0] == 0x55555555u);
+  int64_t i64[] = {std::numeric_limits<int64_t>::min(), -5};
+  divideBy(i64, 2, DataType::Int64, 3);
+  BOOST_TEST(i64[0] == std::numeric_limits<int64_t>::min() / 3);
+  BOOST_TEST(i64[1] == -1);
+  uint64_t u64[] = {~uint64_t{0}};
+  divideBy(u64, 1, DataType::Uint64, 5);
+  BOOST_TEST(u64[0] == ~uint64_t{0} / 5);
+
+  float f[] = {1.0f, -7.0f};
+  divideBy(f, 2, DataType::Float32, 3);
+  BOOST_TEST(bitsOf(f[0]) == bitsOf(1.0f / 3.0f));
+  BOOST_TEST(f[1] == -7.0f / 3.0f);
+  double d[] = {1.0};
+  divideBy(d, 1, DataType::Float64, 3);
+  BOOST_TEST(d[0] == 1.0 / 3.0);
+  uint16_t h[] = {floatToHalf(3.0f), floatToHalf(1.0f)};
+  divideBy(h, 2, DataType::Float16, 2);
+  BOOST_TEST(halfToFloat(h[0]) == 1.5f);
+  BOOST_TEST(h[1] == floatToHalf(0.5f));
+  uint16_t h3[] = {floatToHalf(1.0f)};
+  divideBy(h3, 1, DataType::Float16, 3);
+  BOOST_TEST(h3[0] == floatToHalf(1.0f / 3.0f));
+  uint16_t b[] = {floatToBf16(1.0f)};
+  divideBy(b, 1, DataType::BFloat16, 3);
+  BOOST_TEST(b[0] == floatToBf16(1.0f / 3.0f));
+
+  // Unaligned, odd count, every type: matches element-wise division.
+  std::mt19937_64 rng(9);
+  for (DataType t : kTypes) {
+    const size_t es = elemSize(t);
+    const size_t count = 1003;
+    std::vector<uint8_t> buf(count * es + 8);
+    uint8_t* p = buf.data() + 3;
+    fillRandom(p, count, t, rng);
+    std::vector<uint8_t> before(p, p + count * es);
+    divideBy(p, count, t, 7);
+    for (size_t i = 0; i < count; ++i) {
+      bool ok = true;
+      switch (t) {
+        case DataType::Int8:
+          ok = get<int8_t>(p, i) == get<int8_t>(before.data(), i) / 7;
+          break;
+        case DataType::Uint8:
+          ok = get<uint8_t>(p, i) == get<uint8_t>(before.data(), i) / 7;
+          break;
+        case DataType::Int32:
+          ok = get<int32_t>(p, i) == get<int32_t>(before.data(), i) / 7;
+          break;
+        case DataType::Uint32:
+          ok = get<uint32_t>(p, i) == get<uint32_t>(before.data(), i) / 7;
+          break;
+        case DataType::Int64:
+          ok = get<int64_t>(p, i) == get<int64_t>(before.data(), i) / 7;
+          break;
+        case DataType::Uint64:
+          ok = get<uint64_t>(p, i) == get<uint64_t>(before.data(), i) / 7;
+          break;
+        case DataType::Float16:
+          ok = get<uint16_t>(p, i) ==
+               floatToHalf(halfToFloat(get<uint16_t>(before.data(), i)) / 7.0f);
+          break;
+        case DataType::BFloat16:
+          ok = get<uint16_t>(p, i) ==
+               floatToBf16(bf16ToFloat(get<uint16_t>(before.data(), i)) / 7.0f);
+          break;
+        case DataType::Float32: {
+          const float want = get<float>(before.data(), i) / 7.0f;
+          ok = bitsOf(get<float>(p, i)) == bitsOf(want) || std::isnan(want);
+          break;
+        }
+        case DataType::Float64: {
+          const double want = get<double>(before.data(), i) / 7.0;
+          ok = get<double>(p, i) == want || std::isnan(want);
+          break;
+        }
+      }
+      BOOST_TEST_REQUIRE(ok, "type " << static_cast<int>(t) << " element " << i);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(count_zero_and_bad_arguments) {
+  // count 0 touches nothing, even through null pointers.
+  reduceInto(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);
+  divideBy(nullptr, 0, DataType::Int32, 4);
+  const void* none[] = {nullptr};
+  reduceMany(nullptr, none, 1, 0, DataType::Float16, ReduceOp::Max);
+
+  int32_t x = 8;
+  auto isInvalid = [](const Error& e) { return e.code() == ErrorCode::InvalidArgument; };
+  BOOST_CHECK_EXCEPTION(divideBy(&x, 1, DataType::Int32, 0), Error, isInvalid);
+  BOOST_CHECK_EXCEPTION(divideBy(&x, 1, DataType::Int32, -2), Error, isInvalid);
+  BOOST_TEST(x == 8);
+  BOOST_CHECK_EXCEPTION(reduceMany(&x, none, 0, 1, DataType::Int32, ReduceOp::Sum), Error,
+                        isInvalid);
+  BOOST_CHECK_EXCEPTION(reduceInto(&x, &x, 1, static_cast<DataType>(99), ReduceOp::Sum), Error,
+                        isInvalid);
+  BOOST_CHECK_EXCEPTION(reduceInto(&x, &x, 1, DataType::Int32, static_cast<ReduceOp>(99)), Error,
+                        isInvalid);
+  // dst == src is allowed.
+  reduceInto(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
+  BOOST_TEST(x == 16);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
