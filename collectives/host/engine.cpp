@@ -252,7 +252,7 @@ void Engine::drainOnExit() noexcept {
   // A rank that sends and then destroys its communicator must not lose the buffered data: wait
   // (up to transport.timeout) until its receivers have taken it into their slots.
   std::unique_lock<std::mutex> lock(mu_);
-  if (!anyPending() || deliveryError_) return;
+  if (!anyPending() || deliveryError_ || abandoned_) return;
   auto deadline = Deadline::fromTimeout(timeout_);
   try {
     while (anyPending()) {
@@ -301,6 +301,11 @@ void Engine::deliveryLoop() {
     // Let the application's calls in; try again soon.
     cv_.wait_for(lock, std::chrono::microseconds(200));
   }
+}
+
+void Engine::abandon() {
+  abandoned_ = true;
+  for (Link& link : links_) link.out.clear();
 }
 
 void Engine::checkDelivery() {

@@ -155,6 +155,9 @@ class Engine {
   std::mutex& mutex() { return mu_; }
   /// Rethrows an error the delivery thread hit (under mutex()).
   void checkDelivery();
+  /// After an error in a call: forgets every queued piece (they may point into the caller's
+  /// buffers, which are gone once the call has thrown) and sends nothing more.
+  void abandon();
 
   /// Reduction callback set by the algorithms: dst = fold of srcs (n sources) of count elems.
   DataType type = DataType::Float32;
@@ -197,6 +200,7 @@ class Engine {
   std::condition_variable cv_;
   std::thread delivery_;
   bool stopDelivery_ = false;
+  bool abandoned_ = false;
   std::exception_ptr deliveryError_;
 };
 
