@@ -114,9 +114,16 @@ struct ProxyService::Impl {
         idleSince = Clock::now();
         continue;
       }
-      if (stopping.load(std::memory_order_acquire) &&
-          __atomic_load_n(&head, __ATOMIC_ACQUIRE) == tail) {
-        return;
+      if (stopping.load(std::memory_order_acquire)) {
+        if (__atomic_load_n(&head, __ATOMIC_ACQUIRE) == tail) return;
+        // A producer reserved a slot but never published it (it died): give up after the
+        // timeout rather than hang the shutdown.
+        if (timeout > 0 && Clock::now() - idleSince > std::chrono::duration<double>(timeout)) {
+          STRATA_LOG(Warn, "proxy",
+                     "stopping with {} reserved FIFO slots never published (a producer died?)",
+                     __atomic_load_n(&head, __ATOMIC_ACQUIRE) - tail);
+          return;
+        }
       }
       // Idle: spin briefly, yield for a while, then sleep until a producer wakes us (or 1 ms,
       // for producers that cannot wake, such as GPU kernels).

@@ -113,11 +113,15 @@ struct FifoDeviceHandle {
   STRATA_HOST_DEVICE bool tryPush(const ProxyTrigger& trigger, uint64_t* id) {
     uint64_t h = device::loadAcquire(head);
     for (;;) {
-      if (h - device::loadAcquire(tail) >= size) return false;
+      // h may be stale (the proxy may have consumed past it): only a current h is compared,
+      // and a stale one fails the exchange below and is reloaded.
+      uint64_t t = device::loadAcquire(tail);
+      if (h >= t && h - t >= size) return false;
 #if defined(__CUDA_ARCH__)
-      unsigned long long old = atomicCAS(reinterpret_cast<unsigned long long*>(head), h, h + 1);
-      if (old == h) break;
-      h = old;
+      // System scope: host threads may push into the same FIFO.
+      if (cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*head).compare_exchange_weak(
+              h, h + 1, cuda::memory_order_acq_rel, cuda::memory_order_acquire))
+        break;
 #else
       if (__atomic_compare_exchange_n(head, &h, h + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         break;
