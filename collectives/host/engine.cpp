@@ -648,24 +648,42 @@ void Engine::run(Plan& plan, const char* what) {
       lastCheck = now;
       checkPeers();
       if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {
-        // Name the first peer this rank is stuck on.
-        for (size_t p = 0; p < n; ++p) {
-          if (p == static_cast<size_t>(rank_)) continue;
-          Link& link = links_[p];
-          if (idx[p] < plan.in[p].size() || (plan.waitForSends && !link.out.empty())) {
-            throw Error(ErrorCode::Timeout,
-                        fmt::format("{} {} made no progress for {} s: waiting for rank {} ({} of "
-                                    "{} pieces from it received, {} pieces to it not yet sent); "
-                                    "the peer may be stuck, slower, or in another call: every "
-                                    "rank must call the same collectives in the same order. "
-                                    "Raise transport.timeout for slow peers",
-                                    what, describe(plan.sig), timeout_, p, idx[p],
-                                    plan.in[p].size(), link.out.size()),
-                        static_cast<int>(p));
-          }
+        // Name the peer this rank is stuck on: first one it expects data from and has nothing
+        // of (a peer whose chunks wait in the slots for a reduction round is not the culprit),
+        // then one it cannot send to (slots full), then any with work left.
+        std::string call = describe(plan.sig);
+        if (std::string_view(what) != toString(static_cast<OpKind>(plan.sig.op))) {
+          call += fmt::format(" [{}]", what);
         }
-        throw Error(ErrorCode::Timeout, fmt::format("{} {} made no progress for {} s", what,
-                                                    describe(plan.sig), timeout_));
+        auto culprit = [&]() -> int {
+          for (int pass = 0; pass < 3; ++pass) {
+            for (size_t p = 0; p < n; ++p) {
+              if (p == static_cast<size_t>(rank_)) continue;
+              const Link& link = links_[p];
+              bool expecting = idx[p] < plan.in[p].size();
+              bool sending = plan.waitForSends && !link.out.empty();
+              if (pass == 0 && expecting && link.arrived == link.consumed) return int(p);
+              if (pass == 1 && sending && link.sent - link.acked >= depth_) return int(p);
+              if (pass == 2 && (expecting || sending)) return int(p);
+            }
+          }
+          return -1;
+        }();
+        if (culprit < 0) {
+          throw Error(ErrorCode::Timeout,
+                      fmt::format("{} made no progress for {} s", call, timeout_));
+        }
+        const Link& link = links_[culprit];
+        throw Error(
+            ErrorCode::Timeout,
+            fmt::format("{} made no progress for {} s: waiting for rank {} ({} of {} "
+                        "pieces from it received, {} pieces to it not yet sent); that "
+                        "rank may be stuck, slower, or in another call: every rank must "
+                        "call the same collectives in the same order. Raise "
+                        "transport.timeout for slow peers",
+                        call, timeout_, culprit, idx[culprit] + (link.arrived - link.consumed),
+                        plan.in[culprit].size(), link.out.size()),
+            culprit);
       }
     }
     backoff.pause();
