@@ -126,6 +126,8 @@ void checkProtocolError(const Outcome& o, int rank, int size, const char* what) 
   BOOST_REQUIRE_MESSAGE(
       o.error, what << ": the mismatched call returned normally after " << o.seconds << " s");
   const Error& e = *o.error;
+  BOOST_TEST_MESSAGE("rank " << rank << ": " << what << ": " << describe(e) << " after "
+                             << o.seconds << " s");
   BOOST_TEST_INFO_SCOPE(what << ": " << describe(e) << " after " << o.seconds << " s");
   BOOST_TEST((e.code() == ErrorCode::ProtocolError));
   BOOST_TEST((e.peer() >= 0 && e.peer() < size && e.peer() != rank));
@@ -215,6 +217,7 @@ BOOST_AUTO_TEST_CASE(missing_rank) {
       auto o = timed([&] { comm->allReduce(send.data(), recv.data(), count, kFloat, kSum); });
       BOOST_REQUIRE_MESSAGE(o.error, "allReduce without rank " << missing << " returned normally");
       const Error& e = *o.error;
+      BOOST_TEST_MESSAGE("rank " << me << ": " << describe(e) << " after " << o.seconds << " s");
       BOOST_TEST_INFO_SCOPE(describe(e) << " after " << o.seconds << " s");
       BOOST_TEST((e.code() == ErrorCode::Timeout));
       BOOST_TEST(o.seconds >= 2.0, "Timeout after " << o.seconds << " s, before 2 s");
