@@ -167,7 +167,8 @@ BOOST_AUTO_TEST_CASE(mismatched_ops) {
 // 2. allReduce with different counts on rank 0 and the rest: one-shot (100 vs 200 floats),
 // one-shot against two-shot (10000 vs 20000: 40 KB vs 80 KB straddles the 64 KiB switch), and
 // both large (40000 vs 50000) with single copy (the default on one host) and through the slots.
-// Every rank must throw ProtocolError well within transport.timeout, never hang.
+// Every rank must throw ProtocolError well within transport.timeout, never hang. Then a
+// broadcast whose root cannot notice the mismatch.
 BOOST_AUTO_TEST_CASE(mismatched_counts) {
   RANK_SCOPE();
   REQUIRE_RANKS(2);
@@ -198,6 +199,26 @@ BOOST_AUTO_TEST_CASE(mismatched_counts) {
     }
     expectBroken(*comm, ErrorCode::ProtocolError, v.name);
     destroy(comm, 30.0, v.name);
+  }
+  // broadcast of 100 floats from rank 0 while the others expect 200: the root's one chunk per
+  // peer lands in their slots at once and it expects nothing back, so it may legitimately
+  // return; the others must throw ProtocolError. Nobody may hang.
+  {
+    const char* name = "broadcast 100 vs 200 from rank 0";
+    BOOST_TEST_INFO_SCOPE(name);
+    auto comm = makeComm({{"transport.timeout", "5"}});
+    size_t count = me == 0 ? 100 : 200;
+    std::vector<float> buf(count, 1.0f);
+    auto o = timed([&] { comm->broadcast(buf.data(), buf.data(), count, kFloat, 0); });
+    if (me == 0) {
+      BOOST_TEST_MESSAGE("rank 0: " << name << ": " << errText(o.error) << " after " << o.seconds
+                                    << " s");
+      BOOST_TEST(o.seconds < 8.0, "the root took " << o.seconds << " s");
+    } else {
+      checkProtocolError(o, me, n, name);
+      expectBroken(*comm, ErrorCode::ProtocolError, name);
+    }
+    destroy(comm, 30.0, name);
   }
 }
 
