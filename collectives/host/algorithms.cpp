@@ -21,16 +21,28 @@ Plan makePlan(Engine& e, const OpSignature& sig) {
   return plan;
 }
 
-/// One reduction round per chunk of [0, bytes): dst + off = op over ranks of (own + off, each
-/// peer's chunk). Peers' pieces are expected in the same chunking.
-void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, size_t typeSize) {
+/// One reduction round per chunk of [0, bytes): dst + off = op over members (default: every
+/// rank) of (own + off, each member's chunk). Members' pieces are expected in the same chunking.
+void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, size_t typeSize,
+               const std::vector<int>& members = {}, int divisor = -1) {
   const size_t chunk = e.chunkBytes();
   for (size_t off = 0; off < bytes; off += chunk) {
     size_t n = std::min(chunk, bytes - off);
     int r = static_cast<int>(plan.rounds.size());
-    plan.rounds.push_back({dst + off, own + off, n / typeSize, nullptr, nullptr});
-    for (int p = 0; p < e.size(); ++p) {
+    Round round;
+    round.dst = dst + off;
+    round.own = own + off;
+    round.count = n / typeSize;
+    round.members = members;
+    round.divisor = divisor;
+    plan.rounds.push_back(std::move(round));
+    auto expect = [&](int p) {
       if (p != e.rank()) plan.in[p].push_back({nullptr, n, off, r, {}});
+    };
+    if (members.empty()) {
+      for (int p = 0; p < e.size(); ++p) expect(p);
+    } else {
+      for (int p : members) expect(p);
     }
   }
 }
@@ -165,6 +177,84 @@ void gatherSingleCopy(Engine& e, const OpSignature& sig, const void* send, size_
   e.run(plan, what);
 }
 
+/// Blocks of [0, count) elements split n ways, 16-element aligned: byte start and length.
+struct Blocks {
+  size_t count, n, ts, blk;
+  Blocks(size_t count_, size_t n_, size_t ts_) : count(count_), n(n_), ts(ts_) {
+    blk = (count + n - 1) / n;
+    blk = (blk + 15) / 16 * 16;
+  }
+  size_t start(size_t b) const { return std::min(count, b * blk) * ts; }
+  size_t length(size_t b) const { return start(b + 1) - start(b); }
+};
+
+/// True for a job on several hosts with the same number (> 1) of ranks on each.
+bool hierarchical(const Engine& e) {
+  const auto& hosts = e.hosts();
+  if (hosts.size() < 2 || hosts[0].size() < 2) return false;
+  for (const auto& h : hosts) {
+    if (h.size() != hosts[0].size()) return false;
+  }
+  return true;
+}
+
+/// Hierarchical allReduce: (A) reduce-scatter inside each host (shm) into partial sums of one
+/// block per local rank, (B) two-shot allReduce of that block among the ranks with the same
+/// local index on every host (fabric), (C) all-gather of the blocks inside each host. Only
+/// 1/L of the data crosses hosts per rank, over H-1 peers instead of N-1.
+void allReduceHierarchical(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
+                           DataType type) {
+  const size_t ts = sizeOf(type);
+  const auto& hosts = e.hosts();
+  size_t hi = 0, li = 0;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (size_t l = 0; l < hosts[h].size(); ++l) {
+      if (hosts[h][l] == e.rank()) hi = h, li = l;
+    }
+  }
+  const std::vector<int>& local = hosts[hi];
+  std::vector<int> cross;
+  for (const auto& h : hosts) cross.push_back(h[li]);
+  Blocks lb(count, local.size(), ts);
+
+  Plan a = makePlan(e, sig);
+  for (size_t q = 0; q < local.size(); ++q) {
+    if (q != li) e.queueSend(local[q], s + lb.start(q), lb.length(q), sig);
+  }
+  addRounds(e, a, d + lb.start(li), s + lb.start(li), lb.length(li), ts, local, 1);
+  e.run(a, "allReduce (within the host)");
+
+  char* block = d + lb.start(li);
+  Blocks cb(lb.length(li) / ts, cross.size(), ts);
+  Plan b = makePlan(e, sig);
+  for (size_t k = 0; k < cross.size(); ++k) {
+    if (k != hi) e.queueSend(cross[k], block + cb.start(k), cb.length(k), sig);
+  }
+  addRounds(e, b, block + cb.start(hi), block + cb.start(hi), cb.length(hi), ts, cross, -1);
+  for (auto& round : b.rounds) {
+    char* dst = round.dst;
+    size_t off = static_cast<size_t>(dst - (block + cb.start(hi)));
+    size_t len = round.count * ts;
+    round.after = [&e, dst, off, len, sig, &cross, hi]() {
+      for (size_t k = 0; k < cross.size(); ++k) {
+        if (k != hi) e.queueSend(cross[k], dst, len, sig, off);
+      }
+    };
+  }
+  for (size_t k = 0; k < cross.size(); ++k) {
+    if (k != hi) Engine::expectCopy(b, cross[k], block + cb.start(k), cb.length(k), e.chunkBytes());
+  }
+  e.run(b, "allReduce (across hosts)");
+
+  Plan c = makePlan(e, sig);
+  for (size_t q = 0; q < local.size(); ++q) {
+    if (q == li) continue;
+    e.queueSend(local[q], block, lb.length(li), sig);
+    Engine::expectCopy(c, local[q], d + lb.start(q), lb.length(q), e.chunkBytes());
+  }
+  e.run(c, "allReduce (within the host)");
+}
+
 }  // namespace
 
 void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
@@ -183,6 +273,10 @@ void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType t
   char* d = static_cast<char*>(recv);
   bool oneshot =
       e.algorithm() == "oneshot" || (e.algorithm() == "auto" && bytes <= e.oneshotMaxBytes());
+  if (!oneshot && e.algorithm() != "twoshot" && hierarchical(e)) {
+    allReduceHierarchical(e, sig, s, d, count, type);
+    return;
+  }
   if (!oneshot && useSingleCopy(e, bytes)) {
     allReduceSingleCopy(e, sig, s, d, count, type, op);
     return;

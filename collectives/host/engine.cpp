@@ -151,6 +151,17 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   size_t buffer = static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes"));
   size_t chunkMax = static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes"));
   links_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    uint64_t id = context_->impl().hosts[r].hostId;
+    auto it = std::find_if(hosts_.begin(), hosts_.end(), [&](const std::vector<int>& g) {
+      return context_->impl().hosts[g.front()].hostId == id;
+    });
+    if (it == hosts_.end()) {
+      hosts_.push_back({r});
+    } else {
+      it->push_back(r);
+    }
+  }
   if (size_ == 1) {
     chunkBytes_ = chunkMax;
     return;
@@ -252,7 +263,7 @@ void Engine::drainOnExit() noexcept {
   // A rank that sends and then destroys its communicator must not lose the buffered data: wait
   // (up to transport.timeout) until its receivers have taken it into their slots.
   std::unique_lock<std::mutex> lock(mu_);
-  if (!anyPending() || deliveryError_) return;
+  if (!anyPending() || deliveryError_ || abandoned_) return;
   auto deadline = Deadline::fromTimeout(timeout_);
   try {
     while (anyPending()) {
@@ -301,6 +312,11 @@ void Engine::deliveryLoop() {
     // Let the application's calls in; try again soon.
     cv_.wait_for(lock, std::chrono::microseconds(200));
   }
+}
+
+void Engine::abandon() {
+  abandoned_ = true;
+  for (Link& link : links_) link.out.clear();
 }
 
 void Engine::checkDelivery() {
@@ -528,6 +544,8 @@ void Engine::run(Plan& plan, const char* what) {
   std::vector<size_t> idx(n, 0);
   size_t nextRound = 0;
   std::vector<const void*> srcs(n);
+  std::vector<int> members;
+  members.reserve(n);
   Backoff backoff;
   auto lastProgress = std::chrono::steady_clock::now();
   auto lastCheck = lastProgress;
@@ -563,44 +581,50 @@ void Engine::run(Plan& plan, const char* what) {
         progress = true;
       }
     }
-    // Reduction rounds: each needs chunk `round` of every peer.
+    // Reduction rounds: each needs chunk `round` of every member (default: every rank).
     while (nextRound < plan.rounds.size()) {
+      Round& round = plan.rounds[nextRound];
+      members.clear();
+      if (round.members.empty()) {
+        for (int p = 0; p < size_; ++p) members.push_back(p);
+      } else {
+        members = round.members;
+      }
       bool ready = true;
-      for (size_t p = 0; p < n && ready; ++p) {
-        if (p == static_cast<size_t>(rank_)) continue;
+      for (int p : members) {
+        if (p == rank_) continue;
         const auto& in = plan.in[p];
         ready = idx[p] < in.size() && in[idx[p]].round == static_cast<int>(nextRound) &&
                 links_[p].consumed < links_[p].arrived;
-      }
-      if (ready && nextRound < plan.minSent.size()) {
-        for (size_t p = 0; p < n && ready; ++p) {
-          if (p != static_cast<size_t>(rank_)) ready = links_[p].sent >= plan.minSent[nextRound][p];
+        if (ready && nextRound < plan.minSent.size()) {
+          ready = links_[p].sent >= plan.minSent[nextRound][p];
         }
+        if (!ready) break;
       }
       if (!ready) break;
-      Round& round = plan.rounds[nextRound];
-      for (size_t p = 0; p < n; ++p) {
-        if (p == static_cast<size_t>(rank_)) {
-          srcs[p] = round.own;
+      for (size_t k = 0; k < members.size(); ++k) {
+        int p = members[k];
+        if (p == rank_) {
+          srcs[k] = round.own;
         } else {
           Link& link = links_[p];
           checkHeader(link, link.consumed, plan.sig, plan.in[p][idx[p]]);
-          srcs[p] = slotPayload(link, link.consumed);
+          srcs[k] = slotPayload(link, link.consumed);
         }
       }
       if (round.action) {
         std::vector<const char*> payloads(n);
-        for (size_t p = 0; p < n; ++p) {
-          payloads[p] =
-              p == static_cast<size_t>(rank_) ? nullptr : static_cast<const char*>(srcs[p]);
+        for (size_t k = 0; k < members.size(); ++k) {
+          payloads[members[k]] = members[k] == rank_ ? nullptr : static_cast<const char*>(srcs[k]);
         }
         round.action(payloads);
       } else {
-        reduceMany(round.dst, srcs.data(), n, round.count, type, redop);
-        if (redop == ReduceOp::Avg) divideBy(round.dst, round.count, type, size_);
+        reduceMany(round.dst, srcs.data(), members.size(), round.count, type, redop);
+        int divisor = round.divisor < 0 ? size_ : round.divisor;
+        if (redop == ReduceOp::Avg && divisor > 1) divideBy(round.dst, round.count, type, divisor);
       }
-      for (size_t p = 0; p < n; ++p) {
-        if (p == static_cast<size_t>(rank_)) continue;
+      for (int p : members) {
+        if (p == rank_) continue;
         sendAck(links_[p]);
         ++idx[p];
       }

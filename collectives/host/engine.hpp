@@ -16,14 +16,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <strata/channel.hpp>
@@ -93,6 +93,10 @@ struct Round {
   const char* own = nullptr;
   size_t count = 0;
   std::function<void()> after;
+  /// The ranks folded, in order (empty: every rank in rank order); this rank must be one.
+  std::vector<int> members;
+  /// Avg divides by this (-1: the communicator size; 1: no division, a partial sum).
+  int divisor = -1;
   /// Replaces the reduction: called with every rank's payload of the round (own: nullptr).
   std::function<void(const std::vector<const char*>& payloads)> action;
 };
@@ -122,6 +126,8 @@ class Engine {
   Context& context() { return *context_; }
   const std::string& algorithm() const { return algorithm_; }
   size_t oneshotMaxBytes() const { return oneshotMax_; }
+  /// Ranks grouped by host (each group in rank order, groups ordered by their first rank).
+  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
 
   /// Queues bytes from src to peer as chunks of the operation sig.
   void queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
@@ -155,6 +161,9 @@ class Engine {
   std::mutex& mutex() { return mu_; }
   /// Rethrows an error the delivery thread hit (under mutex()).
   void checkDelivery();
+  /// After an error in a call: forgets every queued piece (they may point into the caller's
+  /// buffers, which are gone once the call has thrown) and sends nothing more.
+  void abandon();
 
   /// Reduction callback set by the algorithms: dst = fold of srcs (n sources) of count elems.
   DataType type = DataType::Float32;
@@ -187,6 +196,7 @@ class Engine {
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
   std::vector<int32_t> pids_;
+  std::vector<std::vector<int>> hosts_;
   std::vector<char> temp_;
   uint64_t probeWord_ = 0x5354524154414341ull;
   std::vector<RegisteredMemory> peerAreas_, peerFlags_;  ///< keep the peers' mappings alive
@@ -197,6 +207,7 @@ class Engine {
   std::condition_variable cv_;
   std::thread delivery_;
   bool stopDelivery_ = false;
+  bool abandoned_ = false;
   std::exception_ptr deliveryError_;
 };
 

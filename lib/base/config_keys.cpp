@@ -112,8 +112,9 @@ constexpr KeyInfo kKeys[] = {
      "Largest piece of a host collective sent in one step (pipelining unit).", true},
     {"collectives.algorithm", Type::Enum, "auto", "auto|oneshot|twoshot",
      "allReduce algorithm for host memory: oneshot (every rank sends its whole input to every "
-     "rank; latency-optimal), twoshot (reduce-scatter then all-gather; bandwidth-optimal), or auto "
-     "(oneshot up to collectives.oneshot_max_bytes).",
+     "rank; latency-optimal), twoshot (reduce-scatter then all-gather over all ranks; "
+     "bandwidth-optimal), or auto (oneshot up to collectives.oneshot_max_bytes, then twoshot, "
+     "hierarchical when the job spans hosts with the same number of ranks on each).",
      true},
     {"collectives.single_copy", Type::Enum, "auto", "auto|off",
      "Host collectives between ranks of one host read each other's buffers directly "

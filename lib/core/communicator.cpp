@@ -121,15 +121,17 @@ struct Communicator::Impl {
                               broken->what()),
                   broken->peer());
     }
+    std::lock_guard<std::mutex> lock(engine->mutex());
     try {
-      std::lock_guard<std::mutex> lock(engine->mutex());
       engine->checkDelivery();
       fn();
     } catch (const Error& e) {
       broken = e;
+      engine->abandon();
       throw;
     } catch (const std::exception& e) {
       broken = Error(ErrorCode::Internal, e.what());
+      engine->abandon();
       throw;
     }
   }
