@@ -237,13 +237,20 @@ struct BHalfX86 {
   }
 };
 
-// The same operand order and NaN rule as SumOp..MaxOp: a is the accumulator, b the operand.
+// SumOp..MaxOp on 8 lanes: a is the accumulator, b the operand. When both are NaNs, x86
+// arithmetic returns its first operand's. g++ puts b first in the portable kernels, so the fast
+// ones do too, and the two paths agree on payloads as well (the tests compare them bit for bit).
+// That takes asm: the intrinsics are plain vector + and *, which g++ may commute.
 template <typename Op>
 STRATA_AVX2_F16C_INLINE __m256 applyX86(__m256 a, __m256 b) {
   if constexpr (std::is_same_v<Op, SumOp>) {
-    return _mm256_add_ps(a, b);
+    __m256 r;
+    asm("vaddps %2, %1, %0" : "=x"(r) : "x"(b), "x"(a));  // AT&T order: r = b + a
+    return r;
   } else if constexpr (std::is_same_v<Op, ProdOp>) {
-    return _mm256_mul_ps(a, b);
+    __m256 r;
+    asm("vmulps %2, %1, %0" : "=x"(r) : "x"(b), "x"(a));
+    return r;
   } else {
     constexpr int kCmp = std::is_same_v<Op, MinOp> ? _CMP_LT_OQ : _CMP_GT_OQ;
     const __m256 takeB = _mm256_or_ps(_mm256_cmp_ps(b, a, kCmp), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
