@@ -13,6 +13,11 @@
 //   operands (including -0 and +0) the accumulator is kept, so min(-0, +0) is whatever was folded
 //   first. No fmin/fmax: those drop NaNs and do not vectorize without -ffast-math.
 // - Avg reduces as Sum; the caller finishes with divideBy (NCCL's definition of Avg).
+// - On x86-64 CPUs with F16C and AVX2, Float16 and BFloat16 run in hand-vectorized kernels
+//   (picked at run time) that give the same bits as the portable ones, with one exception forced
+//   by the hardware: vcvtph2ps quiets a signalling fp16 NaN (sets 0x200), so where the portable
+//   code passes one through unchanged (Min, Max, reduceMany with n == 1) the result may be the
+//   quiet NaN with the same sign and payload instead. Arithmetic quiets it on every path anyway.
 
 #include <cstddef>
 

@@ -1,6 +1,7 @@
 // Host reduction kernels and fp16/bf16 conversions: exhaustive conversion checks, every DataType x
 // ReduceOp against a scalar reference (odd counts, unaligned pointers, guard bytes), reduceMany's
-// independence from dst aliasing, and divideBy's integer and float semantics.
+// independence from dst aliasing, and divideBy's integer and float semantics. The kernel tests run
+// twice, with the F16C/AVX2 fp16/bf16 kernels off and on, and the two are compared bit for bit.
 #define BOOST_TEST_MODULE reduce
 #include <boost/test/unit_test.hpp>
 
@@ -18,6 +19,11 @@
 
 #include "collectives/host/float16.hpp"
 #include "collectives/host/reduce.hpp"
+
+namespace strata::collectives::detail {
+// Internal switch of reduce.cpp: fast fp16/bf16 kernels off or on; returns whether they are on.
+bool setReduceSimd(bool enabled);
+}  // namespace strata::collectives::detail
 
 using namespace strata;
 using namespace strata::collectives;
@@ -360,11 +366,36 @@ bool sameElements(const uint8_t* got, const uint8_t* want, size_t count, DataTyp
 
 const size_t kCounts[] = {0, 1, 2, 3, 7, 15, 17, 31, 33, 63, 65, 255, 1001, 4097, 9999};
 
+// Runs body with the fast fp16/bf16 kernels off, then on (where the CPU has them), and leaves
+// them on.
+template <typename F>
+void onBothPaths(F&& body) {
+  for (bool simd : {false, true}) {
+    const bool on = detail::setReduceSimd(simd);
+    if (simd && !on) {
+      BOOST_TEST_MESSAGE("no F16C/AVX2 kernels on this CPU or build: portable path only");
+      break;
+    }
+    BOOST_TEST_CONTEXT("simd kernels " << (on ? "on" : "off")) {
+      body();
+    }
+  }
+  detail::setReduceSimd(true);
+}
+
 }  // namespace
+
+// A test case whose body runs on both paths.
+#define BOTH_PATHS_TEST_CASE(name) \
+  void name##_body();              \
+  BOOST_AUTO_TEST_CASE(name) {     \
+    onBothPaths(name##_body);      \
+  }                                \
+  void name##_body()
 
 BOOST_AUTO_TEST_SUITE(kernels)
 
-BOOST_AUTO_TEST_CASE(reduce_into_matches_reference) {
+BOTH_PATHS_TEST_CASE(reduce_into_matches_reference) {
   std::mt19937_64 rng(42);
   const size_t kGuard = 16;
   for (DataType t : kTypes) {
@@ -403,7 +434,7 @@ BOOST_AUTO_TEST_CASE(reduce_into_matches_reference) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(reduce_into_edge_values) {
+BOTH_PATHS_TEST_CASE(reduce_into_edge_values) {
   // Integer wrap, signed comparisons, NaN propagation from either side, fp16 accumulation.
   int8_t i8[] = {127, -128, -1, 5};
   const int8_t i8b[] = {1, -1, -1, -7};
@@ -459,7 +490,7 @@ BOOST_AUTO_TEST_CASE(reduce_into_edge_values) {
   BOOST_TEST(bf16ToFloat(bf[0]) == 260.0f);  // 259 is a tie between 258 and 260: even is 260
 }
 
-BOOST_AUTO_TEST_CASE(reduce_many_matches_reference_and_ignores_aliasing) {
+BOTH_PATHS_TEST_CASE(reduce_many_matches_reference_and_ignores_aliasing) {
   std::mt19937_64 rng(1234);
   for (DataType t : kTypes) {
     const size_t es = elemSize(t);
@@ -499,7 +530,7 @@ BOOST_AUTO_TEST_CASE(reduce_many_matches_reference_and_ignores_aliasing) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(reduce_many_accumulates_half_once) {
+BOTH_PATHS_TEST_CASE(reduce_many_accumulates_half_once) {
   // 2048 + 1 + 1 + 1 + 1: rounding after each step would stay at 2048 (ties to even); fp32
   // accumulation gives 2052 exactly.
   const uint16_t big = floatToHalf(2048.0f);
@@ -515,7 +546,7 @@ BOOST_AUTO_TEST_CASE(reduce_many_accumulates_half_once) {
   BOOST_TEST(bf16ToFloat(out) == 260.0f);
 }
 
-BOOST_AUTO_TEST_CASE(divide_by_semantics) {
+BOTH_PATHS_TEST_CASE(divide_by_semantics) {
   int8_t i8[] = {-7, 7, -128, 127, -1};
   divideBy(i8, 5, DataType::Int8, 2);
   BOOST_TEST(i8[0] == -3);
@@ -619,7 +650,7 @@ BOOST_AUTO_TEST_CASE(divide_by_semantics) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(count_zero_and_bad_arguments) {
+BOTH_PATHS_TEST_CASE(count_zero_and_bad_arguments) {
   // count 0 touches nothing, even through null pointers.
   reduceInto(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);
   divideBy(nullptr, 0, DataType::Int32, 4);
@@ -640,6 +671,108 @@ BOOST_AUTO_TEST_CASE(count_zero_and_bad_arguments) {
   // dst == src is allowed.
   reduceInto(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
   BOOST_TEST(x == 16);
+}
+
+// Random bit patterns (every class of value, NaN payloads included) through both paths: the fast
+// kernels must reproduce the portable ones bit for bit, for every op, counts 0..1000 (every tail
+// length), unaligned pointers and dst aliasing a source. Signalling fp16 NaNs are left out (F16C
+// quiets them, see reduce.hpp); bf16 keeps them, its fast path converts in integer ops.
+BOOST_AUTO_TEST_CASE(fast_kernels_match_portable_bit_for_bit) {
+  if (!detail::setReduceSimd(true)) {
+    BOOST_TEST_MESSAGE("no F16C/AVX2 kernels on this CPU or build: nothing to compare");
+    return;
+  }
+  std::mt19937_64 rng(16);
+  auto randomBits = [&](uint8_t* p, size_t count, DataType t) {
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t h = static_cast<uint16_t>(rng());
+      if (t == DataType::Float16 && (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) h |= 0x200;
+      put<uint16_t>(p, i, h);
+    }
+  };
+  // Runs f once with the kernels off and once on; returns whether the bytes it wrote match.
+  auto same = [](size_t bytes, auto&& f) {
+    std::vector<uint8_t> portable(bytes + 64), fast(bytes + 64);
+    detail::setReduceSimd(false);
+    f(portable.data());
+    detail::setReduceSimd(true);
+    f(fast.data());
+    return portable == fast;
+  };
+  for (DataType t : {DataType::Float16, DataType::BFloat16}) {
+    for (ReduceOp op : kOps) {
+      for (size_t count = 0; count <= 1000; ++count) {
+        const size_t bytes = count * 2;
+        const size_t n = 1 + count % 5;
+        std::vector<std::vector<uint8_t>> srcBufs(n, std::vector<uint8_t>(bytes + 8));
+        std::vector<const void*> srcs;
+        for (size_t k = 0; k < n; ++k) {
+          uint8_t* p = srcBufs[k].data() + (count + k) % 5;
+          randomBits(p, count, t);
+          srcs.push_back(p);
+        }
+        const size_t off = 1 + count % 3;  // never 32-byte aligned
+        BOOST_TEST_REQUIRE(same(bytes,
+                                [&](uint8_t* out) {
+                                  std::memcpy(out + off, srcs[0], bytes);
+                                  reduceInto(out + off, srcs[n - 1], count, t, op);
+                                }),
+                           "reduceInto " << name(t, op) << " count " << count);
+        BOOST_TEST_REQUIRE(
+            same(bytes, [&](uint8_t* out) { reduceMany(out + off, srcs.data(), n, count, t, op); }),
+            "reduceMany " << name(t, op) << " count " << count << " n " << n);
+        // dst is the last source: restored before each run.
+        const std::vector<uint8_t> last(static_cast<const uint8_t*>(srcs[n - 1]),
+                                        static_cast<const uint8_t*>(srcs[n - 1]) + bytes);
+        BOOST_TEST_REQUIRE(same(bytes,
+                                [&](uint8_t* out) {
+                                  void* dst = const_cast<void*>(srcs[n - 1]);
+                                  if (bytes) std::memcpy(dst, last.data(), bytes);
+                                  reduceMany(dst, srcs.data(), n, count, t, op);
+                                  if (bytes) std::memcpy(out, dst, bytes);
+                                }),
+                           "reduceMany in place " << name(t, op) << " count " << count);
+        if (op == ReduceOp::Avg) {
+          BOOST_TEST_REQUIRE(same(bytes,
+                                  [&](uint8_t* out) {
+                                    if (bytes) std::memcpy(out + off, srcs[0], bytes);
+                                    divideBy(out + off, count, t, 3 + static_cast<int>(count % 5));
+                                  }),
+                             "divideBy " << name(t, op) << " count " << count);
+        }
+      }
+    }
+  }
+}
+
+// Signalling fp16 NaNs: the portable kernels pass them through Min, Max and a one-source
+// reduceMany unchanged, F16C quiets them (sets 0x200). Both are accepted; anything else is not.
+BOTH_PATHS_TEST_CASE(half_signalling_nans) {
+  const uint16_t sNaN[] = {0x7c01, 0xfd55, 0x7d00};
+  const uint16_t one = floatToHalf(1.0f);
+  auto ok = [](uint16_t got, uint16_t in) { return got == in || got == (in | 0x200); };
+  for (uint16_t s : sNaN) {
+    for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max}) {
+      // As operand and as accumulator, with counts that take the vector body and the tail.
+      for (size_t count : {size_t{1}, size_t{16}, size_t{37}}) {
+        std::vector<uint16_t> a(count, one), b(count, one);
+        a[count / 2] = s;
+        b[count - 1] = s;
+        reduceInto(a.data(), b.data(), count, DataType::Float16, op);
+        BOOST_TEST(ok(a[count / 2], s));
+        BOOST_TEST(ok(a[count - 1], s));
+        if (count > 2) BOOST_TEST(a[0] == one);
+      }
+    }
+    uint16_t out = 0;
+    const void* srcs[] = {&s};
+    reduceMany(&out, srcs, 1, 1, DataType::Float16, ReduceOp::Max);
+    BOOST_TEST(ok(out, s));
+    // Arithmetic quiets them on every path.
+    uint16_t sum = s;
+    reduceInto(&sum, &one, 1, DataType::Float16, ReduceOp::Sum);
+    BOOST_TEST(sum == (s | 0x200));
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
