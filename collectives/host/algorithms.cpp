@@ -158,9 +158,11 @@ void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char*
 /// srcOffset(p) and dst(p) say which; owners wait for every reader's "done".
 template <typename SrcOffset, typename Dst>
 void gatherSingleCopy(Engine& e, const OpSignature& sig, const void* send, size_t bytes,
-                      SrcOffset srcOffset, Dst dst, const char* what) {
+                      SrcOffset srcOffset, Dst dst, const char* what,
+                      std::function<void()> localWork) {
   const size_t n = static_cast<size_t>(e.size());
   Plan plan = makePlan(e, sig);
+  plan.localWork = std::move(localWork);
   std::vector<uint64_t> sink(n);
   Desc mine{addressOf(send), 0};
   for (size_t p = 0; p < n; ++p) {
@@ -337,21 +339,25 @@ void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataTy
   if (sendCount == 0) return;
   char* d = static_cast<char*>(recv);
   auto sig = signature(OpKind::AllGather, type, ReduceOp::Sum, -1, sendCount);
+  auto own = [&] { copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes); };
+  if (e.size() == 1) {
+    own();
+    return;
+  }
   if (useSingleCopy(e, bytes)) {
-    copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes);
     gatherSingleCopy(
         e, sig, send, bytes, [](int) { return uint64_t{0}; },
-        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allGather");
+        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allGather", own);
     return;
   }
   Plan plan = makePlan(e, sig);
+  plan.localWork = own;
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
     e.queueSend(p, send, bytes, sig);
     Engine::expectCopy(plan, p, d + static_cast<size_t>(p) * bytes, bytes, e.chunkBytes());
   }
-  copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes);
-  if (e.size() > 1) e.run(plan, "allGather");
+  e.run(plan, "allGather");
 }
 
 void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, DataType type,
@@ -408,6 +414,10 @@ void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, Da
 void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType type, int root) {
   const size_t bytes = count * sizeOf(type);
   if (count == 0) return;
+  if (e.size() == 1) {
+    copyIfDistinct(recv, send, bytes);
+    return;
+  }
   auto sig = signature(OpKind::Broadcast, type, ReduceOp::Sum, root, count);
   if (useSingleCopy(e, bytes)) {
     Plan plan = makePlan(e, sig);
@@ -419,7 +429,7 @@ void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType t
         e.queueCopy(p, &mine, sizeof mine, sig, 0);
         expectDone(plan, p, &sink[p]);
       }
-      copyIfDistinct(recv, send, bytes);
+      plan.localWork = [&] { copyIfDistinct(recv, send, bytes); };
     } else {
       plan.in[root].push_back({nullptr, sizeof(Desc), 0, -1, [&](const char* payload) {
                                  e.readFrom(root, readDesc(payload).send, recv, bytes);
@@ -434,11 +444,11 @@ void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType t
     for (int p = 0; p < e.size(); ++p) {
       if (p != root) e.queueSend(p, send, bytes, sig);
     }
-    copyIfDistinct(recv, send, bytes);
+    plan.localWork = [&] { copyIfDistinct(recv, send, bytes); };
   } else {
     Engine::expectCopy(plan, root, recv, bytes, e.chunkBytes());
   }
-  if (e.size() > 1) e.run(plan, "broadcast");
+  e.run(plan, "broadcast");
 }
 
 void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, DataType type) {
@@ -447,23 +457,26 @@ void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, Data
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(recv);
   auto sig = signature(OpKind::AllToAll, type, ReduceOp::Sum, -1, countPerRank);
+  const size_t me = static_cast<size_t>(e.rank());
+  auto own = [&] { copyIfDistinct(d + me * bytes, s + me * bytes, bytes); };
+  if (e.size() == 1) {
+    own();
+    return;
+  }
   if (useSingleCopy(e, bytes)) {
-    size_t me = static_cast<size_t>(e.rank());
-    copyIfDistinct(d + me * bytes, s + me * bytes, bytes);
     gatherSingleCopy(
         e, sig, send, bytes, [&](int) { return uint64_t{me * bytes}; },
-        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allToAll");
+        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allToAll", own);
     return;
   }
   Plan plan = makePlan(e, sig);
+  plan.localWork = own;
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
     e.queueSend(p, s + static_cast<size_t>(p) * bytes, bytes, sig);
     Engine::expectCopy(plan, p, d + static_cast<size_t>(p) * bytes, bytes, e.chunkBytes());
   }
-  size_t me = static_cast<size_t>(e.rank());
-  copyIfDistinct(d + me * bytes, s + me * bytes, bytes);
-  if (e.size() > 1) e.run(plan, "allToAll");
+  e.run(plan, "allToAll");
 }
 
 void send(Engine& e, const void* buf, size_t count, DataType type, int peer) {

@@ -556,6 +556,11 @@ void Engine::run(Plan& plan, const char* what) {
       while (trySend(link)) progress = true;
       while (link.arrived - link.consumed < depth_ && tryArrive(link)) progress = true;
     }
+    if (plan.localWork) {
+      plan.localWork();
+      plan.localWork = nullptr;
+      progress = true;
+    }
     // Copies, in order per peer, up to the next reduction round member.
     for (size_t p = 0; p < n; ++p) {
       if (p == static_cast<size_t>(rank_)) continue;

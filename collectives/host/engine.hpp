@@ -111,6 +111,9 @@ struct Plan {
   /// Wait until every queued piece is sent (collectives: they read the caller's buffers);
   /// false for recv(), which may leave earlier buffered send() pieces queued.
   bool waitForSends = true;
+  /// Local work (a rank's copy of its own block) done after the first round of sends, so that
+  /// peers can start while this rank copies.
+  std::function<void()> localWork;
 };
 
 class Engine {

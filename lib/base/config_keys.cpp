@@ -121,7 +121,7 @@ constexpr KeyInfo kKeys[] = {
      "(process_vm_readv, one copy) when every pair of the job allows it (same user, ptrace "
      "permitted). off always copies through the shared receive buffers (two copies).",
      true},
-    {"collectives.single_copy_min_bytes", Type::Int, "65536", "0..",
+    {"collectives.single_copy_min_bytes", Type::Int, "16384", "0..",
      "Smallest message (bytes per rank) that uses single copy; smaller ones go through the shared "
      "receive buffers, which has lower latency.",
      true},
