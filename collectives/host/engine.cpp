@@ -92,6 +92,9 @@ std::string describe(const OpSignature& s) {
 /// spinning waiter would starve the rank it waits for.
 class Backoff {
  public:
+  /// spinUs: how long to spin before yielding (0 when ranks outnumber cores: a spinning rank
+  /// would only delay the one it waits for).
+  explicit Backoff(int spinUs = 10) : spin_(std::chrono::microseconds(spinUs)) {}
   void reset() { idle_ = false; }
   void pause() {
     auto now = std::chrono::steady_clock::now();
@@ -100,7 +103,7 @@ class Backoff {
       since_ = now;
     }
     auto waited = now - since_;
-    if (waited < std::chrono::microseconds(10)) {
+    if (waited < spin_) {
       for (int i = 0; i < 16; ++i) device::spinPause();
     } else if (waited < std::chrono::milliseconds(2)) {
       sched_yield();
@@ -111,6 +114,7 @@ class Backoff {
   }
 
  private:
+  std::chrono::microseconds spin_;
   bool idle_ = false;
   std::chrono::steady_clock::time_point since_;
 };
@@ -161,6 +165,15 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     } else {
       it->push_back(r);
     }
+  }
+  {
+    cpu_set_t cpus;
+    int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    size_t local = 1;
+    for (const auto& g : hosts_) {
+      if (std::find(g.begin(), g.end(), rank_) != g.end()) local = g.size();
+    }
+    spinUs_ = static_cast<int>(local) > cores ? 0 : 10;
   }
   if (size_ == 1) {
     chunkBytes_ = chunkMax;
@@ -546,7 +559,7 @@ void Engine::run(Plan& plan, const char* what) {
   std::vector<const void*> srcs(n);
   std::vector<int> members;
   members.reserve(n);
-  Backoff backoff;
+  Backoff backoff(spinUs_);
   auto lastProgress = std::chrono::steady_clock::now();
   auto lastCheck = lastProgress;
   for (;;) {

@@ -191,6 +191,7 @@ class Engine {
   size_t chunkBytes_ = 0;
   size_t slotBytes_ = 0;
   uint32_t depth_ = 2;
+  int spinUs_ = 10;  ///< spin before yielding; 0 when this host's ranks outnumber its cores
   size_t oneshotMax_ = 0;
   std::string algorithm_;
   RegisteredMemory area_;     ///< receive area: region per source rank, depth slots each
