@@ -110,15 +110,55 @@ void reduceFromPeers(Engine& e, const std::vector<Desc>& descs, const char* own,
   }
 }
 
+/// Blocks of [0, count) elements split n ways, 16-element aligned: byte start and length.
+struct Blocks {
+  size_t count, n, ts, blk;
+  Blocks(size_t count_, size_t n_, size_t ts_) : count(count_), n(n_), ts(ts_) {
+    blk = (count + n - 1) / n;
+    blk = (blk + 15) / 16 * 16;
+  }
+  size_t start(size_t b) const { return std::min(count, b * blk) * ts; }
+  size_t length(size_t b) const { return start(b + 1) - start(b); }
+};
+
+/// Two-shot allReduce among members (this rank one of them) of count elements: block k of
+/// the elements is reduced by members[k] from every member's block k (reduce-scatter), then
+/// sent to every member (all-gather). A chunk goes out as soon as its round is reduced, so the
+/// two phases overlap.
+void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count, size_t ts,
+             const std::vector<int>& members, const char* what) {
+  const size_t n = members.size();
+  const size_t me =
+      static_cast<size_t>(std::find(members.begin(), members.end(), e.rank()) - members.begin());
+  Blocks bl(count, n, ts);
+  Plan plan = makePlan(e, sig);
+  for (size_t k = 0; k < n; ++k) {
+    if (k != me) e.queueSend(members[k], s + bl.start(k), bl.length(k), sig);
+  }
+  addRounds(e, plan, d + bl.start(me), s + bl.start(me), bl.length(me), ts, members, -1);
+  for (auto& round : plan.rounds) {
+    char* dst = round.dst;
+    size_t off = static_cast<size_t>(dst - (d + bl.start(me)));
+    size_t len = round.count * ts;
+    round.after = [&e, dst, off, len, sig, &members, me]() {
+      for (size_t k = 0; k < members.size(); ++k) {
+        if (k != me) e.queueSend(members[k], dst, len, sig, off);
+      }
+    };
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (k != me)
+      Engine::expectCopy(plan, members[k], d + bl.start(k), bl.length(k), e.chunkBytes());
+  }
+  e.run(plan, what);
+}
+
 void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
                          DataType type, ReduceOp op) {
   const size_t ts = sizeOf(type);
   const size_t n = static_cast<size_t>(e.size());
   const size_t me = static_cast<size_t>(e.rank());
-  size_t blk = (count + n - 1) / n;
-  blk = (blk + 15) / 16 * 16;
-  auto start = [&](size_t b) { return std::min(count, b * blk) * ts; };
-  auto length = [&](size_t b) { return start(b + 1) - start(b); };
+  const Blocks bl(count, n, ts);
   Plan plan = makePlan(e, sig);
   std::vector<Desc> descs(n);
   std::vector<uint64_t> sink(n);
@@ -135,7 +175,8 @@ void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char*
     for (size_t p = 0; p < n; ++p) {
       if (p != me) descs[p] = readDesc(payloads[p]);
     }
-    reduceFromPeers(e, descs, s + start(me), d + start(me), start(me), length(me), type, op);
+    reduceFromPeers(e, descs, s + bl.start(me), d + bl.start(me), bl.start(me), bl.length(me), type,
+                    op);
     uint64_t one = 1;
     for (size_t p = 0; p < n; ++p) {
       if (p != me) e.queueCopy(static_cast<int>(p), &one, sizeof one, sig, 1);
@@ -146,7 +187,8 @@ void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char*
     if (p == me) continue;
     int peer = static_cast<int>(p);
     plan.in[p].push_back({nullptr, sizeof(uint64_t), 1, -1, [&, p, peer](const char*) {
-                            e.readFrom(peer, descs[p].recv + start(p), d + start(p), length(p));
+                            e.readFrom(peer, descs[p].recv + bl.start(p), d + bl.start(p),
+                                       bl.length(p));
                             sendDone(e, peer, sig);
                           }});
     expectDone(plan, peer, &sink[p]);
@@ -178,17 +220,6 @@ void gatherSingleCopy(Engine& e, const OpSignature& sig, const void* send, size_
   }
   e.run(plan, what);
 }
-
-/// Blocks of [0, count) elements split n ways, 16-element aligned: byte start and length.
-struct Blocks {
-  size_t count, n, ts, blk;
-  Blocks(size_t count_, size_t n_, size_t ts_) : count(count_), n(n_), ts(ts_) {
-    blk = (count + n - 1) / n;
-    blk = (blk + 15) / 16 * 16;
-  }
-  size_t start(size_t b) const { return std::min(count, b * blk) * ts; }
-  size_t length(size_t b) const { return start(b + 1) - start(b); }
-};
 
 /// True for a job on several hosts with the same number (> 1) of ranks on each.
 bool hierarchical(const Engine& e) {
@@ -227,26 +258,7 @@ void allReduceHierarchical(Engine& e, const OpSignature& sig, const char* s, cha
   e.run(a, "allReduce (within the host)");
 
   char* block = d + lb.start(li);
-  Blocks cb(lb.length(li) / ts, cross.size(), ts);
-  Plan b = makePlan(e, sig);
-  for (size_t k = 0; k < cross.size(); ++k) {
-    if (k != hi) e.queueSend(cross[k], block + cb.start(k), cb.length(k), sig);
-  }
-  addRounds(e, b, block + cb.start(hi), block + cb.start(hi), cb.length(hi), ts, cross, -1);
-  for (auto& round : b.rounds) {
-    char* dst = round.dst;
-    size_t off = static_cast<size_t>(dst - (block + cb.start(hi)));
-    size_t len = round.count * ts;
-    round.after = [&e, dst, off, len, sig, &cross, hi]() {
-      for (size_t k = 0; k < cross.size(); ++k) {
-        if (k != hi) e.queueSend(cross[k], dst, len, sig, off);
-      }
-    };
-  }
-  for (size_t k = 0; k < cross.size(); ++k) {
-    if (k != hi) Engine::expectCopy(b, cross[k], block + cb.start(k), cb.length(k), e.chunkBytes());
-  }
-  e.run(b, "allReduce (across hosts)");
+  twoShot(e, sig, block, block, lb.length(li) / ts, ts, cross, "allReduce (across hosts)");
 
   Plan c = makePlan(e, sig);
   for (size_t q = 0; q < local.size(); ++q) {
@@ -270,7 +282,6 @@ void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType t
   e.type = type;
   e.redop = op;
   auto sig = signature(OpKind::AllReduce, type, op, -1, count);
-  Plan plan = makePlan(e, sig);
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(recv);
   bool oneshot =
@@ -286,6 +297,7 @@ void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType t
   if (oneshot) {
     // Every rank gets every input and reduces all of it in rank order, so every rank computes
     // bit-identical results.
+    Plan plan = makePlan(e, sig);
     std::vector<uint64_t> base(static_cast<size_t>(e.size()));
     for (int p = 0; p < e.size(); ++p) {
       if (p == e.rank()) continue;
@@ -304,34 +316,9 @@ void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType t
     e.run(plan, "allReduce");
     return;
   }
-  // Two-shot: block b (a contiguous 1/size of the elements) is reduced by rank b from every
-  // rank's block b (reduce-scatter), then rank b sends the result to every rank (all-gather).
-  // A chunk goes out as soon as its round is reduced, so the two phases overlap.
-  const size_t n = static_cast<size_t>(e.size());
-  size_t blk = (count + n - 1) / n;
-  blk = (blk + 15) / 16 * 16;  // whole vectors per block
-  auto start = [&](size_t b) { return std::min(count, b * blk) * ts; };
-  auto length = [&](size_t b) { return start(b + 1) - start(b); };
-  const size_t me = static_cast<size_t>(e.rank());
-  for (size_t p = 0; p < n; ++p) {
-    if (p != me) e.queueSend(static_cast<int>(p), s + start(p), length(p), sig);
-  }
-  addRounds(e, plan, d + start(me), s + start(me), length(me), ts);
-  for (auto& round : plan.rounds) {
-    char* dst = round.dst;
-    size_t off = static_cast<size_t>(dst - (d + start(me)));
-    size_t len = round.count * ts;
-    round.after = [&e, dst, off, len, sig, me, n]() {
-      for (size_t p = 0; p < n; ++p) {
-        if (p != me) e.queueSend(static_cast<int>(p), dst, len, sig, off);
-      }
-    };
-  }
-  for (size_t p = 0; p < n; ++p) {
-    if (p != me)
-      Engine::expectCopy(plan, static_cast<int>(p), d + start(p), length(p), e.chunkBytes());
-  }
-  e.run(plan, "allReduce");
+  std::vector<int> all(static_cast<size_t>(e.size()));
+  for (int p = 0; p < e.size(); ++p) all[p] = p;
+  twoShot(e, sig, s, d, count, ts, all, "allReduce");
 }
 
 void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataType type) {
