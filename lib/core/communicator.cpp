@@ -181,6 +181,19 @@ void checkBuffer(const char* what, const char* name, const void* p, size_t bytes
   }
 }
 
+/// send() and recv(): the peer must be another rank, the buffer valid for count elements.
+void checkPointToPoint(const char* what, const void* buf, size_t count, DataType type, int peer,
+                       int rank, int size, Stream stream) {
+  checkType(what, type);
+  checkStream(what, stream);
+  if (peer < 0 || peer >= size || peer == rank) {
+    invalid(what, fmt::format("peer {} is not another rank of this communicator (0..{}, this "
+                              "rank is {})",
+                              peer, size - 1, rank));
+  }
+  checkBuffer(what, "buffer", buf, bytesOf(what, count, type));
+}
+
 bool overlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   if (aBytes == 0 || bBytes == 0) return false;
   auto x = reinterpret_cast<uintptr_t>(a);
@@ -316,27 +329,13 @@ void Communicator::allToAll(const void* send, void* recv, size_t countPerRank, D
 
 void Communicator::send(const void* buf, size_t count, DataType type, int peer, Stream stream) {
   const char* what = "send";
-  checkType(what, type);
-  checkStream(what, stream);
-  if (peer < 0 || peer >= impl_->size || peer == impl_->rank) {
-    invalid(what, fmt::format("peer {} is not another rank of this communicator (0..{}, this "
-                              "rank is {})",
-                              peer, impl_->size - 1, impl_->rank));
-  }
-  checkBuffer(what, "buffer", buf, bytesOf(what, count, type));
+  checkPointToPoint(what, buf, count, type, peer, impl_->rank, impl_->size, stream);
   impl_->guarded(what, [&] { collectives::send(*impl_->engine, buf, count, type, peer); });
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer, Stream stream) {
   const char* what = "recv";
-  checkType(what, type);
-  checkStream(what, stream);
-  if (peer < 0 || peer >= impl_->size || peer == impl_->rank) {
-    invalid(what, fmt::format("peer {} is not another rank of this communicator (0..{}, this "
-                              "rank is {})",
-                              peer, impl_->size - 1, impl_->rank));
-  }
-  checkBuffer(what, "buffer", buf, bytesOf(what, count, type));
+  checkPointToPoint(what, buf, count, type, peer, impl_->rank, impl_->size, stream);
   impl_->guarded(what, [&] { collectives::recv(*impl_->engine, buf, count, type, peer); });
 }
 
