@@ -11,6 +11,7 @@
 
 #include <strata/error.hpp>
 
+#include "backoff.hpp"
 #include "collectives/host/reduce.hpp"
 #include "config_keys.hpp"
 #include "deadline.hpp"
@@ -87,37 +88,6 @@ std::string describe(const OpSignature& s) {
   if (kind == OpKind::Broadcast) text += fmt::format(", root {}", s.root);
   return text + ")";
 }
-
-/// Spin briefly, then yield, then sleep in short steps: ranks often share cores, and a
-/// spinning waiter would starve the rank it waits for.
-class Backoff {
- public:
-  /// spinUs: how long to spin before yielding (0 when ranks outnumber cores: a spinning rank
-  /// would only delay the one it waits for).
-  explicit Backoff(int spinUs = 10) : spin_(std::chrono::microseconds(spinUs)) {}
-  void reset() { idle_ = false; }
-  void pause() {
-    auto now = std::chrono::steady_clock::now();
-    if (!idle_) {
-      idle_ = true;
-      since_ = now;
-    }
-    auto waited = now - since_;
-    if (waited < spin_) {
-      for (int i = 0; i < 16; ++i) device::spinPause();
-    } else if (waited < std::chrono::milliseconds(2)) {
-      sched_yield();
-    } else {
-      timespec ts{0, 50'000};
-      nanosleep(&ts, nullptr);
-    }
-  }
-
- private:
-  std::chrono::microseconds spin_;
-  bool idle_ = false;
-  std::chrono::steady_clock::time_point since_;
-};
 
 void* mappedPointer(const RegisteredMemory& remote) {
   const auto& impl = remote.impl();
@@ -453,19 +423,34 @@ bool Engine::trySend(Link& link) {
     char* st = static_cast<char*>(staging_.data()) + stagingOff;
     std::memcpy(st, header, kHeaderBytes);
     std::memcpy(st + kHeaderBytes, piece.src, piece.bytes);
-    uint64_t id;
-    Backoff backoff;
-    // The FIFO holds far more than the outstanding chunks and acks of every peer, and the
-    // proxy always drains it, so this wait is short.
     uint64_t dstOff = static_cast<uint64_t>(rank_) * depth_ * slotBytes_ + off;
-    while (!link.dataPort.tryPutWithSignal(dstOff, stagingOff, kHeaderBytes + piece.bytes, &id)) {
-      proxy_->check();
-      backoff.pause();
-    }
+    pushToProxy(link, [&](uint64_t* id) {
+      return link.dataPort.tryPutWithSignal(dstOff, stagingOff, kHeaderBytes + piece.bytes, id);
+    });
   }
   ++link.sent;
   link.out.pop_front();
   return true;
+}
+
+template <typename TryPush>
+void Engine::pushToProxy(const Link& link, TryPush tryPush) {
+  // The FIFO holds far more than the outstanding chunks and acks of every peer, and the proxy
+  // always drains it, so this wait is short; the deadline covers a proxy stuck in a transport.
+  uint64_t id;
+  Backoff backoff;
+  auto deadline = Deadline::fromTimeout(timeout_);
+  while (!tryPush(&id)) {
+    proxy_->check();
+    if (deadline.expired()) {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("the proxy FIFO stayed full for {} s while queueing a write to "
+                              "rank {} over {}: the proxy thread is stuck in the transport",
+                              timeout_, link.peer, link.conn->transport()),
+                  link.peer);
+    }
+    backoff.pause();
+  }
 }
 
 bool Engine::tryArrive(Link& link) {
@@ -481,12 +466,7 @@ void Engine::sendAck(Link& link) {
   if (link.mapped) {
     link.ack.signal();
   } else {
-    uint64_t id;
-    Backoff backoff;
-    while (!link.ackPort.trySignal(&id)) {
-      proxy_->check();
-      backoff.pause();
-    }
+    pushToProxy(link, [&](uint64_t* id) { return link.ackPort.trySignal(id); });
   }
 }
 

@@ -178,6 +178,9 @@ class Engine {
   const char* slotPayload(Link& link, uint64_t chunk) const;
   void checkHeader(Link& link, uint64_t chunk, const OpSignature& sig, const InPiece& piece) const;
   void sendAck(Link& link);
+  /// Retries tryPush(&id) while the proxy FIFO is full, up to transport.timeout.
+  template <typename TryPush>
+  void pushToProxy(const Link& link, TryPush tryPush);
   void checkPeers();
   void probeSingleCopy(const Config& config);
   bool anyPending() const;

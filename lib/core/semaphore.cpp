@@ -7,6 +7,7 @@
 
 #include <strata/error.hpp>
 
+#include "backoff.hpp"
 #include "deadline.hpp"
 #include "lib/transport/context_impl.hpp"
 #include "lib/transport/records.hpp"
@@ -58,12 +59,10 @@ void HostSemaphore::wait(double timeoutSeconds) {
   auto& I = *impl_;
   double t = timeoutSeconds < 0 ? I.timeout : timeoutSeconds;
   auto deadline = Deadline::fromTimeout(t);
-  auto start = std::chrono::steady_clock::now();
-  auto lastCheck = start;
-  // Spin briefly (a signal from a running peer lands within microseconds), then yield, then
-  // sleep in short steps: ranks often share cores, and a spinning waiter would starve the
-  // signaller.
-  for (uint64_t iter = 0;; ++iter) {
+  auto lastCheck = std::chrono::steady_clock::now();
+  // A signal from a running peer lands within microseconds: spin 20 us before yielding.
+  Backoff backoff(20, 1);
+  for (;;) {
     if (I.load() > I.expected) {
       ++I.expected;
       return;
@@ -82,17 +81,7 @@ void HostSemaphore::wait(double timeoutSeconds) {
                     peer());
       }
     }
-    auto waited = now - start;
-    if (waited < std::chrono::microseconds(20)) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    } else if (waited < std::chrono::milliseconds(2)) {
-      sched_yield();
-    } else {
-      timespec ts{0, 50'000};
-      nanosleep(&ts, nullptr);
-    }
+    backoff.pause();
   }
 }
 
