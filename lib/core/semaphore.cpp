@@ -1,6 +1,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -13,6 +14,16 @@
 #include "lib/transport/records.hpp"
 
 namespace strata {
+namespace {
+
+// How long a wait polls (driving progress itself) before it blocks in the transport, where the
+// transport can block: short waits keep the latency of polling, long ones stop taking CPU time
+// in sleep steps from the threads that move the data.
+constexpr auto kPollPhase = std::chrono::milliseconds(2);
+// The longest single blocking wait: liveness checks and the deadline run between them.
+constexpr double kBlockSlice = 0.02;
+
+}  // namespace
 
 struct HostSemaphore::Impl {
   std::shared_ptr<Connection> conn;
@@ -26,10 +37,8 @@ struct HostSemaphore::Impl {
     if (pool) pool->release(localSlot);
   }
   backend::LocalRef counter;  ///< this transport's registration of the arena, found once
-  uint64_t load() {
-    return conn->impl().transport->loadSignal(counter,
-                                              uint64_t{localSlot} * transport::SlotPool::kStride);
-  }
+  uint64_t offset() const { return uint64_t{localSlot} * transport::SlotPool::kStride; }
+  uint64_t load() { return conn->impl().transport->loadSignal(counter, offset()); }
 };
 
 HostSemaphore::HostSemaphore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -59,7 +68,10 @@ void HostSemaphore::wait(double timeoutSeconds) {
   auto& I = *impl_;
   double t = timeoutSeconds < 0 ? I.timeout : timeoutSeconds;
   auto deadline = Deadline::fromTimeout(t);
-  auto lastCheck = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  auto lastCheck = start;
+  auto& transport = *I.conn->impl().transport;
+  const bool canBlock = transport.blockingWaitSupported();
   // A signal from a running peer lands within microseconds: spin 20 us before yielding.
   Backoff backoff(20, 1);
   for (;;) {
@@ -67,7 +79,6 @@ void HostSemaphore::wait(double timeoutSeconds) {
       ++I.expected;
       return;
     }
-    I.conn->progress();
     auto now = std::chrono::steady_clock::now();
     if (now - lastCheck > std::chrono::milliseconds(10)) {
       lastCheck = now;
@@ -81,6 +92,14 @@ void HostSemaphore::wait(double timeoutSeconds) {
                     peer());
       }
     }
+    if (canBlock && now - start > kPollPhase) {
+      // A long wait (a batch of large writes): sleep until the transport's progress thread sees
+      // the signal, waking every few milliseconds for the liveness check and the deadline.
+      transport.waitSignal(I.counter, I.offset(), I.expected,
+                           std::min(kBlockSlice, std::max(deadline.remaining(), 0.0)));
+      continue;
+    }
+    I.conn->progress();
     backoff.pause();
   }
 }

@@ -37,6 +37,9 @@ constexpr size_t kMaxChunk = size_t{64} << 20;
 constexpr auto kProbeInterval = std::chrono::milliseconds(100);
 // Back-off of the waits that cannot block on a descriptor: 10 us doubling to this cap.
 constexpr int64_t kMaxBackoffUs = 1000;
+// The progress thread keeps driving in-flight writes (instead of sleeping on the wait fd) as
+// long as one of them completed within this time.
+constexpr auto kBusySpin = std::chrono::milliseconds(20);
 // A connection being destroyed waits this long for its own operations before it lets go.
 constexpr double kCloseGraceSeconds = 1.0;
 
@@ -452,13 +455,50 @@ size_t FabricCore::drainLocked() noexcept {
   return handled;
 }
 
-void FabricCore::progressOnce() noexcept {
+size_t FabricCore::progressOnce() noexcept {
   size_t n;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     n = drainLocked();
   }
   if (n) cv_.notify_all();
+  // Reading the CQ also lands peers' writes (manual progress), signals included.
+  notifyWatchers();
+  return n;
+}
+
+bool FabricCore::waitWord(const uint64_t* word, uint64_t above, double maxSeconds) {
+  auto reached = [&] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) > above; };
+  Watch watch{word, above};
+  std::unique_lock<std::mutex> lock(watchMutex_);
+  if (watchersStopped_) return reached();
+  watches_.push_back(&watch);
+  watchers_.fetch_add(1);
+  auto d = std::chrono::duration<double>(std::max(maxSeconds, 0.0));
+  bool ok = watchCv_.wait_for(lock, d, [&] { return reached() || watchersStopped_; }) && reached();
+  watches_.erase(std::find(watches_.begin(), watches_.end(), &watch));
+  watchers_.fetch_sub(1);
+  return ok;
+}
+
+void FabricCore::notifyWatchers() {
+  if (watchers_.load(std::memory_order_acquire) == 0) return;
+  bool any = false;
+  {
+    std::lock_guard<std::mutex> lock(watchMutex_);
+    for (const Watch* w : watches_) {
+      if (__atomic_load_n(w->word, __ATOMIC_ACQUIRE) > w->above) any = true;
+    }
+  }
+  if (any) watchCv_.notify_all();
+}
+
+void FabricCore::stopWatchers() {
+  {
+    std::lock_guard<std::mutex> lock(watchMutex_);
+    watchersStopped_ = true;
+  }
+  watchCv_.notify_all();
 }
 
 void FabricCore::waitForCompletion(double maxSeconds) {
@@ -491,6 +531,7 @@ void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_
       reaped = drainLocked();
     }
     if (reaped) cv_.notify_all();
+    notifyWatchers();
     if (deadline.expired()) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (op->slot >= 0) freeSlots_.push_back(op->slot);
@@ -516,6 +557,7 @@ int FabricCore::acquireSlot(const Deadline& deadline, int peer) {
       }
       drainLocked();
     }
+    notifyWatchers();
     if (deadline.expired()) {
       throw Error(ErrorCode::Timeout,
                   fmt::format("{}: all {} signal slots stayed busy until the deadline "
@@ -747,6 +789,7 @@ FabricTransport::FabricTransport(const backend::TransportInit& init) {
 }
 
 FabricTransport::~FabricTransport() {
+  core_->stopWatchers();
   stop_ = true;
   uint64_t one = 1;
   if (::write(stopFd_, &one, sizeof(one)) < 0) {
@@ -759,10 +802,24 @@ FabricTransport::~FabricTransport() {
 void FabricTransport::progressLoop() noexcept {
   // Target-side progress: with manual-progress providers (tcp;ofi_rxm) a peer's write lands only
   // while someone drives this endpoint, and the owning thread may be blocked elsewhere.
+  // Initiator side: while this process's own writes are in flight and completing, the thread
+  // keeps driving them (yielding between passes) as a direct fi_write loop does, so that the
+  // caller can sleep in a blocking wait; it goes back to the wait fd once nothing is in flight or
+  // nothing has completed for kBusySpin (a stalled peer costs no CPU).
   unsigned idle = 0;
   auto& c = *core_;
+  auto lastActivity = std::chrono::steady_clock::now();
   while (!stop_.load()) {
-    c.progressOnce();
+    if (c.progressOnce() > 0) lastActivity = std::chrono::steady_clock::now();
+    bool busy;
+    {
+      std::lock_guard<std::mutex> lock(c.mutex_);
+      busy = !c.live_.empty();
+    }
+    if (busy && std::chrono::steady_clock::now() - lastActivity < kBusySpin) {
+      std::this_thread::yield();
+      continue;
+    }
     if (c.waitFd_ >= 0) {
       int rc;
       {
@@ -772,7 +829,7 @@ void FabricTransport::progressLoop() noexcept {
       }
       if (rc == FI_SUCCESS) {
         pollfd fds[2] = {{c.waitFd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
-        ::poll(fds, 2, 1000);
+        if (::poll(fds, 2, 1000) > 0) lastActivity = std::chrono::steady_clock::now();
         idle = 0;
         continue;
       }
@@ -780,6 +837,18 @@ void FabricTransport::progressLoop() noexcept {
     // Work pending (trywait said so) or no wait object: back off, never spin.
     backoff(idle < 20 ? idle++ : idle);
   }
+}
+
+bool FabricTransport::blockingWaitSupported() const noexcept {
+  // Only with a wait fd does the progress thread wake when data arrives; without one it sleeps
+  // in back-off steps, and a waiter that polls itself is faster.
+  return core_->waitFd_ >= 0;
+}
+
+bool FabricTransport::waitSignal(const backend::LocalRef& mem, uint64_t offset, uint64_t above,
+                                 double maxSeconds) {
+  auto* word = reinterpret_cast<const uint64_t*>(static_cast<const char*>(mem.data) + offset);
+  return core_->waitWord(word, above, maxSeconds);
 }
 
 bool FabricTransport::canReach(const backend::PeerInfo& peer) const noexcept {

@@ -51,8 +51,9 @@ class FabricCore {
 
   /// Reads completions; caller holds mutex. Returns how many entries it handled.
   size_t drainLocked() noexcept;
-  /// Drives the CQ once (takes the mutex) and wakes waiters when something completed.
-  void progressOnce() noexcept;
+  /// Drives the CQ once (takes the mutex) and wakes waiters when something completed or a
+  /// watched word changed. Returns how many completions it handled.
+  size_t progressOnce() noexcept;
   /// Waits for a completion notification or the timeout, whichever comes first.
   void waitForCompletion(double maxSeconds);
   /// Posts one fi_write, retrying -FI_EAGAIN until the deadline. Takes ownership of op.
@@ -63,6 +64,14 @@ class FabricCore {
   uint64_t* slotWord(int slot) noexcept;
   void* internalDesc() noexcept;
   uint64_t* probeSource() noexcept;
+
+  /// Blocks until *word > above (true), maxSeconds pass or stop() (false). The progress thread
+  /// and every other thread that drives the CQ wake it through notifyWatchers().
+  bool waitWord(const uint64_t* word, uint64_t above, double maxSeconds);
+  /// Wakes the waitWord() callers whose word has reached its value. Cheap without waiters.
+  void notifyWatchers();
+  /// Wakes every waitWord() caller for good (the transport is shutting down).
+  void stopWatchers();
 
   std::string describe() const;  ///< "fabric transport (rank R, provider P)"
   fid_mr* registerRegion(void* data, size_t bytes, uint64_t access, bool cuda, int cudaDevice);
@@ -99,6 +108,17 @@ class FabricCore {
   std::unordered_set<OpContext*> live_;  ///< posted, not yet completed; guarded by mutex_
 
   std::atomic<size_t> registrations_{0}, imports_{0}, connections_{0};
+
+  /// A thread in waitWord(): the word it waits on and the value it must exceed.
+  struct Watch {
+    const uint64_t* word;
+    uint64_t above;
+  };
+  std::mutex watchMutex_;
+  std::condition_variable watchCv_;
+  std::vector<const Watch*> watches_;  ///< guarded by watchMutex_
+  std::atomic<int> watchers_{0};       ///< watches_.size(), readable without the lock
+  bool watchersStopped_ = false;       ///< guarded by watchMutex_
 
  private:
   void open(const backend::TransportInit& init, bool wantHmem);
@@ -150,6 +170,9 @@ class FabricTransport final : public backend::Transport {
   std::unique_ptr<backend::TransportConnection> connect(
       const backend::PeerInfo& peer, std::span<const uint8_t> peerEndpoint) override;
   backend::TransportStats stats() const noexcept override;
+  bool blockingWaitSupported() const noexcept override;
+  bool waitSignal(const backend::LocalRef& mem, uint64_t offset, uint64_t above,
+                  double maxSeconds) override;
 
  private:
   void progressLoop() noexcept;

@@ -354,6 +354,51 @@ BOOST_AUTO_TEST_CASE(signal_after_data_in_many_rounds) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(blocking_wait_wakes_on_signal) {
+  // A waiter that blocks in waitSignal() (what HostSemaphore::wait does after its polling
+  // phase) is woken by the progress thread when the signal lands, without polling itself.
+  constexpr size_t kData = 4u << 20;
+  Pair p(kData, kData + 64);
+  std::memset(p.dst.data, 0, p.dst.size);
+  LocalRef signalRef{p.dst.data, p.dst.size, MemoryKind::Host, p.dstMem.get()};
+  const bool supported = p.b->blockingWaitSupported();
+  // tcp has a wait fd (the progress thread sleeps on it); the shm provider of 1.17 has none.
+  if (provider().find("tcp") != std::string::npos) BOOST_TEST(supported);
+  if (!supported) {
+    BOOST_TEST_MESSAGE("provider " << provider() << " has no wait fd: waiters poll");
+    return;
+  }
+  // Nothing arrives: the wait ends after its time, false.
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(!p.b->waitSignal(signalRef, kData, 0, 0.2));
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(waited >= 0.15);
+  BOOST_TEST(waited < 5.0);
+  // Several rounds: B's thread blocks, A writes 4 MiB and then the signal.
+  for (uint64_t round = 1; round <= 5; ++round) {
+    std::atomic<bool> woke{false}, dataOk{false};
+    std::thread waiter([&] {
+      auto end = std::chrono::steady_clock::now() + 20s;
+      while (std::chrono::steady_clock::now() < end) {
+        if (p.b->waitSignal(signalRef, kData, round - 1, 1.0)) {
+          woke = true;
+          dataOk = checkPattern(p.dst.data, kData, round);
+          return;
+        }
+      }
+    });
+    std::this_thread::sleep_for(20ms);  // let the waiter block first
+    fillPattern(p.src.data, kData, round);
+    p.conn->write(p.remoteRef(), 0, p.local(), 0, kData);
+    p.conn->updateAndSync(p.remoteRef(), kData, round);
+    waiter.join();
+    BOOST_REQUIRE_MESSAGE(woke.load(), "round " << round << ": the blocked waiter never woke");
+    BOOST_TEST(dataOk.load(), "round " << round << ": woken before the data landed");
+    BOOST_TEST(p.b->loadSignal(signalRef, kData) == round);
+    p.conn->flush(20);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(write_lands_while_target_sleeps) {
   constexpr size_t kBytes = 8u << 20;
   PeerProcess peer(kBytes);

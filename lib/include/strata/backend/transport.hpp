@@ -140,6 +140,17 @@ class Transport {
   /// Reads the 8-byte counter at mem + offset that a peer raises with updateAndSync(): an
   /// acquire load for host memory; device memory needs the transport's help.
   virtual uint64_t loadSignal(const LocalRef& mem, uint64_t offset);
+  /// Whether waitSignal() can block. True for transports whose incoming writes land only through
+  /// their own progress thread (fabric with a provider that has a wait fd): a waiter then sleeps
+  /// until that thread sees the value, instead of polling in sleep steps, which on a shared core
+  /// takes CPU time from the very thread that moves the data.
+  virtual bool blockingWaitSupported() const noexcept { return false; }
+  /// Blocks until loadSignal(mem, offset) > above (true) or maxSeconds pass (false). May return
+  /// false early (a spurious wake-up); callers loop. Only called when blockingWaitSupported().
+  virtual bool waitSignal(const LocalRef& /*mem*/, uint64_t /*offset*/, uint64_t /*above*/,
+                          double /*maxSeconds*/) {
+    return false;
+  }
   virtual TransportStats stats() const noexcept = 0;
 };
 
