@@ -12,7 +12,11 @@
 # REPEAT (default 3: every strata and reference run is repeated, interleaved, and the best
 # bandwidth per size is kept, because other load on the machine makes single runs noisy),
 # UCX (0 skips ucx_perftest), BENCH_TIMEOUT (seconds per run, default 300), RESULTS_DIR (keep the
-# raw outputs there; default: a temporary directory that is removed).
+# raw outputs there; default: a temporary directory that is removed), VOLUME (e.g. 1G: every
+# tool runs once per size with max(20, VOLUME / size) messages, so that each row moves the same
+# amount of data; the default iteration counts move only 64 MiB per row above 64 KiB, a few
+# milliseconds of transfer, which scheduling noise on a small machine swings by +-30 %),
+# STAT (best, the default, or median: how the REPEAT runs of a size are combined).
 #
 # A benchmark, never a pass/fail test: a run that fails shows as "-" and the script goes on.
 # Everything stays on loopback: FI_TCP_IFACE=lo, UCX_NET_DEVICES=lo, strata's bootstrap on lo,
@@ -28,6 +32,12 @@ iters=${ITERS:-}
 window=${WINDOW:-0}
 run_timeout=${BENCH_TIMEOUT:-300}
 repeat=${REPEAT:-3}
+volume=${VOLUME:-}
+stat=${STAT:-best}
+if [[ $stat != best && $stat != median ]]; then
+  echo "p2p_vs_peers: STAT must be best or median, not '$stat'" >&2
+  exit 2
+fi
 
 here=$(cd "$(dirname "$0")" && pwd)
 strata_run="$build_dir/tools/strata-run/strata-run"
@@ -65,47 +75,92 @@ if ! "$cc" -O2 $fi_cflags -o "$work/fi_write_bw" "$here/fi_write_bw.c" $fi_libs;
   echo "p2p_vs_peers: $cc failed to build fi_write_bw.c (libfabric-dev installed?)" >&2
 fi
 
-perf_iters=()
-[[ -n $iters ]] && perf_iters=(-n "$iters" -w $((iters / 10 > 2 ? iters / 10 : 2)))
-
-# strata-perf p2p for one transport; JSON lines into $work/strata-$1.$2.json (run $2).
-run_strata() {
-  local t=$1 r=$2
-  echo "# strata-run -n 2 strata-perf p2p --transport $t -b $min -e $max -f $factor ${perf_iters[*]} --window $window ..." >&2
-  if ! STRATA_TRANSPORT_FABRIC_PROVIDER="$provider" timeout "$run_timeout" "$strata_run" -n 2 \
-    "$strata_perf" p2p --transport "$t" -b "$min" -e "$max" -f "$factor" "${perf_iters[@]}" \
-    --window "$window" --json "$work/strata-$t.$r.json" >"$work/strata-$t.$r.log" 2>&1; then
-    echo "# strata-perf p2p --transport $t failed; last lines:" >&2
-    tail -n 5 "$work/strata-$t.$r.log" | sed 's/^/#   /' >&2
+# to_bytes 64K -> 65536 (K, M, G suffixes as the tools take them).
+to_bytes() {
+  local v=${1%[kKmMgG]} m=1
+  case $1 in
+    *[kK]) m=1024 ;;
+    *[mM]) m=$((1024 * 1024)) ;;
+    *[gG]) m=$((1024 * 1024 * 1024)) ;;
+  esac
+  if [[ ! $v =~ ^[0-9]+$ ]]; then
+    echo "p2p_vs_peers: bad size '$1'" >&2
+    exit 2
   fi
+  echo $((v * m))
+}
+# The runs: one over all sizes with the tools' own iteration counts, or with VOLUME one per size
+# ("MIN MAX ITERS" each; ITERS empty = the tool's default).
+runs=()
+if [[ -n $volume ]]; then
+  vol=$(to_bytes "$volume")
+  lo=$(to_bytes "$min")
+  hi=$(to_bytes "$max")
+  for ((s = lo; ; s = s * factor > hi && s < hi ? hi : s * factor)); do
+    n=$((vol / s > 20 ? vol / s : 20))
+    runs+=("$s $s $n")
+    ((s >= hi)) && break
+  done
+else
+  runs=("$min $max $iters")
+fi
+
+# strata-perf p2p for one transport; JSON lines into $work/strata-$1.$2.<k>.json (run $2).
+run_strata() {
+  local t=$1 r=$2 k=0 lo hi n
+  for spec in "${runs[@]}"; do
+    read -r lo hi n <<<"$spec"
+    k=$((k + 1))
+    local it=()
+    [[ -n $n ]] && it=(-n "$n" -w $((n / 10 > 2 ? n / 10 : 2)))
+    echo "# strata-run -n 2 strata-perf p2p --transport $t -b $lo -e $hi -f $factor ${it[*]} --window $window ..." >&2
+    if ! STRATA_TRANSPORT_FABRIC_PROVIDER="$provider" timeout "$run_timeout" "$strata_run" -n 2 \
+      "$strata_perf" p2p --transport "$t" -b "$lo" -e "$hi" -f "$factor" "${it[@]}" \
+      --window "$window" --json "$work/strata-$t.$r.$k.json" >"$work/strata-$t.$r.$k.log" 2>&1; then
+      echo "# strata-perf p2p --transport $t failed; last lines:" >&2
+      tail -n 5 "$work/strata-$t.$r.$k.log" | sed 's/^/#   /' >&2
+    fi
+  done
+}
+# run_tool NAME RUN EXE [ARGS...]: EXE ARGS... LO HI FACTOR ITERS for every run spec, the rows
+# into $work/NAME.RUN.<k>.txt.
+run_tool() {
+  local name=$1 r=$2 k=0 lo hi n
+  shift 2
+  for spec in "${runs[@]}"; do
+    read -r lo hi n <<<"$spec"
+    k=$((k + 1))
+    echo "# ${name} $lo $hi $factor ${n:-0} ..." >&2
+    timeout "$run_timeout" "$@" "$lo" "$hi" "$factor" "${n:-0}" \
+      >"$work/$name.$r.$k.txt" 2>"$work/$name.$r.$k.log" || {
+      echo "# $name failed; last lines:" >&2
+      tail -n 5 "$work/$name.$r.$k.log" | sed 's/^/#   /' >&2
+    }
+  done
 }
 
-# jbest PREFIX BYTES KEY: the largest KEY over the JSON lines of that size in PREFIX.*.json.
+# pick: the best (largest) or the median (the lower middle one) of the numbers on stdin.
+pick() {
+  sort -g | awk -v stat="$stat" '{ v[NR] = $1 } END {
+    if (NR) print (stat == "best" ? v[NR] : v[int((NR + 1) / 2)]) }'
+}
+# jbest PREFIX BYTES KEY: KEY over the JSON lines of that size in PREFIX.*.json, combined by STAT.
 jbest() {
   cat "$1".*.json 2>/dev/null | grep -h "\"bytes\":$2," | sed -n "s/.*\"$3\":\([-0-9.eE+]*\).*/\1/p" |
-    sort -g | tail -n 1
+    pick
 }
-# cbest PREFIX BYTES COLUMN: the largest column COLUMN (1-based) of the lines that start with
-# BYTES in PREFIX.*.txt.
+# cbest PREFIX BYTES COLUMN: column COLUMN (1-based) of the lines that start with BYTES in
+# PREFIX.*.txt, combined by STAT.
 cbest() {
-  cat "$1".*.txt 2>/dev/null | awk -v b="$2" -v c="$3" '$1 == b { print $c }' | sort -g | tail -n 1
+  cat "$1".*.txt 2>/dev/null | awk -v b="$2" -v c="$3" '$1 == b { print $c }' | pick
 }
 
 for ((r = 1; r <= repeat; ++r)); do
   echo "# run $r of $repeat" >&2
   run_strata shm "$r"
-  echo "# memcpy_bw $min $max $factor ${iters:-0} ..." >&2
-  timeout "$run_timeout" "$work/memcpy_bw" "$min" "$max" "$factor" "${iters:-0}" \
-    >"$work/memcpy.$r.txt" 2>&1 || echo "# memcpy_bw failed" >&2
+  run_tool memcpy "$r" "$work/memcpy_bw"
   run_strata fabric "$r"
-  if [[ -x $work/fi_write_bw ]]; then
-    echo "# fi_write_bw \"$provider\" $min $max $factor ${iters:-0} ..." >&2
-    timeout "$run_timeout" "$work/fi_write_bw" "$provider" "$min" "$max" "$factor" "${iters:-0}" \
-      >"$work/fi_write.$r.txt" 2>"$work/fi_write.$r.log" || {
-      echo "# fi_write_bw failed; last lines:" >&2
-      tail -n 5 "$work/fi_write.$r.log" | sed 's/^/#   /' >&2
-    }
-  fi
+  [[ -x $work/fi_write_bw ]] && run_tool fi_write "$r" "$work/fi_write_bw" "$provider"
 done
 
 # The sizes strata measured, in order.
@@ -125,6 +180,7 @@ if [[ ${UCX:-1} != 0 ]] && command -v ucx_perftest >/dev/null; then
   port=$((20000 + RANDOM % 20000))
   for s in "${sizes[@]}"; do
     n=${iters:-$((s <= 65536 ? 1000 : (1000 * 65536 / s < 200 ? 200 : 1000 * 65536 / s)))}
+    [[ -n $volume ]] && n=$((vol / s > 200 ? vol / s : 200))
     echo "# ucx_perftest 127.0.0.1 -t ucp_put_bw -s $s -n $n (UCX_TLS=tcp) ..." >&2
     UCX_TLS=tcp timeout "$run_timeout" ucx_perftest -p "$port" >"$work/ucx-server-$s.log" 2>&1 &
     server=$!
@@ -153,7 +209,7 @@ num() {
 echo
 echo "# (1) shm: strata-perf p2p --transport shm (rank 0 writes into rank 1's mapping, one memcpy"
 echo "#     per write) vs single-thread memcpy: hot = same buffers every copy (as p2p does),"
-echo "#     cold = buffers rotate through 1 GiB (DRAM). Bandwidth GB/s, best of $repeat runs;"
+echo "#     cold = buffers rotate through 1 GiB (DRAM). Bandwidth GB/s, $stat of $repeat runs;"
 echo "#     ratio = strata / memcpy."
 printf "%10s %10s %10s %10s %9s %9s\n" "size(B)" "strata" "memcpy_hot" "memcpy_cold" "r_hot" "r_cold"
 for s in "${sizes[@]}"; do
@@ -166,7 +222,7 @@ done
 echo
 echo "# (2) fabric, provider $provider on lo: strata-perf p2p --transport fabric vs fi_write_bw"
 echo "#     (direct fi_write loop, same provider and completion level)$( ((have_ucx)) && echo " and ucx_perftest ucp_put_bw (UCX_TLS=tcp)")."
-echo "#     Bandwidth GB/s, best of $repeat runs (ucx: one run); ratio = strata / peer."
+echo "#     Bandwidth GB/s, $stat of $repeat runs (ucx: one run); ratio = strata / peer."
 printf "%10s %10s %10s %10s %9s %9s\n" "size(B)" "strata" "fi_write" "ucx_put" "r_fi" "r_ucx"
 for s in "${sizes[@]}"; do
   st=$(jbest "$work/strata-fabric" "$s" bw_gbps)

@@ -518,9 +518,8 @@ void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_
       if (rc == 0) {
         conn.outstanding.fetch_add(1);
         live_.insert(op.release());
-        return;
-      }
-      if (rc != -FI_EAGAIN) {
+        ++posts_;
+      } else if (rc != -FI_EAGAIN) {
         if (op->slot >= 0) freeSlots_.push_back(op->slot);
         throw Error(ErrorCode::BackendError,
                     fmt::format("{}: fi_write of {} bytes to rank {} failed: {}", describe(), bytes,
@@ -528,7 +527,11 @@ void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_
                     conn.rank);
       }
       // The provider's queue is full: reap completions so that it can drain, then retry.
-      reaped = drainLocked();
+      reaped = op ? drainLocked() : 0;
+    }
+    if (!op) {
+      kickProgress();
+      return;
     }
     if (reaped) cv_.notify_all();
     notifyWatchers();
@@ -543,6 +546,15 @@ void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_
                   conn.rank);
     }
     backoff(attempt);
+  }
+}
+
+void FabricCore::kickProgress() noexcept {
+  if (!progressAsleep_.load()) return;
+  int fd = wakeFd_.load();
+  uint64_t one = 1;
+  if (fd >= 0 && ::write(fd, &one, sizeof(one)) < 0) {
+    // EAGAIN: the counter is already non-zero, the thread wakes anyway.
   }
 }
 
@@ -780,11 +792,12 @@ FabricTransport::FabricTransport(const backend::TransportInit& init) {
   // present); asking for it elsewhere would narrow the providers for nothing.
   bool wantHmem = ::access("/dev/nvidiactl", F_OK) == 0;
   core_ = std::make_shared<FabricCore>(init, provider, wantHmem);
-  stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stopFd_ < 0) {
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wakeFd_ < 0) {
     throw Error(ErrorCode::SystemError,
                 fmt::format("{}: eventfd: {}", core_->describe(), std::strerror(errno)));
   }
+  core_->wakeFd_ = wakeFd_;
   progress_ = std::thread([this] { progressLoop(); });
 }
 
@@ -792,50 +805,83 @@ FabricTransport::~FabricTransport() {
   core_->stopWatchers();
   stop_ = true;
   uint64_t one = 1;
-  if (::write(stopFd_, &one, sizeof(one)) < 0) {
+  if (::write(wakeFd_, &one, sizeof(one)) < 0) {
     // The thread still sees stop_ within its poll timeout.
   }
   if (progress_.joinable()) progress_.join();
-  ::close(stopFd_);
+  core_->wakeFd_ = -1;
+  core_->progressAsleep_ = false;
+  ::close(wakeFd_);
 }
 
 void FabricTransport::progressLoop() noexcept {
   // Target-side progress: with manual-progress providers (tcp;ofi_rxm) a peer's write lands only
   // while someone drives this endpoint, and the owning thread may be blocked elsewhere.
-  // Initiator side: while this process's own writes are in flight and completing, the thread
-  // keeps driving them (yielding between passes) as a direct fi_write loop does, so that the
-  // caller can sleep in a blocking wait; it goes back to the wait fd once nothing is in flight or
-  // nothing has completed for kBusySpin (a stalled peer costs no CPU).
-  unsigned idle = 0;
+  // Initiator side: while this process's own writes are in flight, the thread keeps driving
+  // them (yielding between passes) as a direct fi_write loop does, so that the caller can sleep
+  // in a blocking wait. It sleeps (on the CQ's wait fd and its eventfd, which postWrite() and
+  // shutdown write) once nothing is in flight, or nothing was posted or completed for
+  // kBusySpin: a stalled peer costs no CPU.
+  //
+  // The wait fd alone is not enough: with tcp;ofi_rxm (1.17) the tail of an incoming write can
+  // stay unread after a wake-up while fi_trywait() says there is nothing to do, and no further
+  // readiness comes until the peer sends more. So a sleep after activity lasts kFirstSleepUs and
+  // doubles with each quiet wake-up up to 1 s: the tail lands within about 0.1 ms, and an idle
+  // endpoint costs a dozen wake-ups per second at most.
+  constexpr int64_t kFirstSleepUs = 100, kLongestSleepUs = 1'000'000;
   auto& c = *core_;
   auto lastActivity = std::chrono::steady_clock::now();
+  uint64_t seenPosts = 0;
+  int64_t sleepUs = kFirstSleepUs;
+  auto drainWakeFd = [&] {
+    uint64_t count;
+    while (::read(wakeFd_, &count, sizeof(count)) > 0) {
+    }
+  };
   while (!stop_.load()) {
-    if (c.progressOnce() > 0) lastActivity = std::chrono::steady_clock::now();
+    if (c.progressOnce() > 0) {
+      lastActivity = std::chrono::steady_clock::now();
+      sleepUs = kFirstSleepUs;
+    }
+    // From here on a new post kicks the eventfd; a post before this store is seen below.
+    c.progressAsleep_.store(true);
     bool busy;
+    uint64_t posts;
     {
       std::lock_guard<std::mutex> lock(c.mutex_);
       busy = !c.live_.empty();
+      posts = c.posts_;
     }
-    if (busy && std::chrono::steady_clock::now() - lastActivity < kBusySpin) {
+    auto now = std::chrono::steady_clock::now();
+    if (posts != seenPosts) {
+      seenPosts = posts;
+      lastActivity = now;
+      sleepUs = kFirstSleepUs;
+    }
+    if (busy && now - lastActivity < kBusySpin) {
+      c.progressAsleep_.store(false);
       std::this_thread::yield();
       continue;
     }
+    // Sleep on the wait fd where the provider allows it (fi_trywait), else on the eventfd only.
+    pollfd fds[2] = {{wakeFd_, POLLIN, 0}, {c.waitFd_, POLLIN, 0}};
+    nfds_t nfds = 1;
     if (c.waitFd_ >= 0) {
-      int rc;
-      {
-        std::lock_guard<std::mutex> lock(c.mutex_);
-        fid* f = &c.cq_->fid;
-        rc = fi_trywait(c.fabric_, &f, 1);
-      }
-      if (rc == FI_SUCCESS) {
-        pollfd fds[2] = {{c.waitFd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
-        if (::poll(fds, 2, 1000) > 0) lastActivity = std::chrono::steady_clock::now();
-        idle = 0;
-        continue;
-      }
+      std::lock_guard<std::mutex> lock(c.mutex_);
+      fid* f = &c.cq_->fid;
+      if (fi_trywait(c.fabric_, &f, 1) == FI_SUCCESS) nfds = 2;
     }
-    // Work pending (trywait said so) or no wait object: back off, never spin.
-    backoff(idle < 20 ? idle++ : idle);
+    int64_t us = nfds == 2 ? sleepUs : std::min<int64_t>(sleepUs, kMaxBackoffUs);
+    timespec ts{static_cast<time_t>(us / 1'000'000), static_cast<long>(us % 1'000'000) * 1000};
+    int n = ::ppoll(fds, nfds, &ts, nullptr);
+    c.progressAsleep_.store(false);
+    if (n > 0) {
+      if (fds[0].revents & POLLIN) drainWakeFd();
+      lastActivity = std::chrono::steady_clock::now();
+      sleepUs = kFirstSleepUs;
+    } else {
+      sleepUs = std::min(sleepUs * 2, kLongestSleepUs);
+    }
   }
 }
 

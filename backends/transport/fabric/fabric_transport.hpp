@@ -72,6 +72,9 @@ class FabricCore {
   void notifyWatchers();
   /// Wakes every waitWord() caller for good (the transport is shutting down).
   void stopWatchers();
+  /// Wakes the progress thread if it sleeps (after a new write was posted: providers with
+  /// manual progress send the rest of a large write only while someone drives the endpoint).
+  void kickProgress() noexcept;
 
   std::string describe() const;  ///< "fabric transport (rank R, provider P)"
   fid_mr* registerRegion(void* data, size_t bytes, uint64_t access, bool cuda, int cudaDevice);
@@ -108,6 +111,10 @@ class FabricCore {
   std::unordered_set<OpContext*> live_;  ///< posted, not yet completed; guarded by mutex_
 
   std::atomic<size_t> registrations_{0}, imports_{0}, connections_{0};
+
+  uint64_t posts_ = 0;                ///< writes posted so far; guarded by mutex_
+  std::atomic<int> wakeFd_{-1};       ///< eventfd of the progress thread (owned by the transport)
+  std::atomic<bool> progressAsleep_{false};  ///< the progress thread is about to sleep or sleeps
 
   /// A thread in waitWord(): the word it waits on and the value it must exceed.
   struct Watch {
@@ -177,7 +184,7 @@ class FabricTransport final : public backend::Transport {
  private:
   void progressLoop() noexcept;
   std::shared_ptr<FabricCore> core_;
-  int stopFd_ = -1;  ///< eventfd that wakes the progress thread for shutdown
+  int wakeFd_ = -1;  ///< eventfd that wakes the progress thread (new writes, shutdown)
   std::atomic<bool> stop_{false};
   std::thread progress_;
 };
