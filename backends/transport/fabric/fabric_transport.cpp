@@ -38,7 +38,7 @@ constexpr auto kProbeInterval = std::chrono::milliseconds(100);
 // Back-off of the waits that cannot block on a descriptor: 10 us doubling to this cap.
 constexpr int64_t kMaxBackoffUs = 1000;
 // The progress thread keeps driving in-flight writes (instead of sleeping on the wait fd) as
-// long as one of them completed within this time.
+// long as one of them was posted or completed within this time.
 constexpr auto kBusySpin = std::chrono::milliseconds(20);
 // A connection being destroyed waits this long for its own operations before it lets go.
 constexpr double kCloseGraceSeconds = 1.0;

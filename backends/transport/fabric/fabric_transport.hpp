@@ -65,8 +65,8 @@ class FabricCore {
   void* internalDesc() noexcept;
   uint64_t* probeSource() noexcept;
 
-  /// Blocks until *word > above (true), maxSeconds pass or stop() (false). The progress thread
-  /// and every other thread that drives the CQ wake it through notifyWatchers().
+  /// Blocks until *word > above (true), maxSeconds pass or stopWatchers() (false). The progress
+  /// thread and every other thread that drives the CQ wake it through notifyWatchers().
   bool waitWord(const uint64_t* word, uint64_t above, double maxSeconds);
   /// Wakes the waitWord() callers whose word has reached its value. Cheap without waiters.
   void notifyWatchers();
@@ -112,8 +112,8 @@ class FabricCore {
 
   std::atomic<size_t> registrations_{0}, imports_{0}, connections_{0};
 
-  uint64_t posts_ = 0;                ///< writes posted so far; guarded by mutex_
-  std::atomic<int> wakeFd_{-1};       ///< eventfd of the progress thread (owned by the transport)
+  uint64_t posts_ = 0;           ///< writes posted so far; guarded by mutex_
+  std::atomic<int> wakeFd_{-1};  ///< eventfd of the progress thread (owned by the transport)
   std::atomic<bool> progressAsleep_{false};  ///< the progress thread is about to sleep or sleeps
 
   /// A thread in waitWord(): the word it waits on and the value it must exceed.
