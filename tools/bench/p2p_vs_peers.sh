@@ -93,9 +93,7 @@ to_bytes() {
 # ("MIN MAX ITERS" each; ITERS empty = the tool's default).
 runs=()
 if [[ -n $volume ]]; then
-  vol=$(to_bytes "$volume")
-  lo=$(to_bytes "$min")
-  hi=$(to_bytes "$max")
+  vol=$(to_bytes "$volume") && lo=$(to_bytes "$min") && hi=$(to_bytes "$max") || exit 2
   for ((s = lo; ; s = s * factor > hi && s < hi ? hi : s * factor)); do
     n=$((vol / s > 20 ? vol / s : 20))
     runs+=("$s $s $n")
