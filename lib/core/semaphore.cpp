@@ -80,7 +80,9 @@ void HostSemaphore::wait(double timeoutSeconds) {
       return;
     }
     auto now = std::chrono::steady_clock::now();
-    if (now - lastCheck > std::chrono::milliseconds(10)) {
+    // Also at once when the deadline has passed: a blocking wait given no time left would
+    // otherwise return at once and loop until the next periodic check.
+    if (now - lastCheck > std::chrono::milliseconds(10) || deadline.expired()) {
       lastCheck = now;
       I.conn->checkPeer();
       if (deadline.expired()) {
