@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Ranks started with different bootstrap backends (or another setting that selects an algorithm)
 # fail together with a message that names both values, instead of hanging until a timeout.
-# Rank 0 gets FIRST, the others SECOND, in the environment variable VAR.
+# Rank 0 gets FIRST, the others SECOND, in the environment variable VAR. LATE (root or others)
+# starts that side 1.5 s after the other, so both orders of arrival are covered whatever the
+# machine's speed.
 #
-# Usage: test_mixed_backends.sh STRATA_RUN STRATA_PERF FIRST SECOND [VAR]
+# Usage: test_mixed_backends.sh STRATA_RUN STRATA_PERF FIRST SECOND [VAR] [LATE]
 set -uo pipefail
-run=$1 perf=$2 first=$3 second=$4 var=${5:-STRATA_BOOTSTRAP_BACKEND}
+run=$1 perf=$2 first=$3 second=$4 var=${5:-STRATA_BOOTSTRAP_BACKEND} late=${6:-}
+case $late in
+  '') rootDelay=0 othersDelay=0 ;;
+  root) rootDelay=1.5 othersDelay=0 ;;
+  others) rootDelay=0 othersDelay=1.5 ;;
+  *) echo "test_mixed_backends.sh: LATE must be root or others, not '$late'" >&2; exit 2 ;;
+esac
 case $var in
   STRATA_BOOTSTRAP_BACKEND) what="bootstrap backend" ;;
   *) what=$(tr 'A-Z_' 'a-z.' <<<"${var#STRATA_}") ;;
@@ -14,7 +22,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat >"$work/rank.sh" <<EOS
 #!/usr/bin/env bash
-if [[ \$STRATA_RANK == 0 ]]; then export $var=$first; else export $var=$second; fi
+if [[ \$STRATA_RANK == 0 ]]; then export $var=$first; sleep $rootDelay; else export $var=$second; sleep $othersDelay; fi
 exec "$perf" bootstrap --ops barrier -n 5 -w 1
 EOS
 chmod +x "$work/rank.sh"

@@ -12,8 +12,9 @@
 // Mixed backends: a ucx rank whose UCX connection fails looks for a strata TCP rendezvous on
 // the root port (a CHALLENGE record sent unasked); if it finds one it checks in there with its
 // ucx record, so a tcp rank 0 names the mismatch and rejects every rank. A ucx rank 0 started
-// by strata-run takes the connections already queued on the inherited socket before it closes
-// it; a tcp rank among them is named and rejected the same way (docs/backends.md).
+// by strata-run serves the strata handshake on the inherited socket until every rank checked
+// in there, and only then opens its UCX listener; a tcp rank is named and rejected the same
+// way, whenever it arrives (docs/backends.md).
 //
 // Messages use UCX tag matching. The 64-bit tag holds a kind (user, collective, abort, setup,
 // handshake) in the top 8 bits, the sender's rank (for handshakes: the connection id) in the
@@ -286,11 +287,13 @@ class UcxBootstrap final : public Bootstrap {
   // Set-up and tear-down.
   void initUcx();
   void teardown() noexcept;
-  void drainInheritedSocket(int fd);
-  void serveRendezvous(const std::vector<net::SockAddr>& rootAddrs);
+  std::string timeoutMessage(int count, const std::vector<int>& missing) const;
+  std::vector<net::Fd> serveInheritedSocket(int fd, const Deadline& deadline);
+  void serveRendezvous(const std::vector<net::SockAddr>& rootAddrs, const Deadline& deadline,
+                       std::vector<net::Fd>* held);
   void checkIn(const std::vector<net::SockAddr>& rootAddrs, const std::vector<uint8_t>& myAddress);
   bool checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
-                      const std::vector<uint8_t>& hello);
+                      const std::vector<uint8_t>& hello, double& probeWait);
   static void onConnRequest(ucp_conn_request_h request, void* arg);
   static void onRvError(void* arg, ucp_ep_h ep, ucs_status_t status);
   void rvSend(Lock& lk, RvConn& c, uint32_t step, std::vector<uint8_t> record);
@@ -443,14 +446,17 @@ UcxBootstrap::UcxBootstrap(const Config& config) {
     auto rootAddrs = net::resolve(rootHost, rootPort);
 
     if (launch_.rank == 0) {
+      Deadline deadline = Deadline::fromTimeout(connectTimeout_);
+      std::vector<net::Fd> held;
       {
         std::lock_guard rootLock(gRootMu);
         if (launch_.rootFd >= 0 && !gRootFdClosed) {
-          // The UCX listener needs the port: take what is queued on strata-run's socket (a
-          // tcp rank must hear why it is refused), then close it right before binding.
+          // The UCX listener needs the port: serve the strata handshake on strata-run's
+          // socket until every rank checked in there (a tcp rank must hear why it is
+          // refused), then close it right before binding.
           gRootFdClosed = true;
           try {
-            drainInheritedSocket(launch_.rootFd);
+            held = serveInheritedSocket(launch_.rootFd, deadline);
           } catch (...) {
             ::close(launch_.rootFd);
             throw;
@@ -458,7 +464,7 @@ UcxBootstrap::UcxBootstrap(const Config& config) {
           ::close(launch_.rootFd);
         }
       }
-      serveRendezvous(rootAddrs);
+      serveRendezvous(rootAddrs, deadline, &held);
     } else {
       checkIn(rootAddrs, myAddress);
     }
@@ -757,11 +763,34 @@ void UcxBootstrap::rvClose(Lock& lk, bool force) {
   for (auto& c : closing) ucp_request_free(c.first);
 }
 
-// strata-run's socket may already hold connections: ucx ranks that tried before the listener
-// existed (they retry), and ranks started with bootstrap.backend=tcp, which wait for a strata
-// handshake and would otherwise hang until bootstrap.connect_timeout. Run the tcp handshake on
-// each; a tcp check-in record fails the job and every such rank gets the REJECT.
-void UcxBootstrap::drainInheritedSocket(int fd) {
+// The message of a rendezvous that ran out of time, naming the ranks that never checked in.
+std::string UcxBootstrap::timeoutMessage(int count, const std::vector<int>& missing) const {
+  std::string list;
+  for (size_t i = 0; i < missing.size() && i < 16; ++i) {
+    list += (i ? ", " : "") + std::to_string(missing[i]);
+  }
+  if (missing.size() > 16) list += fmt::format(" and {} more", missing.size() - 16);
+  return fmt::format(
+      "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
+      "{}. Check that every rank was started with the same bootstrap.backend and "
+      "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
+      root_, connectTimeout_, count, launch_.size, list, root_);
+}
+
+// Under strata-run, rank 0 inherits the launcher's socket on the root port, and the other
+// ranks may reach it before any UCX listener exists. Ranks started with bootstrap.backend=tcp
+// wait there for a strata handshake; a UCX listener never sends one, so if rank 0 closed this
+// socket early they would wait until bootstrap.connect_timeout and rank 0 would never learn
+// why they are missing. So rank 0 serves the strata handshake on this socket until every rank
+// has checked in on it:
+//  - a ucx rank's UCX connection to this socket fails the handshake and is closed; the rank
+//    then checks in over TCP with its ucx hello (checkInOverTcp), and that connection is held;
+//  - any other check-in record fails the job at once: that rank and every rank held so far
+//    get the REJECT naming both backends;
+//  - once every rank is held, the caller closes this socket, opens the UCX listener and only
+//    then releases the held connections, whose ranks retry over UCX and find it.
+// Returns the held connections.
+std::vector<net::Fd> UcxBootstrap::serveInheritedSocket(int fd, const Deadline& deadline) {
   const int n = launch_.size;
   net::setNonBlocking(fd);
   struct Client {
@@ -769,66 +798,85 @@ void UcxBootstrap::drainInheritedSocket(int fd) {
     handshake::RecordReader reader;
   };
   std::list<Client> clients;
-  for (;;) {
-    net::SockAddr remote;
-    net::Fd c = net::acceptOne(fd, &remote);
-    if (!c.valid()) break;
-    clients.push_back(Client{
-        handshake::ListenSide(std::move(c), remote, launch_.secret, handshake::Purpose::Rendezvous,
-                              0, n, Deadline::fromTimeout(handshakeTimeout_)),
-        handshake::RecordReader(kMaxRecord)});
-  }
-  if (clients.empty()) return;
-  STRATA_LOG(Debug, kSub, "rendezvous: {} connection(s) queued on the inherited socket",
-             clients.size());
+  std::vector<net::Fd> held(static_cast<size_t>(n));
   std::vector<net::Fd> rejected;
+  int count = 1, failurePeer = -1;
   std::string failure;
-  int failurePeer = -1;
-  while (!clients.empty()) {
+  bool timedOut = false;
+  while (count < n && failure.empty()) {
+    if (deadline.expired()) {
+      std::vector<int> missing;
+      for (int r = 1; r < n; ++r) {
+        if (!held[static_cast<size_t>(r)].valid()) missing.push_back(r);
+      }
+      timedOut = true;
+      failure = timeoutMessage(count, missing);
+      break;
+    }
+    for (;;) {
+      net::SockAddr remote;
+      net::Fd c = net::acceptOne(fd, &remote);
+      if (!c.valid()) break;
+      clients.push_back(Client{
+          handshake::ListenSide(std::move(c), remote, launch_.secret,
+                                handshake::Purpose::Rendezvous, 0, n,
+                                Deadline::fromTimeout(handshakeTimeout_)),
+          handshake::RecordReader(kMaxRecord)});
+    }
     std::vector<pollfd> fds;
-    Deadline next = Deadline::never();
+    fds.push_back({fd, POLLIN, 0});
+    Deadline next = deadline;
     for (auto& c : clients) {
       fds.push_back({c.hs.fd(), POLLIN, 0});
       next = Deadline::earlier(next, c.hs.deadline());
     }
-    ::poll(fds.data(), fds.size(), next.pollMs(1000) + 1);
-    size_t i = 0;
-    for (auto it = clients.begin(); it != clients.end(); ++i) {
+    if (::poll(fds.data(), fds.size(), next.pollMs(1000) + 1) < 0 && errno != EINTR) {
+      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(errno)));
+    }
+    size_t i = 1;
+    for (auto it = clients.begin(); it != clients.end() && failure.empty(); ++i) {
       Client& c = *it;
-      bool readable = fds[i].revents != 0, drop = false;
+      bool readable = i < fds.size() && fds[i].revents != 0, drop = false;
       if (c.hs.state() == handshake::ListenSide::State::InProgress &&
           (readable || c.hs.deadline().expired())) {
         auto st = c.hs.step();
         if (st == handshake::ListenSide::State::Rejected) {
-          // UCX clients that reached this socket before the listener land here.
-          STRATA_LOG(Debug, kSub, "rendezvous: closed a queued connection from {}: {}",
+          // UCX connection attempts land here (Debug: every ucx rank makes one).
+          STRATA_LOG(Debug, kSub, "rendezvous: closed a connection from {} on the root socket: {}",
                      c.hs.remote().toString(), c.hs.reason());
           drop = true;
         } else if (st == handshake::ListenSide::State::Accepted) {
-          readable = true;
+          readable = true;  // the record may already be buffered
         }
       }
-      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted) {
+      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
         try {
           if (c.reader.step(c.hs.fd(), "check-in record")) {
+            const int r = c.hs.peerRank();
             uint16_t kind = recordKind(c.reader.record(), kMaxRecord, "check-in record");
-            // A ucx rank that found this socket instead of the listener: it retries over UCX
-            // when the connection closes.
-            if (kind != kHello && failure.empty()) {
-              failurePeer = c.hs.peerRank();
+            if (kind != kHello) {
+              failurePeer = r;
               failure = fmt::format(
                   "ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} has '{}'. "
                   "Every rank must use the same bootstrap.backend (check STRATA_* and "
                   "strata.toml on every node)",
-                  failurePeer, rendezvous::backendOfKind(kind));
+                  r, rendezvous::backendOfKind(kind));
+              rejected.push_back(c.hs.takeFd());
+            } else if (r == 0 || held[static_cast<size_t>(r)].valid()) {
+              failurePeer = r;
+              failure = fmt::format(
+                  "rendezvous: rank {} checked in twice (the second time from {}); two "
+                  "processes were given the same rank",
+                  r, c.hs.remote().toString());
+              rejected.push_back(c.hs.takeFd());
+            } else {
+              held[static_cast<size_t>(r)] = c.hs.takeFd();
+              ++count;
             }
-            if (kind != kHello) rejected.push_back(c.hs.takeFd());
-            drop = true;
-          } else if (c.hs.deadline().expired()) {
             drop = true;
           }
         } catch (const Error& e) {
-          STRATA_LOG(Warn, kSub, "rendezvous: dropped a queued connection from {}: {}",
+          STRATA_LOG(Warn, kSub, "rendezvous: dropped a connection from {}: {}",
                      c.hs.remote().toString(), e.what());
           drop = true;
         }
@@ -836,23 +884,26 @@ void UcxBootstrap::drainInheritedSocket(int fd) {
       it = drop ? clients.erase(it) : std::next(it);
     }
   }
-  if (failure.empty()) return;
+  if (failure.empty()) return held;
   Deadline replyBy = Deadline::after(std::max(1.0, handshakeTimeout_));
+  for (auto& f : held) rejected.push_back(std::move(f));
   for (auto& f : rejected) {
+    if (!f.valid()) continue;
     try {
-      handshake::writeRecord(f.get(), encodeReject(failure, false), replyBy, "rendezvous reject");
+      handshake::writeRecord(f.get(), encodeReject(failure, timedOut), replyBy,
+                             "rendezvous reject");
     } catch (const Error&) {
     }
   }
-  throw Error(ErrorCode::InvalidConfig, failure, failurePeer);
+  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
 }
 
 // Rank 0: a UCX listener on the root address. Each connection is authenticated (challenge,
 // auth, result), then sends its hello; after every rank checked in, each gets the reply (or
 // the same REJECT), and the listener and these endpoints are closed.
-void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs) {
+void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs,
+                                   const Deadline& deadline, std::vector<net::Fd>* held) {
   const int n = launch_.size;
-  Deadline deadline = Deadline::fromTimeout(connectTimeout_);
   Lock lk(mu_);
   {
     // The port may still be held for a moment (an earlier bootstrap's listener, the socket
@@ -877,14 +928,26 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs) 
       lk.lock();
     }
     if (st != UCS_OK) {
-      throw Error(ErrorCode::SystemError,
-                  fmt::format("ucx bootstrap: rank 0 cannot listen for the rendezvous at {}: "
-                              "ucp_listener_create() failed: {}. Check that the port is free "
-                              "and that UCX_TLS/UCX_NET_DEVICES offer a sockaddr transport "
-                              "(tests use UCX_TLS=tcp,self UCX_NET_DEVICES=lo)",
-                              root_, statusText(st)));
+      std::string why =
+          fmt::format("ucx bootstrap: rank 0 cannot listen for the rendezvous at {}: "
+                      "ucp_listener_create() failed: {}. Check that the port is free "
+                      "and that UCX_TLS/UCX_NET_DEVICES offer a sockaddr transport "
+                      "(tests use UCX_TLS=tcp,self UCX_NET_DEVICES=lo)",
+                      root_, statusText(st));
+      Deadline replyBy = Deadline::after(std::max(1.0, handshakeTimeout_));
+      for (auto& f : *held) {
+        if (!f.valid()) continue;
+        try {
+          handshake::writeRecord(f.get(), encodeReject(why, false), replyBy, "rendezvous reject");
+        } catch (const Error&) {
+        }
+      }
+      throw Error(ErrorCode::SystemError, why);
     }
   }
+  // Ranks that checked in on strata-run's socket retry over UCX when it closes their
+  // connection; the listener is up now.
+  held->clear();
   std::vector<RvConn*> byRank(static_cast<size_t>(n), nullptr);
   int count = 1, failurePeer = -1;
   std::string failure;
@@ -1048,17 +1111,8 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs) 
       for (int r = 1; r < n; ++r) {
         if (!byRank[static_cast<size_t>(r)]) missing.push_back(r);
       }
-      std::string list;
-      for (size_t i = 0; i < missing.size() && i < 16; ++i) {
-        list += (i ? ", " : "") + std::to_string(missing[i]);
-      }
-      if (missing.size() > 16) list += fmt::format(" and {} more", missing.size() - 16);
       timedOut = true;
-      failure = fmt::format(
-          "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
-          "{}. Check that every rank was started with the same bootstrap.backend and "
-          "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
-          root_, connectTimeout_, count, n, list, root_);
+      failure = timeoutMessage(count, missing);
       break;
     }
     Deadline next = deadline;
@@ -1082,9 +1136,11 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs) 
 // A ucx rank whose UCX connection failed: is a strata TCP rendezvous (a rank 0 started with
 // bootstrap.backend=tcp) on the root port? Such a listener sends its CHALLENGE unasked, while
 // UCX's waits for the client. If so, check in there with the ucx record, so that rank 0 names
-// the mismatch and rejects every rank alike. Returns false to retry over UCX.
+// the mismatch and rejects every rank alike. A ucx rank 0 serving strata-run's socket
+// (serveInheritedSocket) holds the connection instead, and closes it once its UCX listener is
+// up. Returns false to retry over UCX.
 bool UcxBootstrap::checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
-                                  const std::vector<uint8_t>& hello) {
+                                  const std::vector<uint8_t>& hello, double& probeWait) {
   for (const auto& a : rootAddrs) {
     net::Fd fd;
     try {
@@ -1092,8 +1148,15 @@ bool UcxBootstrap::checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
     } catch (const Error&) {
       continue;
     }
+    // A strata listener sends its CHALLENGE as soon as it accepts. What stays silent is
+    // usually the UCX listener, up since the UCX attempt failed: wait briefly, and longer
+    // each time, in case it is a tcp rank 0 too busy to accept at once.
     pollfd p{fd.get(), POLLIN, 0};
-    if (::poll(&p, 1, 500) <= 0) continue;
+    int ready = ::poll(&p, 1, static_cast<int>(probeWait * 1000));
+    if (ready <= 0) {
+      probeWait = std::min(probeWait * 2, 0.5);
+      continue;
+    }
     uint8_t head[wire::kRecordHeaderSize];
     ssize_t got = ::recv(fd.get(), head, sizeof head, MSG_PEEK | MSG_WAITALL);
     if (got != static_cast<ssize_t>(sizeof head)) continue;
@@ -1130,7 +1193,7 @@ void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
   const auto hello = encodeHello(h);
   Deadline deadline = Deadline::fromTimeout(connectTimeout_);
   std::string what = fmt::format("ucx bootstrap rendezvous with rank 0 at {}", root_);
-  double backoff = 0.005;
+  double backoff = 0.005, probeWait = 0.05;
   size_t attempt = 0;
   std::vector<uint8_t> rec;
   for (;;) {
@@ -1247,7 +1310,7 @@ void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
       }
     }
     // Not a UCX listener (yet): a tcp rank 0, or nothing listening.
-    if (checkInOverTcp(rootAddrs, hello)) return;
+    if (checkInOverTcp(rootAddrs, hello, probeWait)) return;
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
     backoff = std::min(backoff * 2, 0.2);
   }
