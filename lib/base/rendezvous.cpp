@@ -162,6 +162,16 @@ void serve(int listenFd, const Options& opt,
           drop = true;
         }
       }
+      // An authenticated rank that never sends its record: without this its expired deadline
+      // would turn the poll above into a 1 ms loop until the rendezvous deadline.
+      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted &&
+          c.hs.deadline().expired()) {
+        STRATA_LOG(Warn, sub,
+                   "rendezvous: rank {} ({}) sent no check-in record within "
+                   "bootstrap.handshake_timeout; closed",
+                   c.hs.peerRank(), c.hs.remote().toString());
+        drop = true;
+      }
       it = drop ? clients.erase(it) : std::next(it);
     }
     if (rc > 0 && (fds[0].revents & POLLIN) && failure.empty()) {

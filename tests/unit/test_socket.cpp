@@ -6,11 +6,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <strata/error.hpp>
 
 #include "handshake.hpp"
+#include "rendezvous.hpp"
 #include "socket.hpp"
 
 using namespace strata;
@@ -212,4 +214,43 @@ BOOST_AUTO_TEST_CASE(handshake_drops_garbage_and_stalls_on_their_own_deadline) {
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   BOOST_TEST(took >= 0.3);
   BOOST_TEST(took < 3.0);
+}
+
+// A rank that authenticates and then sends no check-in record is closed after
+// bootstrap.handshake_timeout, not kept (and polled every millisecond) until the rendezvous
+// deadline.
+BOOST_AUTO_TEST_CASE(rendezvous_closes_an_authenticated_rank_that_sends_no_record) {
+  Listener l;
+  net::setNonBlocking(l.fd.get());
+  rendezvous::Options o;
+  o.backend = "tcp";
+  o.root = l.addr.toString();
+  o.secret = "secret";
+  o.size = 2;
+  o.helloKind = 10;
+  o.connectTimeout = 3;
+  o.handshakeTimeout = 0.3;
+  std::optional<Error> err;
+  std::thread server([&] {
+    try {
+      rendezvous::serve(
+          l.fd.get(), o, [](int, const std::vector<uint8_t>&) {},
+          [](int) { return std::vector<uint8_t>{}; });
+    } catch (const Error& e) {
+      err = e;
+    }
+  });
+  auto c = net::connectWithRetry({l.addr}, Deadline::after(5), "c");
+  handshake::connectSide(c.get(), "secret", handshake::Purpose::Rendezvous, 1, 2, 0,
+                         Deadline::after(5), "c");
+  auto t0 = Clock::now();
+  pollfd p{c.get(), POLLIN, 0};
+  BOOST_TEST(::poll(&p, 1, 2500) == 1);
+  char b = 0;
+  BOOST_TEST(::recv(c.get(), &b, 1, MSG_DONTWAIT) == 0, "expected the server to close");
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  BOOST_TEST(took < 1.5, "closed after " << took << " s, the handshake timeout is 0.3 s");
+  server.join();
+  BOOST_REQUIRE(err.has_value());
+  BOOST_TEST(is(*err, ErrorCode::Timeout));
 }

@@ -817,11 +817,10 @@ std::vector<net::Fd> UcxBootstrap::serveInheritedSocket(int fd, const Deadline& 
       net::SockAddr remote;
       net::Fd c = net::acceptOne(fd, &remote);
       if (!c.valid()) break;
-      clients.push_back(Client{
-          handshake::ListenSide(std::move(c), remote, launch_.secret,
-                                handshake::Purpose::Rendezvous, 0, n,
-                                Deadline::fromTimeout(handshakeTimeout_)),
-          handshake::RecordReader(kMaxRecord)});
+      clients.push_back(Client{handshake::ListenSide(std::move(c), remote, launch_.secret,
+                                                     handshake::Purpose::Rendezvous, 0, n,
+                                                     Deadline::fromTimeout(handshakeTimeout_)),
+                               handshake::RecordReader(kMaxRecord)});
     }
     std::vector<pollfd> fds;
     fds.push_back({fd, POLLIN, 0});
@@ -881,6 +880,14 @@ std::vector<net::Fd> UcxBootstrap::serveInheritedSocket(int fd, const Deadline& 
           drop = true;
         }
       }
+      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted &&
+          c.hs.deadline().expired()) {
+        STRATA_LOG(Warn, kSub,
+                   "rendezvous: rank {} ({}) sent no check-in record within "
+                   "bootstrap.handshake_timeout; closed",
+                   c.hs.peerRank(), c.hs.remote().toString());
+        drop = true;
+      }
       it = drop ? clients.erase(it) : std::next(it);
     }
   }
@@ -928,12 +935,12 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs,
       lk.lock();
     }
     if (st != UCS_OK) {
-      std::string why =
-          fmt::format("ucx bootstrap: rank 0 cannot listen for the rendezvous at {}: "
-                      "ucp_listener_create() failed: {}. Check that the port is free "
-                      "and that UCX_TLS/UCX_NET_DEVICES offer a sockaddr transport "
-                      "(tests use UCX_TLS=tcp,self UCX_NET_DEVICES=lo)",
-                      root_, statusText(st));
+      std::string why = fmt::format(
+          "ucx bootstrap: rank 0 cannot listen for the rendezvous at {}: "
+          "ucp_listener_create() failed: {}. Check that the port is free "
+          "and that UCX_TLS/UCX_NET_DEVICES offer a sockaddr transport "
+          "(tests use UCX_TLS=tcp,self UCX_NET_DEVICES=lo)",
+          root_, statusText(st));
       Deadline replyBy = Deadline::after(std::max(1.0, handshakeTimeout_));
       for (auto& f : *held) {
         if (!f.valid()) continue;
