@@ -57,9 +57,18 @@ std::string backendOfKind(uint16_t kind) {
   }
 }
 
-void serve(int listenFd, const Options& opt,
-           const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
-           const std::function<std::vector<uint8_t>(int rank)>& reply) {
+std::string timeoutMessage(const std::string& root, double seconds, int count, int size,
+                           const std::vector<int>& missing) {
+  return fmt::format(
+      "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
+      "{}. Check that every rank was started with the same bootstrap.backend and "
+      "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
+      root, seconds, count, size, rankList(missing), root);
+}
+
+std::vector<net::Fd> collect(
+    int listenFd, const Options& opt,
+    const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn) {
   const int n = opt.size;
   const char* sub = opt.backend.c_str();
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
@@ -70,11 +79,21 @@ void serve(int listenFd, const Options& opt,
   std::list<Client> clients;
   std::vector<net::Fd> ready(static_cast<size_t>(n));
   std::vector<std::string> from(static_cast<size_t>(n));
+  std::vector<net::Fd> duplicates;
   int count = 1;
   std::string failure;
   int failurePeer = -1;
   bool timedOut = false;
   std::string what = fmt::format("{} check-in record", opt.backend);
+  auto logRejected = [&](const handshake::ListenSide& hs) {
+    if (opt.quietRejects) {
+      STRATA_LOG(Debug, sub, "rendezvous: closed a connection from {}: {}", hs.remote().toString(),
+                 hs.reason());
+    } else {
+      STRATA_LOG(Warn, sub, "rendezvous: rejected a connection from {}: {}", hs.remote().toString(),
+                 hs.reason());
+    }
+  };
 
   auto accepted = [&](Client& c) {
     const int r = c.hs.peerRank();
@@ -91,11 +110,14 @@ void serve(int listenFd, const Options& opt,
       ready[static_cast<size_t>(r)] = c.hs.takeFd();  // it gets the REJECT too
       return;
     }
-    if (ready[static_cast<size_t>(r)].valid()) {
+    if (r == 0 || ready[static_cast<size_t>(r)].valid()) {
       failurePeer = r;
-      failure = fmt::format("rendezvous: rank {} checked in twice (from {} and from {}); two "
-                            "processes were given the same rank",
-                            r, from[static_cast<size_t>(r)], c.hs.remote().toString());
+      failure = fmt::format(
+          "rendezvous: rank {} checked in twice (from {} and from {}); two "
+          "processes were given the same rank",
+          r, r == 0 ? std::string("rank 0 itself") : from[static_cast<size_t>(r)],
+          c.hs.remote().toString());
+      duplicates.push_back(c.hs.takeFd());  // it gets the REJECT too
       return;
     }
     try {
@@ -116,11 +138,7 @@ void serve(int listenFd, const Options& opt,
         if (!ready[static_cast<size_t>(r)].valid()) missing.push_back(r);
       }
       timedOut = true;
-      failure = fmt::format(
-          "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
-          "{}. Check that every rank was started with the same bootstrap.backend and "
-          "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
-          opt.root, opt.connectTimeout, count, n, rankList(missing), opt.root);
+      failure = timeoutMessage(opt.root, opt.connectTimeout, count, n, missing);
       break;
     }
     std::vector<pollfd> fds;
@@ -143,8 +161,7 @@ void serve(int listenFd, const Options& opt,
           (readable || c.hs.deadline().expired())) {
         auto st = c.hs.step();
         if (st == handshake::ListenSide::State::Rejected) {
-          STRATA_LOG(Warn, sub, "rendezvous: rejected a connection from {}: {}",
-                     c.hs.remote().toString(), c.hs.reason());
+          logRejected(c.hs);
           drop = true;
         } else if (st == handshake::ListenSide::State::Accepted) {
           readable = true;  // the record may already be buffered
@@ -184,21 +201,39 @@ void serve(int listenFd, const Options& opt,
                                                        Deadline::fromTimeout(opt.handshakeTimeout)),
                                  handshake::RecordReader(opt.maxRecord)});
         if (clients.back().hs.step() == handshake::ListenSide::State::Rejected) {
-          STRATA_LOG(Warn, sub, "rendezvous: rejected a connection from {}: {}",
-                     remote.toString(), clients.back().hs.reason());
+          logRejected(clients.back().hs);
           clients.pop_back();
         }
       }
     }
   }
+  if (failure.empty()) return ready;
   Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
-  for (int r = 1; r < n; ++r) {
+  for (auto& fd : duplicates) ready.push_back(std::move(fd));
+  for (auto& fd : ready) {
+    if (!fd.valid()) continue;
+    try {
+      handshake::writeRecord(fd.get(), encodeReject(opt.backend, failure, timedOut), replyDeadline,
+                             "rendezvous reject");
+    } catch (const Error&) {
+    }
+  }
+  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
+}
+
+void serve(int listenFd, const Options& opt,
+           const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
+           const std::function<std::vector<uint8_t>(int rank)>& reply) {
+  std::vector<net::Fd> ready = collect(listenFd, opt, onCheckIn);
+  std::string failure;
+  int failurePeer = -1;
+  Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
+  for (int r = 1; r < opt.size; ++r) {
     auto& fd = ready[static_cast<size_t>(r)];
     if (!fd.valid()) continue;
     try {
       handshake::writeRecord(fd.get(),
-                             failure.empty() ? reply(r)
-                                             : encodeReject(opt.backend, failure, timedOut),
+                             failure.empty() ? reply(r) : encodeReject(opt.backend, failure, false),
                              replyDeadline, fmt::format("rendezvous reply to rank {}", r));
     } catch (const Error& e) {
       if (failure.empty()) {
@@ -207,9 +242,7 @@ void serve(int listenFd, const Options& opt,
       }
     }
   }
-  if (!failure.empty()) {
-    throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
-  }
+  if (!failure.empty()) throw Error(ErrorCode::InvalidConfig, failure, failurePeer);
 }
 
 std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const Options& opt,

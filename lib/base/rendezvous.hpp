@@ -34,7 +34,18 @@ struct Options {
   double connectTimeout = 60;    ///< the whole rendezvous; <= 0: no deadline
   double handshakeTimeout = 5;   ///< per connection; <= 0: no deadline
   size_t maxRecord = 4096;       ///< largest check-in body
+  /// Log refused connections at debug instead of warn: for a server that expects some, like a
+  /// ucx rank 0 on strata-run's socket, where every ucx rank's first UCX attempt lands.
+  bool quietRejects = false;
 };
+
+/// Rank 0, for a backend that answers the ranks itself: collects one check-in record from each
+/// rank 1..size-1 as serve() below does and returns their connections, indexed by rank (entry 0
+/// empty), with nothing sent on them yet. On a failure every connected rank gets the REJECT,
+/// and the error is thrown, as in serve().
+STRATA_API std::vector<net::Fd> collect(
+    int listenFd, const Options& options,
+    const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn);
 
 /// Rank 0. Collects one check-in record from each rank 1..size-1. `onCheckIn(rank, record)`
 /// gets the whole record (header included) of an authenticated rank; it stores what it needs
@@ -57,6 +68,11 @@ STRATA_API std::vector<uint8_t> encodeReject(const std::string& backend, const s
                                              bool timedOut);
 /// Throws the error a REJECT record carries (Timeout or InvalidConfig, peer 0).
 [[noreturn]] STRATA_API void throwReject(std::span<const uint8_t> record);
+
+/// The error message of a rendezvous that ran out of time: what was waited for, and the
+/// ranks that never checked in (the first 16).
+STRATA_API std::string timeoutMessage(const std::string& root, double seconds, int count, int size,
+                                      const std::vector<int>& missing);
 
 /// The backend whose check-in record has this kind ("tcp", "ucx"), for mismatch messages.
 STRATA_API std::string backendOfKind(uint16_t kind);

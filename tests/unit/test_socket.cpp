@@ -14,6 +14,7 @@
 #include "handshake.hpp"
 #include "rendezvous.hpp"
 #include "socket.hpp"
+#include "wire.hpp"
 
 using namespace strata;
 using Clock = std::chrono::steady_clock;
@@ -253,4 +254,38 @@ BOOST_AUTO_TEST_CASE(rendezvous_closes_an_authenticated_rank_that_sends_no_recor
   server.join();
   BOOST_REQUIRE(err.has_value());
   BOOST_TEST(is(*err, ErrorCode::Timeout));
+}
+
+// A second process that authenticates as rank 0 fails the rendezvous, naming it, instead of
+// being counted in place of a real rank.
+BOOST_AUTO_TEST_CASE(rendezvous_fails_on_a_second_rank_0) {
+  Listener l;
+  net::setNonBlocking(l.fd.get());
+  rendezvous::Options o;
+  o.backend = "tcp";
+  o.root = l.addr.toString();
+  o.secret = "secret";
+  o.size = 2;
+  o.helloKind = 10;
+  o.connectTimeout = 5;
+  o.handshakeTimeout = 5;
+  std::optional<Error> err;
+  std::thread server([&] {
+    try {
+      rendezvous::serve(
+          l.fd.get(), o, [](int, const std::vector<uint8_t>&) {},
+          [](int) { return std::vector<uint8_t>{}; });
+    } catch (const Error& e) {
+      err = e;
+    }
+  });
+  auto rejected = expectError([&] {
+    rendezvous::checkIn({l.addr}, o, 0, wire::encodeRecord(10, 1, std::vector<uint8_t>{}));
+  });
+  server.join();
+  BOOST_REQUIRE(err.has_value());
+  BOOST_TEST(is(*err, ErrorCode::InvalidConfig));
+  BOOST_TEST(std::string(err->what()).find("rank 0 checked in twice") != std::string::npos,
+             err->what());
+  BOOST_TEST(is(rejected, ErrorCode::InvalidConfig));
 }

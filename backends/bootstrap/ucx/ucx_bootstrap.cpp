@@ -287,8 +287,7 @@ class UcxBootstrap final : public Bootstrap {
   // Set-up and tear-down.
   void initUcx();
   void teardown() noexcept;
-  std::string timeoutMessage(int count, const std::vector<int>& missing) const;
-  std::vector<net::Fd> serveInheritedSocket(int fd, const Deadline& deadline);
+  std::vector<net::Fd> serveInheritedSocket(int fd);
   void serveRendezvous(const std::vector<net::SockAddr>& rootAddrs, const Deadline& deadline,
                        std::vector<net::Fd>* held);
   void checkIn(const std::vector<net::SockAddr>& rootAddrs, const std::vector<uint8_t>& myAddress);
@@ -456,7 +455,7 @@ UcxBootstrap::UcxBootstrap(const Config& config) {
           // refused), then close it right before binding.
           gRootFdClosed = true;
           try {
-            held = serveInheritedSocket(launch_.rootFd, deadline);
+            held = serveInheritedSocket(launch_.rootFd);
           } catch (...) {
             ::close(launch_.rootFd);
             throw;
@@ -763,146 +762,33 @@ void UcxBootstrap::rvClose(Lock& lk, bool force) {
   for (auto& c : closing) ucp_request_free(c.first);
 }
 
-// The message of a rendezvous that ran out of time, naming the ranks that never checked in.
-std::string UcxBootstrap::timeoutMessage(int count, const std::vector<int>& missing) const {
-  std::string list;
-  for (size_t i = 0; i < missing.size() && i < 16; ++i) {
-    list += (i ? ", " : "") + std::to_string(missing[i]);
-  }
-  if (missing.size() > 16) list += fmt::format(" and {} more", missing.size() - 16);
-  return fmt::format(
-      "rendezvous at {} timed out after {} s: {} of {} ranks checked in; missing ranks: "
-      "{}. Check that every rank was started with the same bootstrap.backend and "
-      "STRATA_ROOT/SLURM step, and can reach {} (bootstrap.connect_timeout to wait longer)",
-      root_, connectTimeout_, count, launch_.size, list, root_);
-}
-
 // Under strata-run, rank 0 inherits the launcher's socket on the root port, and the other
 // ranks may reach it before any UCX listener exists. Ranks started with bootstrap.backend=tcp
 // wait there for a strata handshake; a UCX listener never sends one, so if rank 0 closed this
 // socket early they would wait until bootstrap.connect_timeout and rank 0 would never learn
-// why they are missing. So rank 0 serves the strata handshake on this socket until every rank
-// has checked in on it:
-//  - a ucx rank's UCX connection to this socket fails the handshake and is closed; the rank
-//    then checks in over TCP with its ucx hello (checkInOverTcp), and that connection is held;
+// why they are missing. So rank 0 runs the shared strata rendezvous server on this socket
+// (rendezvous::collect) until every rank has checked in on it:
+//  - a ucx rank's UCX connection to this socket fails the handshake and is closed (logged at
+//    debug); the rank then checks in over TCP with its ucx hello (checkInOverTcp), and that
+//    connection is held;
 //  - any other check-in record fails the job at once: that rank and every rank held so far
 //    get the REJECT naming both backends;
 //  - once every rank is held, the caller closes this socket, opens the UCX listener and only
 //    then releases the held connections, whose ranks retry over UCX and find it.
 // Returns the held connections.
-std::vector<net::Fd> UcxBootstrap::serveInheritedSocket(int fd, const Deadline& deadline) {
-  const int n = launch_.size;
+std::vector<net::Fd> UcxBootstrap::serveInheritedSocket(int fd) {
   net::setNonBlocking(fd);
-  struct Client {
-    handshake::ListenSide hs;
-    handshake::RecordReader reader;
-  };
-  std::list<Client> clients;
-  std::vector<net::Fd> held(static_cast<size_t>(n));
-  std::vector<net::Fd> rejected;
-  int count = 1, failurePeer = -1;
-  std::string failure;
-  bool timedOut = false;
-  while (count < n && failure.empty()) {
-    if (deadline.expired()) {
-      std::vector<int> missing;
-      for (int r = 1; r < n; ++r) {
-        if (!held[static_cast<size_t>(r)].valid()) missing.push_back(r);
-      }
-      timedOut = true;
-      failure = timeoutMessage(count, missing);
-      break;
-    }
-    for (;;) {
-      net::SockAddr remote;
-      net::Fd c = net::acceptOne(fd, &remote);
-      if (!c.valid()) break;
-      clients.push_back(Client{handshake::ListenSide(std::move(c), remote, launch_.secret,
-                                                     handshake::Purpose::Rendezvous, 0, n,
-                                                     Deadline::fromTimeout(handshakeTimeout_)),
-                               handshake::RecordReader(kMaxRecord)});
-    }
-    std::vector<pollfd> fds;
-    fds.push_back({fd, POLLIN, 0});
-    Deadline next = deadline;
-    for (auto& c : clients) {
-      fds.push_back({c.hs.fd(), POLLIN, 0});
-      next = Deadline::earlier(next, c.hs.deadline());
-    }
-    if (::poll(fds.data(), fds.size(), next.pollMs(1000) + 1) < 0 && errno != EINTR) {
-      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(errno)));
-    }
-    size_t i = 1;
-    for (auto it = clients.begin(); it != clients.end() && failure.empty(); ++i) {
-      Client& c = *it;
-      bool readable = i < fds.size() && fds[i].revents != 0, drop = false;
-      if (c.hs.state() == handshake::ListenSide::State::InProgress &&
-          (readable || c.hs.deadline().expired())) {
-        auto st = c.hs.step();
-        if (st == handshake::ListenSide::State::Rejected) {
-          // UCX connection attempts land here (Debug: every ucx rank makes one).
-          STRATA_LOG(Debug, kSub, "rendezvous: closed a connection from {} on the root socket: {}",
-                     c.hs.remote().toString(), c.hs.reason());
-          drop = true;
-        } else if (st == handshake::ListenSide::State::Accepted) {
-          readable = true;  // the record may already be buffered
-        }
-      }
-      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted && readable) {
-        try {
-          if (c.reader.step(c.hs.fd(), "check-in record")) {
-            const int r = c.hs.peerRank();
-            uint16_t kind = recordKind(c.reader.record(), kMaxRecord, "check-in record");
-            if (kind != kHello) {
-              failurePeer = r;
-              failure = fmt::format(
-                  "ranks disagree on bootstrap backend: rank 0 has 'ucx', rank {} has '{}'. "
-                  "Every rank must use the same bootstrap.backend (check STRATA_* and "
-                  "strata.toml on every node)",
-                  r, rendezvous::backendOfKind(kind));
-              rejected.push_back(c.hs.takeFd());
-            } else if (r == 0 || held[static_cast<size_t>(r)].valid()) {
-              failurePeer = r;
-              failure = fmt::format(
-                  "rendezvous: rank {} checked in twice (the second time from {}); two "
-                  "processes were given the same rank",
-                  r, c.hs.remote().toString());
-              rejected.push_back(c.hs.takeFd());
-            } else {
-              held[static_cast<size_t>(r)] = c.hs.takeFd();
-              ++count;
-            }
-            drop = true;
-          }
-        } catch (const Error& e) {
-          STRATA_LOG(Warn, kSub, "rendezvous: dropped a connection from {}: {}",
-                     c.hs.remote().toString(), e.what());
-          drop = true;
-        }
-      }
-      if (!drop && c.hs.state() == handshake::ListenSide::State::Accepted &&
-          c.hs.deadline().expired()) {
-        STRATA_LOG(Warn, kSub,
-                   "rendezvous: rank {} ({}) sent no check-in record within "
-                   "bootstrap.handshake_timeout; closed",
-                   c.hs.peerRank(), c.hs.remote().toString());
-        drop = true;
-      }
-      it = drop ? clients.erase(it) : std::next(it);
-    }
-  }
-  if (failure.empty()) return held;
-  Deadline replyBy = Deadline::after(std::max(1.0, handshakeTimeout_));
-  for (auto& f : held) rejected.push_back(std::move(f));
-  for (auto& f : rejected) {
-    if (!f.valid()) continue;
-    try {
-      handshake::writeRecord(f.get(), encodeReject(failure, timedOut), replyBy,
-                             "rendezvous reject");
-    } catch (const Error&) {
-    }
-  }
-  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
+  rendezvous::Options opt;
+  opt.backend = "ucx";
+  opt.root = root_;
+  opt.secret = launch_.secret;
+  opt.size = launch_.size;
+  opt.helloKind = kHello;
+  opt.connectTimeout = connectTimeout_;
+  opt.handshakeTimeout = handshakeTimeout_;
+  opt.maxRecord = kMaxRecord;
+  opt.quietRejects = true;
+  return rendezvous::collect(fd, opt, [](int, const std::vector<uint8_t>&) {});
 }
 
 // Rank 0: a UCX listener on the root address. Each connection is authenticated (challenge,
@@ -1119,7 +1005,7 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs,
         if (!byRank[static_cast<size_t>(r)]) missing.push_back(r);
       }
       timedOut = true;
-      failure = timeoutMessage(count, missing);
+      failure = rendezvous::timeoutMessage(root_, connectTimeout_, count, n, missing);
       break;
     }
     Deadline next = deadline;
