@@ -40,9 +40,6 @@ using strata::testing::fillPattern;
 using strata::testing::launchEnv;
 using strata::testing::ReductionInputs;
 
-#define RANK_SCOPE() \
-  BOOST_TEST_INFO_SCOPE("rank " << launchEnv().rank << " of " << launchEnv().size)
-
 namespace {
 
 constexpr DataType kTypes[] = {

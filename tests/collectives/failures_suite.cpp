@@ -45,9 +45,6 @@ using strata::testing::namesRank;
 using strata::testing::secondsSince;
 using Clock = std::chrono::steady_clock;
 
-#define RANK_SCOPE() \
-  BOOST_TEST_INFO_SCOPE("rank " << launchEnv().rank << " of " << launchEnv().size)
-
 #define REQUIRE_RANKS(n)                                                         \
   do {                                                                           \
     if (launchEnv().size < (n)) {                                                \

@@ -42,10 +42,6 @@ using strata::testing::namesRank;
 using strata::testing::secondsSince;
 using Clock = std::chrono::steady_clock;
 
-// Every failure message says which rank saw it: all ranks write to the same output.
-#define RANK_SCOPE() \
-  BOOST_TEST_INFO_SCOPE("rank " << launchEnv().rank << " of " << launchEnv().size)
-
 // Every case but identity needs a peer; all ranks see the same size, so all skip alike.
 #define REQUIRE_PEERS(bs)                                                              \
   do {                                                                                 \

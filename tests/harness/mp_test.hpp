@@ -74,3 +74,9 @@ void fillPattern(void* data, size_t bytes, uint64_t seed);
 size_t checkPattern(const void* data, size_t bytes, uint64_t seed);
 
 }  // namespace strata::testing
+
+// Every failure message says which rank saw it: all ranks write to the same output. For
+// Boost.Test cases; expands where it is used, so this header needs no Boost include.
+#define RANK_SCOPE()                                                             \
+  BOOST_TEST_INFO_SCOPE("rank " << ::strata::testing::launchEnv().rank << " of " \
+                                << ::strata::testing::launchEnv().size)

@@ -181,23 +181,6 @@ const DataType kTypes[] = {
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
                          ReduceOp::Avg};
 
-size_t elemSize(DataType t) {
-  switch (t) {
-    case DataType::Int8:
-    case DataType::Uint8:
-      return 1;
-    case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
-    case DataType::Int32:
-    case DataType::Uint32:
-    case DataType::Float32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 std::string name(DataType t, ReduceOp op) {
   return std::to_string(static_cast<int>(t)) + "/" + std::to_string(static_cast<int>(op));
 }
@@ -321,7 +304,7 @@ void fillRandom(uint8_t* p, size_t count, DataType t, std::mt19937_64& rng) {
         put<double>(p, i, v);
         break;
       default:
-        std::memcpy(p + i * elemSize(t), &r, elemSize(t));
+        std::memcpy(p + i * strata::sizeOf(t), &r, strata::sizeOf(t));
     }
   }
 }
@@ -329,7 +312,7 @@ void fillRandom(uint8_t* p, size_t count, DataType t, std::mt19937_64& rng) {
 // Bit-identical, except that two NaNs of a float type match whatever their payloads: the
 // compiler may swap the operands of the reference's a + b, and x86 returns the first NaN.
 bool sameElements(const uint8_t* got, const uint8_t* want, size_t count, DataType t) {
-  if (std::memcmp(got, want, count * elemSize(t)) == 0) return true;
+  if (std::memcmp(got, want, count * strata::sizeOf(t)) == 0) return true;
   for (size_t i = 0; i < count; ++i) {
     bool same;
     switch (t) {
@@ -354,7 +337,8 @@ bool sameElements(const uint8_t* got, const uint8_t* want, size_t count, DataTyp
         break;
       }
       default:
-        same = std::memcmp(got + i * elemSize(t), want + i * elemSize(t), elemSize(t)) == 0;
+        same = std::memcmp(got + i * strata::sizeOf(t), want + i * strata::sizeOf(t),
+                           strata::sizeOf(t)) == 0;
     }
     if (!same) {
       BOOST_TEST_MESSAGE("element " << i << " differs");
@@ -399,7 +383,7 @@ BOTH_PATHS_TEST_CASE(reduce_into_matches_reference) {
   std::mt19937_64 rng(42);
   const size_t kGuard = 16;
   for (DataType t : kTypes) {
-    const size_t es = elemSize(t);
+    const size_t es = strata::sizeOf(t);
     for (ReduceOp op : kOps) {
       for (size_t count : kCounts) {
         for (size_t dstOff : {0, 1, 3}) {
@@ -493,7 +477,7 @@ BOTH_PATHS_TEST_CASE(reduce_into_edge_values) {
 BOTH_PATHS_TEST_CASE(reduce_many_matches_reference_and_ignores_aliasing) {
   std::mt19937_64 rng(1234);
   for (DataType t : kTypes) {
-    const size_t es = elemSize(t);
+    const size_t es = strata::sizeOf(t);
     for (ReduceOp op : kOps) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{33}, size_t{5001}}) {
         for (size_t n : {1, 2, 3, 5}) {
@@ -598,7 +582,7 @@ BOTH_PATHS_TEST_CASE(divide_by_semantics) {
   // Unaligned, odd count, every type: matches element-wise division.
   std::mt19937_64 rng(9);
   for (DataType t : kTypes) {
-    const size_t es = elemSize(t);
+    const size_t es = strata::sizeOf(t);
     const size_t count = 1003;
     std::vector<uint8_t> buf(count * es + 8);
     uint8_t* p = buf.data() + 3;

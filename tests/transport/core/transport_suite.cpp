@@ -46,9 +46,6 @@ using strata::testing::launchEnv;
 using strata::testing::secondsSince;
 using Clock = std::chrono::steady_clock;
 
-#define RANK_SCOPE() \
-  BOOST_TEST_INFO_SCOPE("rank " << launchEnv().rank << " of " << launchEnv().size)
-
 #define REQUIRE_PEERS(ctx)                                                              \
   do {                                                                                  \
     if ((ctx)->size() < 2) {                                                            \
