@@ -82,6 +82,27 @@ void expectDone(Plan& plan, int peer, uint64_t* sink) {
   plan.in[peer].push_back({reinterpret_cast<char*>(sink), sizeof(uint64_t), 2, -1, {}});
 }
 
+/// Single copy, step 0: sends this rank's descriptor to every peer and adds round 0, which
+/// runs once every peer's descriptor is here: it fills descs[p] for each peer (descs[me] stays
+/// empty), then calls then().
+void exchangeDescs(Engine& e, const OpSignature& sig, Plan& plan, const Desc& mine,
+                   std::vector<Desc>& descs, std::function<void()> then) {
+  const size_t me = static_cast<size_t>(e.rank());
+  for (size_t p = 0; p < descs.size(); ++p) {
+    if (p == me) continue;
+    e.queueCopy(static_cast<int>(p), &mine, sizeof mine, sig, 0);
+    plan.in[p].push_back({nullptr, sizeof(Desc), 0, 0, {}});
+  }
+  Round round;
+  round.action = [&descs, me, then = std::move(then)](const std::vector<const char*>& payloads) {
+    for (size_t p = 0; p < descs.size(); ++p) {
+      if (p != me) descs[p] = readDesc(payloads[p]);
+    }
+    then();
+  };
+  plan.rounds.push_back(std::move(round));
+}
+
 bool useSingleCopy(Engine& e, size_t bytes) {
   return e.singleCopy() && e.size() > 1 && bytes >= e.singleCopyMinBytes();
 }
@@ -162,27 +183,16 @@ void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char*
   Plan plan = makePlan(e, sig);
   std::vector<Desc> descs(n);
   std::vector<uint64_t> sink(n);
-  Desc mine{addressOf(s), addressOf(d)};
-  for (size_t p = 0; p < n; ++p) {
-    if (p == me) continue;
-    e.queueCopy(static_cast<int>(p), &mine, sizeof mine, sig, 0);
-    plan.in[p].push_back({nullptr, sizeof(Desc), 0, 0, {}});
-  }
   // Round 0: every descriptor is here; reduce this rank's block from every send buffer, then
   // tell every peer that the block is ready to be read.
-  Round round;
-  round.action = [&](const std::vector<const char*>& payloads) {
-    for (size_t p = 0; p < n; ++p) {
-      if (p != me) descs[p] = readDesc(payloads[p]);
-    }
+  exchangeDescs(e, sig, plan, Desc{addressOf(s), addressOf(d)}, descs, [&] {
     reduceFromPeers(e, descs, s + bl.start(me), d + bl.start(me), bl.start(me), bl.length(me), type,
                     op);
     uint64_t one = 1;
     for (size_t p = 0; p < n; ++p) {
       if (p != me) e.queueCopy(static_cast<int>(p), &one, sizeof one, sig, 1);
     }
-  };
-  plan.rounds.push_back(std::move(round));
+  });
   for (size_t p = 0; p < n; ++p) {
     if (p == me) continue;
     int peer = static_cast<int>(p);
@@ -366,24 +376,13 @@ void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, Da
     Plan plan = makePlan(e, sig);
     std::vector<Desc> descs(n);
     std::vector<uint64_t> sink(n);
-    Desc mine{addressOf(s), 0};
-    for (size_t p = 0; p < n; ++p) {
-      if (p == me) continue;
-      e.queueCopy(static_cast<int>(p), &mine, sizeof mine, sig, 0);
-      plan.in[p].push_back({nullptr, sizeof(Desc), 0, 0, {}});
-    }
-    Round round;
-    round.action = [&](const std::vector<const char*>& payloads) {
-      for (size_t p = 0; p < n; ++p) {
-        if (p != me) descs[p] = readDesc(payloads[p]);
-      }
+    exchangeDescs(e, sig, plan, Desc{addressOf(s), 0}, descs, [&] {
       reduceFromPeers(e, descs, s + me * bytes, static_cast<char*>(recv), me * bytes, bytes, type,
                       op);
       for (size_t p = 0; p < n; ++p) {
         if (p != me) sendDone(e, static_cast<int>(p), sig);
       }
-    };
-    plan.rounds.push_back(std::move(round));
+    });
     for (size_t p = 0; p < n; ++p) {
       if (p != me) expectDone(plan, static_cast<int>(p), &sink[p]);
     }
