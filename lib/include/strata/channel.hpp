@@ -62,21 +62,11 @@ struct MemoryChannel {
     device::storeRelease(remoteInbound, ++outbound);
   }
   /// Consumes one pending signal if there is one; never blocks.
-  STRATA_HOST_DEVICE bool poll() {
-    if (device::loadAcquire(inbound) > expected) {
-      ++expected;
-      return true;
-    }
-    return false;
-  }
+  STRATA_HOST_DEVICE bool poll() { return device::pollSignal(inbound, expected); }
   /// Spins until a signal arrives (and consumes it); false after maxSpins polls (< 0: none).
   /// Host code waits with a deadline and a backoff instead (collectives/host).
   STRATA_HOST_DEVICE bool wait(int64_t maxSpins = -1) {
-    for (int64_t i = 0; maxSpins < 0 || i < maxSpins; ++i) {
-      if (poll()) return true;
-      device::spinPause();
-    }
-    return false;
+    return device::spinWaitSignal(inbound, expected, maxSpins);
   }
 };
 
@@ -203,19 +193,9 @@ struct PortChannel {
     while (!tryFlush(&id)) device::spinPause();
     return fifo.sync(id, maxSpins);
   }
-  STRATA_HOST_DEVICE bool poll() {
-    if (device::loadAcquire(inbound) > expected) {
-      ++expected;
-      return true;
-    }
-    return false;
-  }
+  STRATA_HOST_DEVICE bool poll() { return device::pollSignal(inbound, expected); }
   STRATA_HOST_DEVICE bool wait(int64_t maxSpins = -1) {
-    for (int64_t i = 0; maxSpins < 0 || i < maxSpins; ++i) {
-      if (poll()) return true;
-      device::spinPause();
-    }
-    return false;
+    return device::spinWaitSignal(inbound, expected, maxSpins);
   }
 };
 

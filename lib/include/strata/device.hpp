@@ -66,6 +66,27 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void spinPause() {
 #endif
 }
 
+/// Consumes one pending signal of a counter the peer raises (expected: the signals consumed so
+/// far); never blocks. What MemoryChannel::poll and PortChannel::poll do.
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool pollSignal(const uint64_t* inbound,
+                                                        uint64_t& expected) {
+  if (loadAcquire(inbound) > expected) {
+    ++expected;
+    return true;
+  }
+  return false;
+}
+
+/// Spins on pollSignal until a signal arrives; false after maxSpins polls (< 0: no limit).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool spinWaitSignal(const uint64_t* inbound,
+                                                            uint64_t& expected, int64_t maxSpins) {
+  for (int64_t i = 0; maxSpins < 0 || i < maxSpins; ++i) {
+    if (pollSignal(inbound, expected)) return true;
+    spinPause();
+  }
+  return false;
+}
+
 /// Copies bytes [begin, end) of a transfer split across numThreads cooperating threads, thread
 /// threadId taking every numThreads-th 16-byte unit (coalesced on the GPU; on the host a
 /// single thread passes 0, 1 and gets one memcpy-like loop). Unaligned heads and tails are
