@@ -89,6 +89,16 @@ std::string describe(const OpSignature& s) {
   return text + ")";
 }
 
+/// The call for messages: "allReduce(count 12, float, sum)", plus the step when it is not the
+/// whole call ("allReduce(...) [allReduce (within the host)]").
+std::string describeCall(const OpSignature& sig, const char* what) {
+  std::string call = describe(sig);
+  if (std::string_view(what) != toString(static_cast<OpKind>(sig.op))) {
+    call += fmt::format(" [{}]", what);
+  }
+  return call;
+}
+
 void* mappedPointer(const RegisteredMemory& remote) {
   const auto& impl = remote.impl();
   if (!impl || impl->local || !impl->remote) return nullptr;
@@ -201,6 +211,8 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
                                       (rank_ * 2 + 1) * kFlagStride);
       link.dataPort = proxy_->portChannel(d, inData);
       link.ackPort = proxy_->portChannel(a, inAck);
+      link.dataChannel = d;
+      link.ackChannel = a;
     }
   }
   if (proxy_) proxy_->start();
@@ -224,12 +236,19 @@ Engine::~Engine() {
   if (proxy_) proxy_->stop();
   // What the proxy wrote must land before this process may exit.
   for (Link& link : links_) {
-    if (link.conn && !link.mapped) {
+    if (link.conn && !link.mapped && !link.gone) {
       try {
         link.conn->flush(timeout_);
       } catch (const std::exception& e) {
-        STRATA_LOG(Warn, "coll", "flushing the connection to rank {} at exit: {}", link.peer,
-                   e.what());
+        // Once every chunk was acknowledged, only acks can be left, and a peer that has gone
+        // no longer needs them.
+        if (link.acked < link.sent) {
+          STRATA_LOG(Warn, "coll", "flushing the connection to rank {} at exit: {}", link.peer,
+                     e.what());
+        } else {
+          STRATA_LOG(Debug, "coll", "flushing the connection to rank {} at exit: {}", link.peer,
+                     e.what());
+        }
       }
     }
   }
@@ -243,20 +262,48 @@ bool Engine::anyPending() const {
 }
 
 void Engine::drainOnExit() noexcept {
-  // A rank that sends and then destroys its communicator must not lose the buffered data: wait
-  // (up to transport.timeout) until its receivers have taken it into their slots.
+  // A rank that sends and then destroys its communicator must not lose the buffered data, and
+  // no peer may still write to it once it has gone: wait (up to transport.timeout) until its
+  // receivers have taken every chunk into their slots and acknowledged it. Acks are sent as
+  // soon as a chunk is consumed, so this waits only for peers still in the matching call.
   std::unique_lock<std::mutex> lock(mu_);
-  if (!anyPending() || deliveryError_ || abandoned_) return;
+  if (deliveryError_ || abandoned_) return;
+  auto waitingFor = [](const Link& link) {
+    return link.peer >= 0 && !link.gone && (!link.out.empty() || link.acked < link.sent);
+  };
   auto deadline = Deadline::fromTimeout(timeout_);
+  auto lastCheck = std::chrono::steady_clock::now();
   try {
-    while (anyPending()) {
-      bool progress = false;
+    for (;;) {
+      bool progress = false, waiting = false;
       for (Link& link : links_) {
+        if (!waitingFor(link)) continue;
         while (trySend(link)) progress = true;
+        while (link.acked < link.sent && (link.mapped ? link.ack.poll() : link.ackPort.poll())) {
+          ++link.acked;
+          progress = true;
+        }
+        waiting = waiting || waitingFor(link);
       }
+      if (!waiting || deadline.expired()) break;
       if (progress) continue;
-      if (deadline.expired()) break;
-      checkPeers();
+      auto now = std::chrono::steady_clock::now();
+      if (now - lastCheck > std::chrono::milliseconds(10)) {
+        lastCheck = now;
+        for (Link& link : links_) {
+          if (!waitingFor(link)) continue;
+          try {
+            checkPeer(link);
+          } catch (const Error& e) {
+            // Nobody will take or acknowledge the rest.
+            link.gone = true;
+            STRATA_LOG(Warn, "coll",
+                       "at exit: rank {} is gone with {} chunks this rank sent it not "
+                       "acknowledged and {} not sent: {}",
+                       link.peer, link.sent - link.acked, link.out.size(), e.what());
+          }
+        }
+      }
       lock.unlock();
       timespec ts{0, 100'000};
       nanosleep(&ts, nullptr);
@@ -265,13 +312,22 @@ void Engine::drainOnExit() noexcept {
   } catch (const std::exception& e) {
     STRATA_LOG(Warn, "coll", "delivering buffered send() data at exit: {}", e.what());
   }
-  size_t pending = 0;
-  for (const Link& link : links_) pending += link.out.size();
+  size_t pending = 0, unacked = 0;
+  for (const Link& link : links_) {
+    if (link.gone) continue;
+    pending += link.out.size();
+    unacked += link.sent - link.acked;
+  }
   if (pending) {
     STRATA_LOG(Warn, "coll",
                "communicator destroyed with {} chunks of send() not yet delivered after {} s "
                "(their receivers never called recv)",
                pending, timeout_);
+  } else if (unacked) {
+    STRATA_LOG(Warn, "coll",
+               "communicator destroyed with {} chunks in the receivers' slots that they did not "
+               "take within {} s (a recv() or collective still to come on their side?)",
+               unacked, timeout_);
   }
 }
 
@@ -287,7 +343,7 @@ void Engine::deliveryLoop() {
         while (trySend(link)) {
         }
       }
-      checkPeers();
+      checkPeersWithSends();
     } catch (...) {
       deliveryError_ = std::current_exception();
       continue;
@@ -441,7 +497,8 @@ void Engine::pushToProxy(const Link& link, TryPush tryPush) {
   Backoff backoff;
   auto deadline = Deadline::fromTimeout(timeout_);
   while (!tryPush(&id)) {
-    proxy_->check();
+    proxy_->check(link.dataChannel);
+    proxy_->check(link.ackChannel);
     if (deadline.expired()) {
       throw Error(ErrorCode::Timeout,
                   fmt::format("the proxy FIFO stayed full for {} s while queueing a write to "
@@ -463,6 +520,7 @@ bool Engine::tryArrive(Link& link) {
 
 void Engine::sendAck(Link& link) {
   ++link.consumed;
+  if (link.gone) return;  // it sent all it had and left: nobody reads the ack
   if (link.mapped) {
     link.ack.signal();
   } else {
@@ -500,11 +558,51 @@ void Engine::checkHeader(Link& link, uint64_t chunk, const OpSignature& sig,
   }
 }
 
-void Engine::checkPeers() {
-  for (Link& link : links_) {
-    if (link.conn) link.conn->checkPeer();
+void Engine::checkPeer(Link& link) {
+  if (link.conn) link.conn->checkPeer();
+  if (!link.mapped && proxy_) {
+    proxy_->check(link.dataChannel);
+    proxy_->check(link.ackChannel);
   }
-  if (proxy_) proxy_->check();
+}
+
+bool Engine::needs(const Plan& plan, const std::vector<size_t>& idx, const Link& link) const {
+  const size_t p = static_cast<size_t>(link.peer);
+  return plan.in[p].size() - idx[p] > link.arrived - link.consumed ||
+         (plan.waitForSends && !link.out.empty());
+}
+
+void Engine::checkNeededPeers(const Plan& plan, const std::vector<size_t>& idx, const char* what) {
+  for (Link& link : links_) {
+    if (link.peer < 0 || !needs(plan, idx, link)) continue;
+    try {
+      checkPeer(link);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::PeerLost) throw;
+      // What the peer wrote before it went is here: take it, then decide.
+      while (link.arrived - link.consumed < depth_ && tryArrive(link)) {
+      }
+      if (needs(plan, idx, link)) {
+        const size_t p = static_cast<size_t>(link.peer);
+        throw Error(ErrorCode::PeerLost,
+                    fmt::format("{} needs rank {} ({} of {} pieces from it received, {} pieces "
+                                "to it not yet sent): {}",
+                                describeCall(plan.sig, what), link.peer,
+                                idx[p] + (link.arrived - link.consumed), plan.in[p].size(),
+                                plan.waitForSends ? link.out.size() : 0, e.what()),
+                    link.peer);
+      }
+      link.gone = true;
+      STRATA_LOG(Debug, "coll", "rank {} is gone after sending all this call needs: {}", link.peer,
+                 e.what());
+    }
+  }
+}
+
+void Engine::checkPeersWithSends() {
+  for (Link& link : links_) {
+    if (link.peer >= 0 && !link.out.empty()) checkPeer(link);
+  }
 }
 
 void Engine::flushSendsOrBuffer(int peer) {
@@ -644,15 +742,12 @@ void Engine::run(Plan& plan, const char* what) {
     }
     if (now - lastCheck > std::chrono::milliseconds(10)) {
       lastCheck = now;
-      checkPeers();
+      checkNeededPeers(plan, idx, what);
       if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {
         // Name the peer this rank is stuck on: first one it expects data from and has nothing
         // of (a peer whose chunks wait in the slots for a reduction round is not the culprit),
         // then one it cannot send to (slots full), then any with work left.
-        std::string call = describe(plan.sig);
-        if (std::string_view(what) != toString(static_cast<OpKind>(plan.sig.op))) {
-          call += fmt::format(" [{}]", what);
-        }
+        std::string call = describeCall(plan.sig, what);
         auto culprit = [&]() -> int {
           for (int pass = 0; pass < 3; ++pass) {
             for (size_t p = 0; p < n; ++p) {

@@ -78,6 +78,11 @@ struct Link {
   MemoryChannel ack;   ///< mapped: ack semaphore (no payload)
   PortChannel dataPort;
   PortChannel ackPort;
+  uint32_t dataChannel = 0;  ///< proxy channels of dataPort and ackPort (port links)
+  uint32_t ackChannel = 0;
+  /// The peer was found gone after it had sent all this rank needed from it: nothing more is
+  /// sent to it (no acks), and a later call that needs it fails with lostError.
+  bool gone = false;
   // Lifetime counters of the pair.
   uint64_t sent = 0;         ///< chunks sent to the peer
   uint64_t acked = 0;        ///< acks received from the peer
@@ -181,7 +186,17 @@ class Engine {
   /// Retries tryPush(&id) while the proxy FIFO is full, up to transport.timeout.
   template <typename TryPush>
   void pushToProxy(const Link& link, TryPush tryPush);
-  void checkPeers();
+  /// Throws when the peer (its connection, or its channels in the proxy) is lost.
+  void checkPeer(Link& link);
+  /// checkPeer for every peer with queued pieces (calls, delivery, exit): a peer this rank
+  /// sends nothing to may have finished and exited, which is no error.
+  void checkPeersWithSends();
+  /// Whether the plan still needs the peer: pieces from it that have not arrived, or pieces
+  /// to it not yet sent.
+  bool needs(const Plan& plan, const std::vector<size_t>& idx, const Link& link) const;
+  /// checkPeer for the peers the plan still needs. A peer found lost is an error only if the
+  /// plan needs what it has not sent: one that finished its part and exited is not.
+  void checkNeededPeers(const Plan& plan, const std::vector<size_t>& idx, const char* what);
   void probeSingleCopy(const Config& config);
   bool anyPending() const;
   void deliveryLoop();

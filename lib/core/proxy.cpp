@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -48,6 +49,13 @@ struct ProxyService::Impl {
     RegisteredMemory dst, src, peerFlags;
     uint64_t flagOffset = 0;
     uint64_t outbound = 0;
+    size_t link = 0;  ///< index in links: the channels of one Connection share it
+  };
+  /// The failure of one Connection: its channels' later triggers are consumed without effect,
+  /// while the other connections go on (a peer that is gone must not stop traffic to the rest).
+  struct Link {
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;  ///< under errorMu
   };
   uint32_t size;
   double timeout;
@@ -57,12 +65,16 @@ struct ProxyService::Impl {
   alignas(64) uint32_t wake = 0;
   uint32_t sleeping = 0;
   std::vector<Channel> channels;
+  std::deque<Link> links;  ///< fixed once the thread runs (deque: atomics do not move)
   std::thread thread;
   std::atomic<bool> stopping{false};
+  /// A trigger that names no channel (a corrupt FIFO) stops every later trigger.
   std::atomic<bool> failed{false};
+  std::atomic<bool> anyError{false};
   std::atomic<uint64_t> executedCount{0};
   mutable std::mutex errorMu;
-  std::exception_ptr error;
+  std::exception_ptr error;      ///< the first error of any kind (check())
+  std::exception_ptr stopError;  ///< the error that stopped every trigger (failed)
 
   FifoDeviceHandle handle() { return {slots.data(), &head, &tail, &wake, &sleeping, size}; }
 
@@ -100,13 +112,22 @@ struct ProxyService::Impl {
       FifoSlot& slot = slots[tail % size];
       if (__atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE) == tail + 1) {
         ProxyTrigger t = slot.trigger;
-        if (!failed.load(std::memory_order_relaxed)) {
+        Link* link = t.channel < channels.size() ? &links[channels[t.channel].link] : nullptr;
+        if (!failed.load(std::memory_order_relaxed) &&
+            !(link && link->failed.load(std::memory_order_relaxed))) {
           try {
             execute(t);
           } catch (...) {
             std::lock_guard<std::mutex> lock(errorMu);
-            error = std::current_exception();
-            failed.store(true, std::memory_order_release);
+            if (!error) error = std::current_exception();
+            if (link) {
+              link->error = std::current_exception();
+              link->failed.store(true, std::memory_order_release);
+            } else {
+              stopError = std::current_exception();
+              failed.store(true, std::memory_order_release);
+            }
+            anyError.store(true, std::memory_order_release);
           }
         }
         executedCount.fetch_add(1, std::memory_order_relaxed);
@@ -172,8 +193,12 @@ uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMe
                 "ProxyService::addChannel: dst and peerFlags must be the peer's memory (remote "
                 "views), src this rank's");
   }
+  size_t link = 0;
+  while (link < impl_->channels.size() && impl_->channels[link].conn != conn) ++link;
+  link = link < impl_->channels.size() ? impl_->channels[link].link : impl_->links.size();
+  if (link == impl_->links.size()) impl_->links.emplace_back();
   impl_->channels.push_back(
-      {std::move(conn), std::move(dst), std::move(src), std::move(peerFlags), flagOffset, 0});
+      {std::move(conn), std::move(dst), std::move(src), std::move(peerFlags), flagOffset, 0, link});
   return static_cast<uint32_t>(impl_->channels.size() - 1);
 }
 
@@ -209,9 +234,26 @@ void ProxyService::stop() noexcept {
 }
 
 void ProxyService::check() const {
-  if (!impl_->failed.load(std::memory_order_acquire)) return;
+  if (!impl_->anyError.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(impl_->errorMu);
   std::rethrow_exception(impl_->error);
+}
+
+void ProxyService::check(uint32_t channel) const {
+  if (channel >= impl_->channels.size()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("ProxyService::check: no channel {}", channel));
+  }
+  if (!impl_->anyError.load(std::memory_order_acquire)) return;
+  const Impl::Link& link = impl_->links[impl_->channels[channel].link];
+  if (impl_->failed.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(impl_->errorMu);
+    std::rethrow_exception(impl_->stopError);
+  }
+  if (link.failed.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(impl_->errorMu);
+    std::rethrow_exception(link.error);
+  }
 }
 
 uint64_t ProxyService::executed() const noexcept {

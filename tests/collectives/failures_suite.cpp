@@ -326,6 +326,79 @@ BOOST_AUTO_TEST_CASE(peer_killed_large) {
   peerKilled(1024 * 1024);
 }
 
+// 4b. The last rank's stand-in (a forked child) runs three allReduces (one-shot and single
+// copy), destroys its communicator and exits at once. That is no error for calls that do not
+// need it: ranks 0 and 1 exchange 65537 doubles afterwards (N >= 3). A later allReduce needs it
+// and fails with PeerLost naming it and the call, long before transport.timeout.
+BOOST_AUTO_TEST_CASE(finished_peer_exits) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(2);
+  const auto& env = launchEnv();
+  const int victim = env.size - 1;  // never rank 0, which may serve the rendezvous
+  const std::pair<const char*, const char*> timeout{"transport.timeout", "30"};
+  auto threeAllReduces = [](Communicator& comm) {
+    for (size_t count : {size_t{100}, size_t{1} << 18, size_t{1000}}) {
+      std::vector<float> send(count, 1.0f), recv(count, 0.0f);
+      comm.allReduce(send.data(), recv.data(), count, kFloat, kSum);
+    }
+  };
+  if (env.rank == victim) {
+    std::fflush(nullptr);
+    pid_t child = fork();
+    BOOST_REQUIRE_MESSAGE(child >= 0, "fork failed: " << std::strerror(errno));
+    if (child == 0) {
+      int code = 0;
+      try {
+        auto comm = makeComm({timeout});
+        threeAllReduces(*comm);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "finished_peer_exits child (rank %d): %s\n", victim, e.what());
+        code = 3;
+      }
+      _exit(code);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+               "the finished child did not exit 0 (status " << status << ")");
+    return;
+  }
+  auto comm = makeComm({timeout});
+  auto o = timed([&] { threeAllReduces(*comm); });
+  BOOST_REQUIRE_MESSAGE(!o.error, "allReduce: " << errText(o.error));
+  // Long enough for the child to destroy its communicator and exit.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (env.size >= 3 && env.rank < 2) {
+    const size_t count = 65537;
+    std::vector<double> out(count, env.rank + 1.0), in(count, 0.0);
+    const int partner = 1 - env.rank;
+    auto p = timed([&] {
+      comm->send(out.data(), count, DataType::Float64, partner);
+      comm->recv(in.data(), count, DataType::Float64, partner);
+    });
+    BOOST_REQUIRE_MESSAGE(!p.error,
+                          "send/recv after rank " << victim << " exited: " << errText(p.error));
+    size_t wrong = 0;
+    for (double v : in) wrong += v != partner + 1.0;
+    BOOST_TEST(wrong == 0u);
+  }
+  std::vector<float> send(1000, 1.0f), recv(1000, 0.0f);
+  auto a = timed([&] { comm->allReduce(send.data(), recv.data(), send.size(), kFloat, kSum); });
+  BOOST_REQUIRE_MESSAGE(a.error, "allReduce without rank " << victim << " returned normally");
+  BOOST_TEST_MESSAGE("rank " << env.rank << ": " << describe(*a.error) << " after " << a.seconds
+                             << " s");
+  BOOST_TEST_INFO_SCOPE(describe(*a.error) << " after " << a.seconds << " s");
+  BOOST_TEST((a.error->code() == ErrorCode::PeerLost));
+  BOOST_TEST(a.error->peer() == victim);
+  BOOST_TEST(namesRank(a.error->what(), victim), "the message does not name rank " << victim);
+  BOOST_TEST(std::string(a.error->what()).find("allReduce(count 1000") != std::string::npos,
+             "the message does not name the call");
+  BOOST_TEST(a.seconds < 10.0, "PeerLost took " << a.seconds << " s");
+  expectBroken(*comm, ErrorCode::PeerLost, "after PeerLost");
+  destroy(comm, 30.0, "after PeerLost");
+}
+
 // 5. Rank 0 sends 16 MiB to rank 1 and destroys its communicator at once; rank 1 receives
 // 200 ms later and must get all of it: the destructor delivers buffered sends.
 BOOST_AUTO_TEST_CASE(send_then_exit) {

@@ -612,6 +612,107 @@ BOOST_AUTO_TEST_CASE(add_channel_argument_checks) {
   proxy.stop();  // nothing was pushed: the fake connection is never used
 }
 
+namespace {
+
+// A connection that fails every signal with PeerLost (its peer has gone), or records them.
+class ScriptedConnection final : public strata::backend::TransportConnection {
+ public:
+  ScriptedConnection(int peer, bool lost, std::atomic<int>* calls, std::atomic<uint64_t>* last)
+      : peer_(peer), lost_(lost), calls_(calls), last_(last) {}
+  void write(const strata::backend::RemoteRef&, uint64_t, const strata::backend::LocalRef&,
+             uint64_t, size_t) override {}
+  void updateAndSync(const strata::backend::RemoteRef&, uint64_t, uint64_t value) override {
+    calls_->fetch_add(1);
+    if (lost_) throw Error(ErrorCode::PeerLost, fmt::format("rank {} has gone", peer_), peer_);
+    last_->store(value);
+  }
+  void flush(double) override {}
+
+ private:
+  int peer_;
+  bool lost_;
+  std::atomic<int>* calls_;
+  std::atomic<uint64_t>* last_;
+};
+
+std::shared_ptr<strata::Connection> scriptedConnection(int peer, bool lost, std::atomic<int>* calls,
+                                                       std::atomic<uint64_t>* last) {
+  auto impl = std::make_unique<strata::Connection::Impl>();
+  impl->peer = peer;
+  impl->transportName = "fake";
+  impl->conn = std::make_unique<ScriptedConnection>(peer, lost, calls, last);
+  return std::make_shared<strata::Connection>(std::move(impl));
+}
+
+strata::RegisteredMemory peerMemory(int peer, size_t bytes) {
+  auto memory = fakeMemory(false, nullptr, bytes);
+  memory.impl()->rank = peer;
+  memory.impl()->remoteTransport = "fake";
+  return memory;
+}
+
+}  // namespace
+
+// An error fails only the Connection it happened on: rank 1 has gone, so its channels' triggers
+// are consumed without effect, while signals to rank 2 still go out. check() reports the first
+// error, check(channel) only the one of that channel's Connection.
+BOOST_AUTO_TEST_CASE(an_error_fails_one_connection_only) {
+  const auto deadline = Clock::now() + 60s;
+  std::vector<char> buffer(4096);
+  auto local = fakeMemory(true, buffer.data(), buffer.size());
+  std::atomic<int> lostCalls{0}, liveCalls{0};
+  std::atomic<uint64_t> lostLast{0}, liveLast{0};
+  auto gone = scriptedConnection(1, true, &lostCalls, &lostLast);
+  auto live = scriptedConnection(2, false, &liveCalls, &liveLast);
+
+  ProxyService proxy(16);
+  uint32_t goneData = proxy.addChannel(gone, peerMemory(1, 4096), local, peerMemory(1, 64), 0);
+  uint32_t liveData = proxy.addChannel(live, peerMemory(2, 4096), local, peerMemory(2, 64), 0);
+  uint32_t goneAck = proxy.addChannel(gone, peerMemory(1, 4096), local, peerMemory(1, 64), 8);
+  alignas(8) uint64_t inbound[3] = {};
+  PortChannel toGone = proxy.portChannel(goneData, &inbound[0]);
+  PortChannel toLive = proxy.portChannel(liveData, &inbound[1]);
+  PortChannel toGoneAck = proxy.portChannel(goneAck, &inbound[2]);
+  proxy.start();
+
+  FifoDeviceHandle fifo = proxy.fifo();
+  uint64_t id = 0;
+  BOOST_CHECK_NO_THROW(proxy.check());
+  BOOST_TEST_REQUIRE(toGone.trySignal(&id));
+  BOOST_TEST_REQUIRE(doneBy(fifo, id, deadline));
+  BOOST_TEST(lostCalls.load() == 1);
+  // The live connection goes on, and so does the FIFO; the gone one is not called again.
+  for (int i = 0; i < 3; ++i) {
+    BOOST_TEST_REQUIRE(toLive.trySignal(&id));
+    BOOST_TEST_REQUIRE(toGoneAck.trySignal(&id));
+    BOOST_TEST_REQUIRE(toGone.tryPutWithSignal(0, 0, 64, &id));
+  }
+  BOOST_TEST_REQUIRE(doneBy(fifo, id, deadline));
+  BOOST_TEST(liveCalls.load() == 3);
+  BOOST_TEST(liveLast.load() == 3u);
+  BOOST_TEST(lostCalls.load() == 1);
+  BOOST_TEST(proxy.executed() == 10u);
+
+  auto lost = [](const Error& e) {
+    return e.code() == ErrorCode::PeerLost && e.peer() == 1 &&
+           std::string(e.what()).find("rank 1 has gone") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(proxy.check(), Error, lost);
+  BOOST_CHECK_EXCEPTION(proxy.check(goneData), Error, lost);
+  BOOST_CHECK_EXCEPTION(proxy.check(goneAck), Error, lost);  // same Connection
+  BOOST_CHECK_NO_THROW(proxy.check(liveData));
+  BOOST_CHECK_EXCEPTION(proxy.check(3), Error, hasCode(ErrorCode::InvalidArgument));
+
+  // A trigger that names no channel still stops everything after it.
+  BOOST_TEST_REQUIRE(pushUntil(fifo, bogusTrigger(0), &id, deadline));
+  BOOST_TEST_REQUIRE(toLive.trySignal(&id));
+  BOOST_TEST_REQUIRE(doneBy(fifo, id, deadline));
+  BOOST_TEST(liveCalls.load() == 3);
+  BOOST_CHECK_EXCEPTION(proxy.check(liveData), Error, hasCode(ErrorCode::InvalidArgument));
+  BOOST_CHECK_EXCEPTION(proxy.check(), Error, lost);  // still the first error
+  proxy.stop();
+}
+
 // 4 producer threads push 100000 triggers in total through a FIFO of 16, in bursts with pauses
 // long enough for the proxy to go to sleep on its futex (observed through the FIFO's sleeping
 // word) and be woken by the next push. Every id is unique, none is lost, all are done.

@@ -201,9 +201,11 @@ struct PortChannel {
 
 /// The host proxy behind PortChannels: one thread, one bounded FIFO, executing triggers in
 /// order on the channels' Connections. It sleeps when the FIFO is empty (host producers wake
-/// it), stops cleanly in stop() or the destructor, and turns the first error (Timeout,
-/// PeerLost, ...) into a sticky failure that check() rethrows; triggers after a failure are
-/// consumed without effect so that producers never block on a dead proxy.
+/// it) and stops cleanly in stop() or the destructor. An error (Timeout, PeerLost, ...) fails
+/// the Connection it happened on: later triggers of that Connection's channels are consumed
+/// without effect (producers never block on a dead peer), the other Connections go on.
+/// check() rethrows the first error of any channel, check(channel) only one that concerns that
+/// channel. A trigger naming no channel stops every later trigger.
 class STRATA_API ProxyService {
  public:
   /// fifoSize slots (a power of two is not required); timeoutSeconds bounds each flush.
@@ -225,6 +227,8 @@ class STRATA_API ProxyService {
   void stop() noexcept;
   /// Rethrows the proxy's first error, if any.
   void check() const;
+  /// Rethrows the error that failed this channel's Connection (or every channel), if any.
+  void check(uint32_t channel) const;
   /// Triggers executed so far (diagnostics).
   uint64_t executed() const noexcept;
 
