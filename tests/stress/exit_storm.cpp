@@ -30,7 +30,7 @@ using strata::DataType;
 using strata::ReduceOp;
 
 enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll, Ring, Pair, Count };
-const char* const kOpNames[] = {"allReduce", "allGather", "reduceScatter", "broadcast",
+const char* const kOpNames[] = {"allReduce", "allGather",      "reduceScatter", "broadcast",
                                 "allToAll",  "ring send/recv", "pair send/recv"};
 
 // Element counts: both sides of every algorithm threshold (one-shot, single copy, chunking).
@@ -49,8 +49,8 @@ struct Checker {
   void expect(bool good, size_t i, double got, double want) {
     if (good || !ok) return;
     ok = false;
-    std::fprintf(stderr, "exit-storm: rank %d: call %d (%s): element %zu is %g, expected %g\n", rank,
-                 call, what, i, got, want);
+    std::fprintf(stderr, "exit-storm: rank %d: call %d (%s): element %zu is %g, expected %g\n",
+                 rank, call, what, i, got, want);
   }
 };
 
