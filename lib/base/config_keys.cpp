@@ -26,8 +26,10 @@ constexpr KeyInfo kKeys[] = {
     {"log.file", Type::String, "", "",
      "File that log lines are appended to. Empty means standard error.", false},
     {"module.path", Type::String, "", "",
-     "Colon-separated directories searched for backend modules before the installed module "
-     "directory.",
+     "Colon-separated directories searched first for modules (bootstrap and transport "
+     "backends). Rarely needed: the libstrata of a build tree finds that build tree's modules, "
+     "an installed libstrata the strata directory next to it, then the configured module "
+     "directory (docs/backends.md).",
      false},
     {"bootstrap.backend", Type::Enum, "auto", "auto|tcp|pmix|ucx",
      "Bootstrap backend. auto picks PMIx when a PMIx server is present, else TCP. Every rank must "

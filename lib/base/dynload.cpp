@@ -1,6 +1,7 @@
 #include "dynload.hpp"
 
 #include <dlfcn.h>
+#include <sys/auxv.h>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,23 @@ DynamicLibrary DynamicLibrary::open(const std::filesystem::path& path) {
 void* DynamicLibrary::symbol(const char* name) const {
   if (!handle_) return nullptr;
   return dlsym(handle_, name);
+}
+
+std::filesystem::path objectFileOf(const void* address) {
+  Dl_info info{};
+  if (dladdr(address, &info) == 0 || !info.dli_fname) return {};
+  std::string file = info.dli_fname;
+  // dladdr names the main program by its argv[0], which may be relative or a bare name found on
+  // PATH: take /proc/self/exe for it. AT_PHDR points into the main program's mapping.
+  Dl_info program{};
+  auto phdr = getauxval(AT_PHDR);
+  if (file.empty() || (phdr != 0 && dladdr(reinterpret_cast<const void*>(phdr), &program) != 0 &&
+                       program.dli_fbase == info.dli_fbase)) {
+    file = "/proc/self/exe";
+  }
+  std::error_code ec;
+  auto path = std::filesystem::canonical(file, ec);
+  return ec ? std::filesystem::path{} : path;
 }
 
 }  // namespace strata

@@ -23,4 +23,8 @@ class STRATA_API DynamicLibrary {
   std::filesystem::path path_;
 };
 
+/// The file of the loaded object (shared library or program) whose code or data holds
+/// `address`, with symbolic links resolved; empty when it cannot be told.
+STRATA_API std::filesystem::path objectFileOf(const void* address);
+
 }  // namespace strata

@@ -17,6 +17,7 @@
 #include "backends/bootstrap/tcp/tcp_bootstrap.hpp"
 #include "config_keys.hpp"
 #include "dynload.hpp"
+#include "lib/strata_build_paths.h"
 #include "log.hpp"
 
 #ifndef STRATA_MODULE_DIR
@@ -127,6 +128,44 @@ LoadedModule loadModule(const std::string& name, const Config& config,
   return m;
 }
 
+struct DefaultModuleDirs {
+  std::filesystem::path self;  // this code's file
+  bool buildTree = false;
+  std::vector<ModuleDir> dirs;
+};
+
+// Found once: where this code was loaded from decides where its modules are, so that neither a
+// build tree nor an installed (or moved) tree needs STRATA_MODULE_PATH.
+const DefaultModuleDirs& defaultModuleDirs() {
+  static const DefaultModuleDirs found = [] {
+    namespace fs = std::filesystem;
+    static const char anchor = 0;  // any address inside this object file
+    DefaultModuleDirs d;
+    d.self = objectFileOf(&anchor);
+    // A program that linked the static archive (strata's unit tests) is not libstrata: it gets
+    // only the install's module directory, and module.path.
+    bool isLibrary = d.self.filename().string().rfind("libstrata.so", 0) == 0;
+    std::error_code ec;
+    if (isLibrary && fs::equivalent(d.self.parent_path(), STRATA_BUILD_LIBDIR, ec)) {
+      // The build tree's library takes the build tree's modules only: an installed strata of
+      // another version must not fill in for a module this build did not build.
+      d.buildTree = true;
+      for (auto& dir : split(STRATA_BUILD_MODULE_DIRS, ':')) d.dirs.push_back({dir, "build tree"});
+      return d;
+    }
+    // Installed: the modules are in <libdir>/strata, also when the tree was moved after install.
+    if (isLibrary)
+      d.dirs.push_back({(d.self.parent_path() / "strata").string(), "next to libstrata"});
+    fs::path installed = STRATA_MODULE_DIR;
+    if (d.dirs.empty() ||
+        (d.dirs[0].dir != installed.string() && !fs::equivalent(d.dirs[0].dir, installed, ec))) {
+      d.dirs.push_back({installed.string(), "install prefix"});
+    }
+    return d;
+  }();
+  return found;
+}
+
 bool envPresent(const char* prefix) {
   size_t n = std::strlen(prefix);
   for (char** e = environ; e && *e; ++e) {
@@ -142,10 +181,29 @@ ModuleLookup findModule(backend::ModuleKind kind, const std::string& name, const
   return {m.path, m.info, m.error};
 }
 
-std::vector<std::string> modulePath(const Config& config) {
-  std::vector<std::string> dirs = split(config::getString(config, "module.path"), ':');
-  dirs.push_back(STRATA_MODULE_DIR);
+std::vector<ModuleDir> moduleSearchPath(const Config& config) {
+  std::vector<ModuleDir> dirs;
+  auto add = [&](const ModuleDir& d) {
+    auto same = [&](const ModuleDir& o) { return o.dir == d.dir; };
+    if (std::none_of(dirs.begin(), dirs.end(), same)) dirs.push_back(d);
+  };
+  for (auto& dir : split(config::getString(config, "module.path"), ':')) add({dir, "module.path"});
+  for (const auto& d : defaultModuleDirs().dirs) add(d);
   return dirs;
+}
+
+std::vector<std::string> modulePath(const Config& config) {
+  std::vector<std::string> dirs;
+  for (auto& d : moduleSearchPath(config)) dirs.push_back(std::move(d.dir));
+  return dirs;
+}
+
+std::string libraryFile() {
+  return defaultModuleDirs().self.string();
+}
+
+bool isBuildTreeLibrary() {
+  return defaultModuleDirs().buildTree;
 }
 
 std::vector<BackendStatus> listBackends(const Config& config) {
@@ -187,8 +245,10 @@ std::string resolveBackendName(const Config& config) {
   if (envPresent("PMIX_SERVER_URI") || envPresent("PMIX_NAMESPACE=")) {
     auto m = loadModule("pmix", config);
     if (m.info && (!m.info->detect || m.info->detect())) return "pmix";
-    STRATA_LOG(Info, "bootstrap", "a PMIx server is present but the pmix backend is not usable "
-               "({}); using tcp", m.error.empty() ? "its detect() said no" : m.error);
+    STRATA_LOG(Info, "bootstrap",
+               "a PMIx server is present but the pmix backend is not usable "
+               "({}); using tcp",
+               m.error.empty() ? "its detect() said no" : m.error);
   }
   return "tcp";
 }

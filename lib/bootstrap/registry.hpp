@@ -1,7 +1,9 @@
 #pragma once
 
-// Bootstrap backend registry: built-ins from an explicit list, modules found on the module
-// path (STRATA_MODULE_PATH / module.path, then the install's module directory).
+// Bootstrap backend registry: built-ins from an explicit list, modules (bootstrap and transport)
+// found on the module path: module.path (STRATA_MODULE_PATH), then, for the libstrata of a build
+// tree, that build tree's module directories, else <directory of libstrata>/strata and the
+// configured install's module directory (docs/backends.md).
 
 #include <memory>
 #include <string>
@@ -15,11 +17,11 @@
 namespace strata::bootstrap {
 
 struct BackendStatus {
-  std::string name;         ///< "tcp", "pmix", "ucx"
-  std::string kind;         ///< "built-in", "module" or "missing"
-  std::string path;         ///< module file, empty for built-ins
-  bool usable = false;      ///< could be created (module loaded and ABI matched)
-  std::string error;        ///< why a module is missing or did not load
+  std::string name;     ///< "tcp", "pmix", "ucx"
+  std::string kind;     ///< "built-in", "module" or "missing"
+  std::string path;     ///< module file, empty for built-ins
+  bool usable = false;  ///< could be created (module loaded and ABI matched)
+  std::string error;    ///< why a module is missing or did not load
   std::string description;
 };
 
@@ -36,8 +38,21 @@ struct ModuleLookup {
 STRATA_API ModuleLookup findModule(backend::ModuleKind kind, const std::string& name,
                                    const Config& config);
 
-/// Directories searched for modules, in order.
+/// A directory on the module path and where it comes from.
+struct ModuleDir {
+  std::string dir;
+  std::string origin;  ///< "module.path", "build tree", "next to libstrata" or "install prefix"
+};
+/// Directories searched for modules, in order, each once, with their origin.
+STRATA_API std::vector<ModuleDir> moduleSearchPath(const Config& config);
+/// Directories searched for modules, in order, each once.
 STRATA_API std::vector<std::string> modulePath(const Config& config);
+/// The file this code was loaded from (libstrata.so, or a program that linked strata's static
+/// archive), symbolic links resolved; empty when it cannot be told.
+STRATA_API std::string libraryFile();
+/// Whether this is the libstrata.so of the build tree it was built in (then the module path is
+/// that build tree's module directories, not the installed ones).
+STRATA_API bool isBuildTreeLibrary();
 /// The name bootstrap.backend resolves to ("auto" resolved), without creating anything.
 STRATA_API std::string resolveBackendName(const Config& config);
 /// Creates the named backend (no agreement check). Throws NotSupported / InvalidConfig with

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <strata/backend/module.hpp>
@@ -126,4 +127,37 @@ BOOST_AUTO_TEST_CASE(single_rank_tcp_bootstrap) {
   BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
   e = expectError([&] { b->broadcast(&v, sizeof v, 1); });
   BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+}
+
+BOOST_AUTO_TEST_CASE(module_path_comes_first_once_each) {
+  Config c;
+  c.set("module.path", std::string(TEST_MODULE_DIR) + "::/nonexistent-a:" + TEST_MODULE_DIR);
+  auto dirs = reg::moduleSearchPath(c);
+  BOOST_REQUIRE(dirs.size() >= 2u);
+  BOOST_TEST(dirs[0].dir == TEST_MODULE_DIR);
+  BOOST_TEST(dirs[0].origin == "module.path");
+  BOOST_TEST(dirs[1].dir == "/nonexistent-a");
+  size_t fromConfig = 0;
+  for (const auto& d : dirs) {
+    BOOST_TEST_MESSAGE(d.origin << ": " << d.dir);
+    if (d.origin == "module.path") ++fromConfig;
+    BOOST_TEST(!d.dir.empty());
+  }
+  BOOST_TEST(fromConfig == 2u);  // the repeated directory and the empty entry are dropped
+  auto plain = reg::modulePath(c);
+  BOOST_REQUIRE(plain.size() == dirs.size());
+  for (size_t i = 0; i < dirs.size(); ++i) BOOST_TEST(plain[i] == dirs[i].dir);
+}
+
+// This program links strata's static archive: the code's file is the program itself, which is
+// not a libstrata, so only module.path and the install's module directory are searched.
+BOOST_AUTO_TEST_CASE(static_archive_program_is_not_the_build_tree_library) {
+  std::error_code ec;
+  auto self = std::filesystem::canonical("/proc/self/exe", ec);
+  BOOST_REQUIRE(!ec);
+  BOOST_TEST(reg::libraryFile() == self.string());
+  BOOST_TEST(!reg::isBuildTreeLibrary());
+  for (const auto& d : reg::moduleSearchPath(Config{})) {
+    BOOST_TEST(d.origin == "install prefix", d.dir);
+  }
 }

@@ -13,7 +13,9 @@
 
 namespace {
 
-const char* yesNo(bool b) { return b ? "yes" : "no"; }
+const char* yesNo(bool b) {
+  return b ? "yes" : "no";
+}
 
 int run(bool showConfig, bool onlyConfig) {
   strata::Config config = strata::Config::load();
@@ -24,15 +26,20 @@ int run(bool showConfig, bool onlyConfig) {
     std::printf("  UCX              %s\n", yesNo(STRATA_HAVE_UCX));
     std::printf("  libfabric        %s\n", yesNo(STRATA_HAVE_LIBFABRIC));
     std::printf("  cuda             %s\n\n", yesNo(STRATA_HAVE_CUDA));
-    std::printf("Module path\n");
-    for (const auto& dir : strata::bootstrap::modulePath(config)) {
-      std::printf("  %s\n", dir.c_str());
+    std::string self = strata::bootstrap::libraryFile();
+    std::printf("Library\n  %s%s\n\n", self.empty() ? "(unknown)" : self.c_str(),
+                strata::bootstrap::isBuildTreeLibrary() ? " (build tree)" : "");
+    std::printf("Module path (searched in this order)\n");
+    auto searchPath = strata::bootstrap::moduleSearchPath(config);
+    if (searchPath.empty()) std::printf("  (none: no module was built and module.path is empty)\n");
+    for (const auto& d : searchPath) {
+      std::printf("  %-18s %s\n", d.origin.c_str(), d.dir.c_str());
     }
     std::printf("\nBootstrap backends\n");
     for (const auto& b : strata::bootstrap::listBackends(config)) {
-      std::printf("  %-6s %-9s %s\n", b.name.c_str(), b.kind.c_str(),
-                  b.usable ? (b.path.empty() ? b.description.c_str() : b.path.c_str())
-                           : b.error.c_str());
+      std::printf(
+          "  %-6s %-9s %s\n", b.name.c_str(), b.kind.c_str(),
+          b.usable ? (b.path.empty() ? b.description.c_str() : b.path.c_str()) : b.error.c_str());
     }
     std::printf("\nTransports\n");
     std::printf("  %-6s %-9s %s\n", "shm", "built-in",

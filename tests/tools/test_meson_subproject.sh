@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# strata as a meson subproject: a parent project in a temporary directory with
+# subprojects/strata -> this source tree gets the library from dependency('strata') (strata's
+# meson.override_dependency): public headers only, no internals; strata's tests are not
+# configured in the parent; the consumer builds with -Werror (only its target and the pmix module
+# are built, to keep this short), runs as one rank, and, under mpirun, finds the pmix module in
+# the parent's build tree with no STRATA_MODULE_PATH (skipped without mpirun or the module).
+#
+# Usage: test_meson_subproject.sh MESON SOURCE_ROOT CONSUMER_SOURCE RUN_MPIRUN
+set -uo pipefail
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+meson=$1 src=$2 consumer=$3 mpirun_wrapper=$4
+unset STRATA_MODULE_PATH
+export STRATA_CONFIG=/dev/null/none STRATA_BOOTSTRAP_TCP_INTERFACE=lo FI_TCP_IFACE=lo UCX_NET_DEVICES=lo
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/parent/subprojects"
+ln -s "$src" "$work/parent/subprojects/strata"
+cp "$consumer" "$work/parent/consumer.cpp"
+cat >"$work/parent/meson.build" <<'MESON'
+project('strata-parent', 'cpp',
+  default_options: ['cpp_std=c++20', 'warning_level=2', 'werror=true'])
+strata_proj = subproject('strata')
+strata = dependency('strata')
+executable('consumer', 'consumer.cpp', dependencies: strata)
+# Must not compile: dependency('strata') gives the public headers only.
+executable('internals', 'internals.cpp', dependencies: strata, build_by_default: false)
+MESON
+echo '#include "config_keys.hpp"' >"$work/parent/internals.cpp"
+
+cd "$work/parent" || fail "cd"
+"$meson" setup build >setup.log 2>&1 || { cat setup.log; fail "meson setup of the parent project failed"; }
+grep -E 'tests \(Boost.Test\)|Subprojects|strata' setup.log
+tests=$("$meson" test -C build --no-rebuild --list 2>&1)
+[[ $tests == *"No tests defined."* ]] || { echo "$tests"; fail "the parent project got strata's tests"; }
+
+targets=(consumer)
+pmix_module=subprojects/strata/backends/bootstrap/pmix/strata-bootstrap-pmix.so
+grep -q "strata-bootstrap-pmix.so:" <(ninja -C build -t targets all 2>/dev/null) && targets+=("$pmix_module")
+ninja -C build -j "${STRATA_BUILD_JOBS:-2}" "${targets[@]}" >build.log 2>&1 ||
+  { tail -n 40 build.log; fail "building ${targets[*]} failed"; }
+
+out=$(ninja -C build internals 2>&1) && fail "dependency('strata') reaches strata's internal headers"
+grep -q 'config_keys.hpp: No such file' <<<"$out" || { echo "$out"; fail "the internals check failed for another reason"; }
+
+out=$(build/consumer 2>&1) || fail "consumer: $out"
+echo "$out"
+[[ $out == *"backend tcp, rank 0 of 1: allReduce ok"* ]] || fail "consumer: unexpected output"
+
+if [[ ${#targets[@]} -gt 1 ]]; then
+  out=$(STRATA_BOOTSTRAP_BACKEND=auto bash "$mpirun_wrapper" 2 build/consumer 2>&1)
+  rc=$?
+  echo "$out"
+  if [[ $rc -eq 77 ]]; then
+    echo "note: the mpirun part was skipped"
+  else
+    [[ $rc -eq 0 ]] || fail "mpirun -np 2 exited $rc"
+    [[ $(grep -c 'backend pmix, rank . of 2: allReduce ok' <<<"$out") -eq 2 ]] ||
+      fail "mpirun -np 2: the consumer did not run on the subproject's pmix module"
+  fi
+fi
+echo "ok"
