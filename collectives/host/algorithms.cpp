@@ -294,13 +294,17 @@ void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType t
   auto sig = signature(OpKind::AllReduce, type, op, -1, count);
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(recv);
-  bool oneshot =
-      e.algorithm() == "oneshot" || (e.algorithm() == "auto" && bytes <= e.oneshotMaxBytes());
-  if (!oneshot && e.algorithm() != "twoshot" && hierarchical(e)) {
+  const std::string& algo = e.algorithm();
+  bool oneshot = algo == "oneshot" || (algo == "auto" && bytes <= e.oneshotMaxBytes());
+  if (!oneshot && algo == "auto" && hierarchical(e)) {
     allReduceHierarchical(e, sig, s, d, count, type);
     return;
   }
-  if (!oneshot && useSingleCopy(e, bytes)) {
+  // Single copy only when asked for: its two process_vm_readv phases (the second one reading
+  // what the peers just reduced) cost a kernel copy with page pinning each, and measured from
+  // 0.5x to 1.2x the two-shot through the shared slots depending on the machine, while the
+  // slots' user-space copies held up on every machine measured (docs/benchmarks.md).
+  if (algo == "singlecopy" && e.singleCopy()) {
     allReduceSingleCopy(e, sig, s, d, count, type, op);
     return;
   }

@@ -45,7 +45,9 @@ constexpr KeyInfo kKeys[] = {
      false},
     {"bootstrap.handshake_timeout", Type::Double, "5", "0..",
      "Seconds an accepted connection has to prove knowledge of the job secret before it is "
-     "closed.",
+     "closed. At the rendezvous the same time, counted from the accept, also covers the rank's "
+     "check-in record: a rank that authenticates and then sends nothing is closed (logged at "
+     "warn) instead of being kept until bootstrap.connect_timeout.",
      false},
     {"bootstrap.spin_us", Type::Int, "-1", "-1..",
      "Microseconds a waiting bootstrap call (tcp, ucx, the pmix point-to-point path) polls "
@@ -105,18 +107,21 @@ constexpr KeyInfo kKeys[] = {
      "Seconds an 8-byte liveness write to a peer may stay unanswered before the fabric transport "
      "reports the peer lost (waits probe every 100 ms). 0 turns the probe deadline off.",
      false},
-    {"collectives.buffer_bytes", Type::Int, "33554432", "65536..",
+    {"collectives.buffer_bytes", Type::Int, "8388608", "65536..",
      "Bytes of the receive buffer each rank shares with its peers for host collectives: one "
-     "region of pipeline slots per peer. The chunk size shrinks so that every peer gets at least "
-     "two slots.",
+     "region of pipeline slots per peer (4 slots each while that leaves chunks of 64 KiB, else "
+     "2). The chunk is at most collectives.chunk_bytes and shrinks with more peers: with the "
+     "default 1 MiB at 2 ranks, 512 KiB at 4, 256 KiB at 8.",
      true},
     {"collectives.chunk_bytes", Type::Int, "1048576", "4096..",
      "Largest piece of a host collective sent in one step (pipelining unit).", true},
-    {"collectives.algorithm", Type::Enum, "auto", "auto|oneshot|twoshot",
+    {"collectives.algorithm", Type::Enum, "auto", "auto|oneshot|twoshot|singlecopy",
      "allReduce algorithm for host memory: oneshot (every rank sends its whole input to every "
-     "rank; latency-optimal), twoshot (reduce-scatter then all-gather over all ranks; "
-     "bandwidth-optimal), or auto (oneshot up to collectives.oneshot_max_bytes, then twoshot, "
-     "hierarchical when the job spans hosts with the same number of ranks on each).",
+     "rank; latency-optimal), twoshot (reduce-scatter then all-gather over all ranks through "
+     "the shared slots; bandwidth-optimal), singlecopy (twoshot reading the peers' buffers with "
+     "process_vm_readv, where collectives.single_copy allows it; else twoshot), or auto "
+     "(oneshot up to collectives.oneshot_max_bytes, then twoshot, hierarchical when the job "
+     "spans hosts with the same number of ranks on each).",
      true},
     {"collectives.single_copy", Type::Enum, "auto", "auto|off",
      "Host collectives between ranks of one host read each other's buffers directly "
@@ -128,7 +133,9 @@ constexpr KeyInfo kKeys[] = {
      "receive buffers, which has lower latency.",
      true},
     {"collectives.oneshot_max_bytes", Type::Int, "65536", "0..",
-     "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm.", true},
+     "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm at 2 ranks; "
+     "at N > 2 ranks the limit is this times (2/N)^2 (16 KiB at 4 ranks with the default).",
+     true},
 
 };
 // END KEYS
