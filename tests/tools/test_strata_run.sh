@@ -364,6 +364,29 @@ timeout)
   expect_gone_within 3 "$(cat "$WORK/pid-0")" "$(cat "$WORK/pid-2")"
   ;;
 
+bind-to)
+  # Each rank prints its CPU list; --bind-to core gives rank r the r-th CPU of strata-run's set
+  # (round-robin), the default leaves every rank with strata-run's whole set.
+  need taskset
+  mapfile -t allowed < <(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' | while IFS=- read -r a b; do
+    seq "$a" "${b:-$a}"; done)
+  ((${#allowed[@]} >= 1)) || fail "cannot read this shell's CPU list"
+  n=$((${#allowed[@]} + 1))  # one more rank than CPUs: the last one wraps around
+  show='echo "rank $STRATA_RANK cpus $(taskset -cp $$ | sed "s/.*: //")"'
+  run -n "$n" --bind-to core sh -c "$show"
+  expect_rc 0
+  for ((r = 0; r < n; r++)); do
+    expect_in "$WORK/stdout" "^rank $r cpus ${allowed[r % ${#allowed[@]}]}\$"
+  done
+  whole=$(taskset -cp $$ | sed 's/.*: //')
+  run -n 2 sh -c "$show"
+  expect_rc 0
+  [[ $(grep -c "cpus $whole\$" "$WORK/stdout") == 2 ]] || fail "without --bind-to, ranks did not keep CPUs $whole"
+  run -n 2 --bind-to socket true
+  expect_rc 2
+  expect_in "$WORK/stderr" "--bind-to: socket not in \{none,core\}"
+  ;;
+
 *)
   echo "unknown case '$CASE'" >&2
   exit 2

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -282,6 +283,7 @@ class Job {
   bool raisedNoFile_ = false;
   std::vector<std::string> baseEnv_;
   pid_t self_ = 0;
+  std::vector<int> cpus_;  ///< --bind-to core: the CPUs strata-run may use, in order
 
   Phase phase_ = Phase::Running;
   Clock::time_point phaseDeadline_{};
@@ -293,6 +295,21 @@ class Job {
 
 bool Job::setUp() {
   self_ = ::getpid();
+  if (options_.bindToCore) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0) {
+      say("--bind-to core: cannot read this process's CPU set: " + errnoText(errno));
+      return false;
+    }
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus_.push_back(c);
+    }
+    if (options_.verbose) {
+      say("--bind-to core: " + std::to_string(options_.np) + " ranks round-robin over " +
+          std::to_string(cpus_.size()) + " CPUs");
+    }
+  }
   // The fds the ranks get must not land on 0-2, and a rank must not find 0-2 closed.
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) == -1) {
@@ -395,6 +412,13 @@ void Job::execChild(int r, int stdinFd, int outFd, int errFd, int execErrFd, cha
   ::signal(SIGPIPE, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
   if (raisedNoFile_) ::setrlimit(RLIMIT_NOFILE, &oldNoFile_);
+  if (!cpus_.empty()) {
+    // Best effort: an error leaves the rank on strata-run's CPU set, which still runs it.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus_[static_cast<size_t>(r) % cpus_.size()], &set);
+    ::sched_setaffinity(0, sizeof set, &set);
+  }
   if (stdinFd != STDIN_FILENO) ::dup2(stdinFd, STDIN_FILENO);
   if (outFd != STDOUT_FILENO) ::dup2(outFd, STDOUT_FILENO);
   if (errFd != STDERR_FILENO) ::dup2(errFd, STDERR_FILENO);

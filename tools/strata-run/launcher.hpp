@@ -29,6 +29,9 @@ struct Options {
   std::optional<double> timeoutSeconds;
   std::vector<std::pair<std::string, std::string>> env;  ///< --env KEY=VALUE, in order
   bool verbose = false;
+  /// --bind-to core: rank r runs on the r-th (modulo their count) of the CPUs strata-run may
+  /// use; false: ranks inherit strata-run's CPU set.
+  bool bindToCore = false;
   std::vector<std::string> command;  ///< PROGRAM and its arguments
 };
 

@@ -78,6 +78,12 @@ std::optional<int> parseCommandLine(int argc, char** argv, Options& options) {
   app.add_option("--env", env, "set KEY=VALUE in every rank's environment (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);  // one KEY=VALUE per --env, so PROGRAM is not swallowed
+  std::string bindTo = "none";
+  app.add_option("--bind-to", bindTo,
+                 "core: pin rank r to the r-th CPU strata-run may use (round-robin when there "
+                 "are more ranks than CPUs); none: ranks inherit strata-run's CPUs")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "core"}));
   app.add_flag("-v,--verbose", options.verbose, "describe what strata-run does on stderr");
 
   try {
@@ -88,6 +94,7 @@ std::optional<int> parseCommandLine(int argc, char** argv, Options& options) {
     return kExitUsage;
   }
 
+  options.bindToCore = bindTo == "core";
   options.command = app.remaining();
   // "strata-run -n 2 -- PROGRAM" is accepted too; CLI11 leaves the "--" in place.
   if (!options.command.empty() && options.command.front() == "--") {
