@@ -3,11 +3,18 @@
 # size, measured the same way by all three (nccl-tests' rules; see docs/benchmarks.md).
 #
 #   tools/bench/coll_vs_peers.sh [--ranks "2 4"] [--min 8] [--max 64M] [--factor 4]
-#       [--ops "allreduce allgather"] [--out DIR] [--build BUILD_DIR]
+#       [--ops "allreduce allgather"] [--out DIR] [--build BUILD_DIR] [--bind core|none]
 #
 #   --out     where the helper programs, JSON lines, logs and plots go (default: a new
 #             /tmp/strata-coll.XXXXXX, kept and printed at the end)
 #   --build   strata's meson build directory (default: build)
+#   --bind    core (default): every tool's rank r runs on CPU r mod the CPU count (strata-run
+#             --bind-to core for strata and Gloo, mpirun --bind-to core:overload-allowed --map-by
+#             core for Open MPI); none: the scheduler places the ranks. With more ranks than
+#             cores, unpinned rows vary up to 1.5x between runs with where the ranks landed.
+#
+# After the tables it prints the machine: CPU model, single-thread memcpy (hot and cold, built
+# from memcpy_bw.c) and cross-process reads (process_vm_readv vs a shared mapping, cma_vs_shm.c).
 #
 # Environment: ITERS / WARMUP (timed and warm-up iterations for every tool and size; default:
 # each tool's own, 200 up to 64 KiB then proportionally fewer, at least 5, for the peers),
@@ -30,6 +37,7 @@ factor=4
 ops="allreduce allgather"
 out=
 build_dir=build
+bind=core
 
 usage() {
   sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -43,10 +51,16 @@ while (($# > 0)); do
     --ops) ops=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build_dir=$2; shift 2 ;;
+    --bind) bind=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "coll_vs_peers: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case $bind in
+  core) run_bind=(--bind-to core); mpi_bind=(--bind-to core:overload-allowed --map-by core) ;;
+  none) run_bind=(--bind-to none); mpi_bind=(--bind-to none) ;;
+  *) echo "coll_vs_peers: --bind takes core or none, not '$bind'" >&2; exit 2 ;;
+esac
 for op in $ops; do
   case $op in
     allreduce | allgather) ;;
@@ -151,18 +165,18 @@ note_failure() {
 run_strata() {
   local op=$1 n=$2 json="$out/strata-$1-n$2.r$rep.json" log="$out/strata-$1-n$2.r$rep.log"
   rm -f "$json"
-  echo "# strata-run -n $n strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0 ..." >&2
-  timeout "$run_timeout" "$strata_run" -n "$n" "$strata_perf" "$op" -b "$min" -e "$max" \
+  echo "# strata-run -n $n ${run_bind[*]} strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0 ..." >&2
+  timeout "$run_timeout" "$strata_run" -n "$n" "${run_bind[@]}" "$strata_perf" "$op" -b "$min" -e "$max" \
     -f "$factor" "${perf_iters[@]}" -c 0 --json "$json" >"$log" 2>&1 ||
     note_failure "$log" "strata-perf $op at N=$n"
 }
 
 run_mpi() {
   local op=$1 n=$2 json="$out/openmpi-$1-n$2.r$rep.json" log="$out/openmpi-$1-n$2.r$rep.log"
-  echo "# mpirun -np $n mpi_coll $op ${peer_args[*]} (pml ob1, btl self,vader) ..." >&2
+  echo "# mpirun -np $n ${mpi_bind[*]} mpi_coll $op ${peer_args[*]} (pml ob1, btl self,vader) ..." >&2
   # ob1 with the vader BTL is Open MPI's shared-memory path; without --mca pml ob1 Open MPI 4.1
   # would pick UCX's pml where UCX is installed.
-  timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+  timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe "${mpi_bind[@]}" -np "$n" \
     --mca pml ob1 --mca btl self,vader --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
     "$out/mpi_coll" "$op" "${peer_args[@]}" >"$json" 2>"$log" ||
     note_failure "$log" "mpi_coll $op at N=$n"
@@ -179,10 +193,10 @@ run_gloo() {
   echo "# gloo_coll $op ${peer_args[*]} at N=$n (GLOO_ALGO=$algo) ..." >&2
   if [[ -n $strata_run ]]; then
     GLOO_ALGO=$algo GLOO_STORE_DIR=$store timeout "$run_timeout" "$strata_run" -n "$n" \
-      "$out/gloo_coll" "$op" "${peer_args[@]}" >"$json" 2>"$log" ||
+      "${run_bind[@]}" "$out/gloo_coll" "$op" "${peer_args[@]}" >"$json" 2>"$log" ||
       note_failure "$log" "gloo_coll $op at N=$n"
   else
-    timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+    timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe "${mpi_bind[@]}" -np "$n" \
       --mca oob_tcp_if_include lo -x GLOO_ALGO="$algo" -x GLOO_STORE_DIR="$store" \
       "$out/gloo_coll" "$op" "${peer_args[@]}" >"$json" 2>"$log" ||
       note_failure "$log" "gloo_coll $op at N=$n"
@@ -312,6 +326,30 @@ for op in $ops; do
     fi
   done
 done
+# --- the machine: what the numbers depend on (docs/benchmarks.md) ---------------------------
+echo
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+feats=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|avx512f|erms|fsrm' | tr '\n' ' ')
+echo "# machine: ${cpu:-unknown CPU}, $(nproc) CPUs (${feats% })"
+mcc=${MACHINE_CC:-cc}
+if "$mcc" -O2 -o "$out/memcpy_bw" "$here/memcpy_bw.c" 2>"$out/memcpy_bw.build.log" &&
+  "$out/memcpy_bw" 1M 64M 64 >"$out/memcpy_bw.txt" 2>&1; then
+  awk '!/^#/ { printf "%s %s MiB hot %.1f cold %.1f", (n++ ? ";" : "# memcpy, one thread, GB/s:"), $1 / 1048576, $4, $6 }
+       END { print "" }' "$out/memcpy_bw.txt"
+else
+  echo "# memcpy_bw failed; see $out/memcpy_bw.build.log and $out/memcpy_bw.txt"
+fi
+if "$mcc" -O2 -o "$out/cma_vs_shm" "$here/cma_vs_shm.c" 2>"$out/cma_vs_shm.build.log"; then
+  for b in 256K 1M; do
+    "$out/cma_vs_shm" "$b" 500 >"$out/cma_vs_shm-$b.txt" 2>&1 &&
+      awk -v b="$b" '$1 ~ /^(readv|shm)-(clean|dirty)$/ { g[$1] = $5 }
+        END { printf "# another process'"'"'s %s, GB/s: just written: process_vm_readv %s, shared mapping %s; unchanged: %s vs %s\n", b, g["readv-dirty"], g["shm-dirty"], g["readv-clean"], g["shm-clean"] }' \
+        "$out/cma_vs_shm-$b.txt" || echo "# cma_vs_shm $b failed; see $out/cma_vs_shm-$b.txt"
+  done
+else
+  echo "# cma_vs_shm did not build; see $out/cma_vs_shm.build.log"
+fi
+
 echo
 for f in "$out"/*.json; do
   [[ -f $f ]] && grep -q '"wrong":[1-9]' "$f" &&
