@@ -12,6 +12,8 @@ fail() {
   echo "FAIL: $*"
   exit 1
 }
+# shellcheck source=consumer_checks.sh
+. "$(dirname "${BASH_SOURCE[0]}")/consumer_checks.sh"
 build=$1 src=$2 run=$3 mpirun_wrapper=$4
 shift 4
 cxx=("$@")
@@ -34,23 +36,12 @@ trap 'rm -rf "$work"' EXIT
 "${cxx[@]}" -std=c++20 -Wall -Wextra -Werror "$src" $flags -Wl,-rpath,"$libdir" -o "$work/consumer" ||
   fail "the consumer does not compile or link with the flags of strata-uninstalled.pc"
 
-out=$("$work/consumer" 2>&1) || fail "one rank: $out"
-echo "$out"
-[[ $out == *"backend tcp, rank 0 of 1: allReduce ok"* ]] || fail "one rank: unexpected output"
+consumer_one_rank "$work/consumer"
 
 out=$(STRATA_BOOTSTRAP_BACKEND=tcp timeout 120 "$run" -n 2 --grace 10 "$work/consumer" 2>&1) ||
   fail "strata-run -n 2: $out"
 echo "$out"
 [[ $(grep -c 'backend tcp, rank . of 2: allReduce ok' <<<"$out") -eq 2 ]] || fail "strata-run -n 2: not every rank ok"
 
-out=$(STRATA_BOOTSTRAP_BACKEND=auto bash "$mpirun_wrapper" 2 "$work/consumer" 2>&1)
-rc=$?
-echo "$out"
-if [[ $rc -eq 77 ]]; then
-  echo "note: the mpirun part was skipped"
-else
-  [[ $rc -eq 0 ]] || fail "mpirun -np 2 exited $rc"
-  [[ $(grep -c 'backend pmix, rank . of 2: allReduce ok' <<<"$out") -eq 2 ]] ||
-    fail "mpirun -np 2: not every rank ran on pmix"
-fi
+consumer_mpirun_pmix "$mpirun_wrapper" "$work/consumer"
 echo "ok"
