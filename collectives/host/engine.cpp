@@ -218,7 +218,6 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
       link.dataPort = proxy_->portChannel(d, inData);
       link.ackPort = proxy_->portChannel(a, inAck);
       link.dataChannel = d;
-      link.ackChannel = a;
     }
   }
   if (proxy_) proxy_->start();
@@ -503,8 +502,7 @@ void Engine::pushToProxy(const Link& link, TryPush tryPush) {
   Backoff backoff;
   auto deadline = Deadline::fromTimeout(timeout_);
   while (!tryPush(&id)) {
-    proxy_->check(link.dataChannel);
-    proxy_->check(link.ackChannel);
+    proxy_->check(link.dataChannel);  // the link's two channels share one Connection
     if (deadline.expired()) {
       throw Error(ErrorCode::Timeout,
                   fmt::format("the proxy FIFO stayed full for {} s while queueing a write to "
@@ -566,10 +564,8 @@ void Engine::checkHeader(Link& link, uint64_t chunk, const OpSignature& sig,
 
 void Engine::checkPeer(Link& link) {
   if (link.conn) link.conn->checkPeer();
-  if (!link.mapped && proxy_) {
-    proxy_->check(link.dataChannel);
-    proxy_->check(link.ackChannel);
-  }
+  // The proxy fails a Connection as a whole, so the data channel answers for the ack one too.
+  if (!link.mapped && proxy_) proxy_->check(link.dataChannel);
 }
 
 bool Engine::needs(const Plan& plan, const std::vector<size_t>& idx, const Link& link) const {

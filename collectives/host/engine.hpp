@@ -78,10 +78,11 @@ struct Link {
   MemoryChannel ack;   ///< mapped: ack semaphore (no payload)
   PortChannel dataPort;
   PortChannel ackPort;
-  uint32_t dataChannel = 0;  ///< proxy channels of dataPort and ackPort (port links)
-  uint32_t ackChannel = 0;
+  uint32_t dataChannel = 0;  ///< proxy channel of dataPort (port links; ackPort shares its
+                             ///< Connection, so its failures show here too)
   /// The peer was found gone after it had sent all this rank needed from it: nothing more is
-  /// sent to it (no acks), and a later call that needs it fails with lostError.
+  /// sent to it (no acks), and a later call that needs it fails with PeerLost (its Connection
+  /// stays lost).
   bool gone = false;
   // Lifetime counters of the pair.
   uint64_t sent = 0;         ///< chunks sent to the peer
