@@ -318,21 +318,23 @@ void Engine::drainOnExit() noexcept {
     STRATA_LOG(Warn, "coll", "delivering buffered send() data at exit: {}", e.what());
   }
   size_t pending = 0, unacked = 0;
+  std::string ranks;  // the receivers still holding or owed something
   for (const Link& link : links_) {
-    if (link.gone) continue;
+    if (link.gone || !waitingFor(link)) continue;
     pending += link.out.size();
     unacked += link.sent - link.acked;
+    ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", link.peer);
   }
   if (pending) {
     STRATA_LOG(Warn, "coll",
                "communicator destroyed with {} chunks of send() not yet delivered after {} s "
-               "(their receivers never called recv)",
-               pending, timeout_);
+               "(receivers: rank {}; they never called recv)",
+               pending, timeout_, ranks);
   } else if (unacked) {
     STRATA_LOG(Warn, "coll",
                "communicator destroyed with {} chunks in the receivers' slots that they did not "
-               "take within {} s (a recv() or collective still to come on their side?)",
-               unacked, timeout_);
+               "take within {} s (rank {}: a recv() or collective still to come on their side?)",
+               unacked, timeout_, ranks);
   }
 }
 
