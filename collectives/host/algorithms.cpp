@@ -1,9 +1,9 @@
-#include "collectives/host/algorithms.hpp"
+#include "algorithms.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/host/reduce.hpp"
+#include "reduce.hpp"
 
 namespace strata::collectives {
 

@@ -8,7 +8,7 @@
 
 #include <strata/communicator.hpp>
 
-#include "collectives/host/engine.hpp"
+#include "engine.hpp"
 
 namespace strata::collectives {
 

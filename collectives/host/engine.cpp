@@ -11,13 +11,13 @@
 
 #include <strata/error.hpp>
 
-#include "backoff.hpp"
-#include "collectives/host/reduce.hpp"
-#include "config_keys.hpp"
-#include "deadline.hpp"
+#include "base/backoff.hpp"
+#include "reduce.hpp"
+#include "base/config_keys.hpp"
+#include "base/deadline.hpp"
 #include "lib/transport/context_impl.hpp"
 #include "lib/transport/internal.hpp"
-#include "log.hpp"
+#include "base/log.hpp"
 
 namespace strata::collectives {
 

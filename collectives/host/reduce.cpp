@@ -3,7 +3,7 @@
 // every include so that all functions in the file share the options and inline into each other.
 #pragma GCC optimize("O3")
 
-#include "collectives/host/reduce.hpp"
+#include "reduce.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -14,7 +14,7 @@
 
 #include <strata/error.hpp>
 
-#include "collectives/host/float16.hpp"
+#include "base/float16.hpp"
 
 // The kernels are memory bound at large sizes, but in cache (the pipelined chunks of the host
 // algorithms) 256-bit vectors roughly double their speed; x86-64's baseline only has SSE2, so

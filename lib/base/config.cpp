@@ -15,8 +15,8 @@
 
 #include <strata/error.hpp>
 
-#include "config_keys.hpp"
-#include "log.hpp"
+#include "base/config_keys.hpp"
+#include "base/log.hpp"
 
 #ifndef STRATA_SYSCONFDIR
 #define STRATA_SYSCONFDIR "/etc"

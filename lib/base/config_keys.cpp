@@ -1,4 +1,4 @@
-#include "config_keys.hpp"
+#include "base/config_keys.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "dynload.hpp"
+#include "base/dynload.hpp"
 
 #include <dlfcn.h>
 #include <sys/auxv.h>

@@ -1,4 +1,4 @@
-#include "handshake.hpp"
+#include "base/handshake.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,8 +10,8 @@
 
 #include <strata/error.hpp>
 
-#include "hmac.hpp"
-#include "wire.hpp"
+#include "base/hmac.hpp"
+#include "base/wire.hpp"
 
 namespace strata::handshake {
 namespace {

@@ -1,4 +1,4 @@
-#include "hmac.hpp"
+#include "base/hmac.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/err.h>

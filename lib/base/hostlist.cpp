@@ -1,4 +1,4 @@
-#include "hostlist.hpp"
+#include "base/hostlist.hpp"
 
 #include <charconv>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "launcher.hpp"
+#include "base/launcher.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,9 +13,9 @@
 
 #include <strata/error.hpp>
 
-#include "config_keys.hpp"
-#include "hostlist.hpp"
-#include "log.hpp"
+#include "base/config_keys.hpp"
+#include "base/hostlist.hpp"
+#include "base/log.hpp"
 
 namespace strata {
 namespace {

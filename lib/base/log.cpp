@@ -1,6 +1,6 @@
-#include "log.hpp"
+#include "base/log.hpp"
 
-#include "launcher.hpp"
+#include "base/launcher.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "config_keys.hpp"
+#include "base/config_keys.hpp"
 
 namespace strata::log {
 

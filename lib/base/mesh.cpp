@@ -1,4 +1,4 @@
-#include "mesh.hpp"
+#include "base/mesh.hpp"
 
 #include <poll.h>
 #include <sched.h>
@@ -20,10 +20,10 @@
 
 #include <strata/error.hpp>
 
-#include "config_keys.hpp"
-#include "handshake.hpp"
-#include "log.hpp"
-#include "wire.hpp"
+#include "base/config_keys.hpp"
+#include "base/handshake.hpp"
+#include "base/log.hpp"
+#include "base/wire.hpp"
 
 namespace strata::mesh {
 namespace {

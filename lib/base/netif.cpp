@@ -1,4 +1,4 @@
-#include "netif.hpp"
+#include "base/netif.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,4 +1,4 @@
-#include "rendezvous.hpp"
+#include "base/rendezvous.hpp"
 
 #include <poll.h>
 
@@ -9,9 +9,9 @@
 
 #include <strata/error.hpp>
 
-#include "handshake.hpp"
-#include "log.hpp"
-#include "wire.hpp"
+#include "base/handshake.hpp"
+#include "base/log.hpp"
+#include "base/wire.hpp"
 
 namespace strata::rendezvous {
 namespace {

@@ -1,4 +1,4 @@
-#include "socket.hpp"
+#include "base/socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "wire.hpp"
+#include "base/wire.hpp"
 
 #include <bit>
 #include <cstring>

@@ -9,12 +9,12 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
-#include "config_keys.hpp"
-#include "hmac.hpp"
-#include "log.hpp"
-#include "mesh.hpp"
-#include "registry.hpp"
-#include "wire.hpp"
+#include "base/config_keys.hpp"
+#include "base/hmac.hpp"
+#include "base/log.hpp"
+#include "base/mesh.hpp"
+#include "bootstrap/registry.hpp"
+#include "base/wire.hpp"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-#include "registry.hpp"
+#include "bootstrap/registry.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,10 +15,10 @@
 #include <strata/version.hpp>
 
 #include "backends/bootstrap/tcp/tcp_bootstrap.hpp"
-#include "config_keys.hpp"
-#include "dynload.hpp"
+#include "base/config_keys.hpp"
+#include "base/dynload.hpp"
 #include "lib/strata_build_paths.h"
-#include "log.hpp"
+#include "base/log.hpp"
 
 #ifndef STRATA_MODULE_DIR
 #define STRATA_MODULE_DIR "/usr/local/lib/strata"

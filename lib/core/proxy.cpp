@@ -21,7 +21,7 @@
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
 
-#include "log.hpp"
+#include "base/log.hpp"
 
 namespace strata {
 

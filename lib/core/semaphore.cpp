@@ -8,8 +8,8 @@
 
 #include <strata/error.hpp>
 
-#include "backoff.hpp"
-#include "deadline.hpp"
+#include "base/backoff.hpp"
+#include "base/deadline.hpp"
 #include "lib/transport/context_impl.hpp"
 #include "lib/transport/records.hpp"
 

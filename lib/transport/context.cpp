@@ -16,11 +16,11 @@
 #include <strata/error.hpp>
 
 #include "backends/transport/shm/shm_transport.hpp"
-#include "config_keys.hpp"
+#include "base/config_keys.hpp"
 #include "context_impl.hpp"
-#include "launcher.hpp"
-#include "lib/bootstrap/registry.hpp"
-#include "log.hpp"
+#include "base/launcher.hpp"
+#include "bootstrap/registry.hpp"
+#include "base/log.hpp"
 #include "records.hpp"
 
 namespace strata {

@@ -4,7 +4,7 @@
 
 #include <strata/error.hpp>
 
-#include "wire.hpp"
+#include "base/wire.hpp"
 
 namespace strata::transport {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <strata/error.hpp>
 
-#include "wire.hpp"
+#include "base/wire.hpp"
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include <strata/backend/module.hpp>
 #include <strata/error.hpp>
 
-#include "dynload.hpp"
+#include "base/dynload.hpp"
 #include "nvlink_records.hpp"
 
 extern char** environ;

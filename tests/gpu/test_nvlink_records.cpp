@@ -11,7 +11,7 @@
 #include <strata/error.hpp>
 
 #include "nvlink_records.hpp"
-#include "wire.hpp"
+#include "base/wire.hpp"
 
 using namespace strata;
 using namespace strata::nvlink;

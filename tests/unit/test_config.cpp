@@ -21,8 +21,8 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "config_keys.hpp"
-#include "log.hpp"
+#include "base/config_keys.hpp"
+#include "base/log.hpp"
 
 namespace fs = std::filesystem;
 using strata::Config;

@@ -7,7 +7,7 @@
 
 #include <strata/strata.hpp>
 
-#include "launcher.hpp"
+#include "base/launcher.hpp"
 
 using strata::Config;
 using strata::Error;

@@ -12,7 +12,7 @@
 
 #include <strata/error.hpp>
 
-#include "netif.hpp"
+#include "base/netif.hpp"
 
 using namespace strata;
 using netif::Interface;

@@ -17,7 +17,7 @@
 #include <strata/communicator.hpp>
 #include <strata/error.hpp>
 
-#include "collectives/host/float16.hpp"
+#include "base/float16.hpp"
 #include "collectives/host/reduce.hpp"
 
 namespace strata::collectives::detail {

@@ -8,7 +8,7 @@
 #include <strata/backend/module.hpp>
 #include <strata/strata.hpp>
 
-#include "lib/bootstrap/registry.hpp"
+#include "bootstrap/registry.hpp"
 
 using strata::Config;
 using strata::Error;

@@ -11,10 +11,10 @@
 
 #include <strata/error.hpp>
 
-#include "handshake.hpp"
-#include "rendezvous.hpp"
-#include "socket.hpp"
-#include "wire.hpp"
+#include "base/handshake.hpp"
+#include "base/rendezvous.hpp"
+#include "base/socket.hpp"
+#include "base/wire.hpp"
 
 using namespace strata;
 using Clock = std::chrono::steady_clock;

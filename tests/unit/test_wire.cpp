@@ -15,8 +15,8 @@
 
 #include <strata/error.hpp>
 
-#include "hmac.hpp"
-#include "wire.hpp"
+#include "base/hmac.hpp"
+#include "base/wire.hpp"
 
 // Records the largest single allocation, so the mutation loop can prove that forged lengths
 // never make the decoder reserve memory it was not given.

@@ -8,7 +8,7 @@
 
 #include <strata/strata.hpp>
 
-#include "lib/bootstrap/registry.hpp"
+#include "bootstrap/registry.hpp"
 #include "strata_info_features.h"
 
 namespace {

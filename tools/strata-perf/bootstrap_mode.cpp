@@ -17,7 +17,7 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "launcher.hpp"
+#include "base/launcher.hpp"
 #include "mode.hpp"
 #include "report.hpp"
 #include "stats.hpp"

@@ -21,7 +21,7 @@
 #include <strata/transport.hpp>
 
 #include "coll_data.hpp"
-#include "launcher.hpp"
+#include "base/launcher.hpp"
 #include "mode.hpp"
 #include "report.hpp"
 #include "stats.hpp"

@@ -22,14 +22,14 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
-#include "config_keys.hpp"
-#include "deadline.hpp"
-#include "hmac.hpp"
-#include "log.hpp"
-#include "mesh.hpp"
-#include "netif.hpp"
-#include "socket.hpp"
-#include "wire.hpp"
+#include "base/config_keys.hpp"
+#include "base/deadline.hpp"
+#include "base/hmac.hpp"
+#include "base/log.hpp"
+#include "base/mesh.hpp"
+#include "base/netif.hpp"
+#include "base/socket.hpp"
+#include "base/wire.hpp"
 
 extern char** environ;
 

@@ -14,16 +14,16 @@
 
 #include <strata/error.hpp>
 
-#include "config_keys.hpp"
-#include "deadline.hpp"
-#include "handshake.hpp"
-#include "launcher.hpp"
-#include "log.hpp"
-#include "mesh.hpp"
-#include "netif.hpp"
-#include "rendezvous.hpp"
-#include "socket.hpp"
-#include "wire.hpp"
+#include "base/config_keys.hpp"
+#include "base/deadline.hpp"
+#include "base/handshake.hpp"
+#include "base/launcher.hpp"
+#include "base/log.hpp"
+#include "base/mesh.hpp"
+#include "base/netif.hpp"
+#include "base/rendezvous.hpp"
+#include "base/socket.hpp"
+#include "base/wire.hpp"
 
 namespace strata::tcp {
 namespace {

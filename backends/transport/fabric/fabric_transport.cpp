@@ -22,9 +22,9 @@
 #include <strata/backend/module.hpp>
 #include <strata/version.hpp>
 
-#include "config_keys.hpp"
+#include "base/config_keys.hpp"
 #include "fabric_records.hpp"
-#include "log.hpp"
+#include "base/log.hpp"
 
 namespace strata::fabric {
 namespace {

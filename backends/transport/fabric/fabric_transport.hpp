@@ -24,7 +24,7 @@
 #include <strata/backend/transport.hpp>
 #include <strata/error.hpp>
 
-#include "deadline.hpp"
+#include "base/deadline.hpp"
 
 namespace strata::fabric {
 

@@ -17,9 +17,9 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
-#include "config_keys.hpp"
-#include "deadline.hpp"
-#include "log.hpp"
+#include "base/config_keys.hpp"
+#include "base/deadline.hpp"
+#include "base/log.hpp"
 
 namespace strata::nvlink {
 namespace {

@@ -1,4 +1,4 @@
-#include "backends/transport/shm/shm_transport.hpp"
+#include "shm_transport.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,8 +24,8 @@
 
 #include <strata/error.hpp>
 
-#include "log.hpp"
-#include "wire.hpp"
+#include "base/log.hpp"
+#include "base/wire.hpp"
 
 namespace strata::shm {
 

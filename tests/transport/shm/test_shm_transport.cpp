@@ -34,7 +34,7 @@
 #include <strata/error.hpp>
 
 #include "backends/transport/shm/shm_transport.hpp"
-#include "wire.hpp"
+#include "base/wire.hpp"
 
 namespace {
 
