@@ -17,6 +17,8 @@ OpSignature signature(OpKind kind, DataType type, ReduceOp op, int root, size_t 
 Plan makePlan(Engine& e, const OpSignature& sig) {
   Plan plan;
   plan.sig = sig;
+  plan.type = static_cast<DataType>(sig.type);
+  plan.redop = static_cast<ReduceOp>(sig.redop);
   plan.in.resize(static_cast<size_t>(e.size()));
   return plan;
 }
@@ -24,8 +26,13 @@ Plan makePlan(Engine& e, const OpSignature& sig) {
 /// One reduction round per chunk of [0, bytes): dst + off = op over members (default: every
 /// rank) of (own + off, each member's chunk). Members' pieces are expected in the same chunking.
 void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, size_t typeSize,
-               const std::vector<int>& members = {}, int divisor = -1) {
+               const std::vector<int>* members = nullptr, int divisor = -1) {
   const size_t chunk = e.chunkBytes();
+  const size_t rounds = (bytes + chunk - 1) / chunk;
+  plan.rounds.reserve(plan.rounds.size() + rounds);
+  for (int p : members ? *members : e.allRanks()) {
+    if (p != e.rank()) plan.in[p].reserve(plan.in[p].size() + rounds);
+  }
   for (size_t off = 0; off < bytes; off += chunk) {
     size_t n = std::min(chunk, bytes - off);
     int r = static_cast<int>(plan.rounds.size());
@@ -39,11 +46,7 @@ void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, 
     auto expect = [&](int p) {
       if (p != e.rank()) plan.in[p].push_back({nullptr, n, off, r, {}});
     };
-    if (members.empty()) {
-      for (int p = 0; p < e.size(); ++p) expect(p);
-    } else {
-      for (int p : members) expect(p);
-    }
+    for (int p : members ? *members : e.allRanks()) expect(p);
   }
 }
 
@@ -103,9 +106,6 @@ void exchangeDescs(Engine& e, const OpSignature& sig, Plan& plan, const Desc& mi
   plan.rounds.push_back(std::move(round));
 }
 
-bool useSingleCopy(Engine& e, size_t bytes) {
-  return e.singleCopy() && e.size() > 1 && bytes >= e.singleCopyMinBytes();
-}
 
 /// dst = op over ranks of block [offset, offset + bytes) of every rank's send buffer (own: the
 /// local one), reading peers' blocks through a reused staging buffer in pieces.
@@ -156,16 +156,11 @@ void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t c
   for (size_t k = 0; k < n; ++k) {
     if (k != me) e.queueSend(members[k], s + bl.start(k), bl.length(k), sig);
   }
-  addRounds(e, plan, d + bl.start(me), s + bl.start(me), bl.length(me), ts, members, -1);
+  addRounds(e, plan, d + bl.start(me), s + bl.start(me), bl.length(me), ts, &members, -1);
   for (auto& round : plan.rounds) {
-    char* dst = round.dst;
-    size_t off = static_cast<size_t>(dst - (d + bl.start(me)));
-    size_t len = round.count * ts;
-    round.after = [&e, dst, off, len, sig, &members, me]() {
-      for (size_t k = 0; k < members.size(); ++k) {
-        if (k != me) e.queueSend(members[k], dst, len, sig, off);
-      }
-    };
+    // Each reduced chunk goes to every member (the all-gather half) as soon as it is ready.
+    round.forwardTo = &members;
+    round.forwardOffset = static_cast<uint64_t>(round.dst - (d + bl.start(me)));
   }
   for (size_t k = 0; k < n; ++k) {
     if (k != me)
@@ -174,7 +169,7 @@ void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t c
   e.run(plan, what);
 }
 
-void allReduceSingleCopy(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
+void singleCopyAllReduce(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
                          DataType type, ReduceOp op) {
   const size_t ts = sizeOf(type);
   const size_t n = static_cast<size_t>(e.size());
@@ -231,8 +226,9 @@ void gatherSingleCopy(Engine& e, const OpSignature& sig, const void* send, size_
   e.run(plan, what);
 }
 
-/// True for a job on several hosts with the same number (> 1) of ranks on each.
-bool hierarchical(const Engine& e) {
+}  // namespace
+
+bool hierarchicalLayout(const Engine& e) {
   const auto& hosts = e.hosts();
   if (hosts.size() < 2 || hosts[0].size() < 2) return false;
   for (const auto& h : hosts) {
@@ -241,11 +237,13 @@ bool hierarchical(const Engine& e) {
   return true;
 }
 
+namespace {
+
 /// Hierarchical allReduce: (A) reduce-scatter inside each host (shm) into partial sums of one
 /// block per local rank, (B) two-shot allReduce of that block among the ranks with the same
 /// local index on every host (fabric), (C) all-gather of the blocks inside each host. Only
 /// 1/L of the data crosses hosts per rank, over H-1 peers instead of N-1.
-void allReduceHierarchical(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
+void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
                            DataType type) {
   const size_t ts = sizeOf(type);
   const auto& hosts = e.hosts();
@@ -264,7 +262,7 @@ void allReduceHierarchical(Engine& e, const OpSignature& sig, const char* s, cha
   for (size_t q = 0; q < local.size(); ++q) {
     if (q != li) e.queueSend(local[q], s + lb.start(q), lb.length(q), sig);
   }
-  addRounds(e, a, d + lb.start(li), s + lb.start(li), lb.length(li), ts, local, 1);
+  addRounds(e, a, d + lb.start(li), s + lb.start(li), lb.length(li), ts, &local, 1);
   e.run(a, "allReduce (within the host)");
 
   char* block = d + lb.start(li);
@@ -281,61 +279,77 @@ void allReduceHierarchical(Engine& e, const OpSignature& sig, const char* s, cha
 
 }  // namespace
 
-void allReduce(Engine& e, const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+namespace {
+
+/// The cases every allReduce algorithm shares: nothing to do, or one rank. True when done.
+bool trivialAllReduce(Engine& e, const void* send, void* recv, size_t count, DataType type) {
+  if (count == 0) return true;
+  if (e.size() == 1) {
+    copyIfDistinct(recv, send, count * sizeOf(type));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void allReduceOneShot(Engine& e, const void* send, void* recv, size_t count, DataType type,
+                      ReduceOp op) {
+  if (trivialAllReduce(e, send, recv, count, type)) return;
   const size_t ts = sizeOf(type);
   const size_t bytes = count * ts;
-  if (count == 0) return;
-  if (e.size() == 1) {
-    copyIfDistinct(recv, send, bytes);
-    return;
-  }
-  e.type = type;
-  e.redop = op;
   auto sig = signature(OpKind::AllReduce, type, op, -1, count);
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(recv);
-  const std::string& algo = e.algorithm();
-  bool oneshot = algo == "oneshot" || (algo == "auto" && bytes <= e.oneshotMaxBytes());
-  if (!oneshot && algo == "auto" && hierarchical(e)) {
-    allReduceHierarchical(e, sig, s, d, count, type);
-    return;
+  // Every rank gets every input and reduces all of it in rank order, so every rank computes
+  // bit-identical results.
+  Plan plan = makePlan(e, sig);
+  std::vector<uint64_t> base(static_cast<size_t>(e.size()));
+  for (int p = 0; p < e.size(); ++p) {
+    if (p == e.rank()) continue;
+    base[p] = e.sentAfterQueue(p);
+    e.queueSend(p, s, bytes, sig);
   }
-  // Single copy only when asked for: its two process_vm_readv phases (the second one reading
-  // what the peers just reduced) cost a kernel copy with page pinning each. It ran at 0.55x
-  // Open MPI on an AMD EPYC machine where the slot path ran at 2x, and within 20 % of the
-  // two-shot through the slots (either way) on the development machine (docs/benchmarks.md).
-  if (algo == "singlecopy" && e.singleCopy()) {
-    allReduceSingleCopy(e, sig, s, d, count, type, op);
-    return;
-  }
-  if (oneshot) {
-    // Every rank gets every input and reduces all of it in rank order, so every rank computes
-    // bit-identical results.
-    Plan plan = makePlan(e, sig);
-    std::vector<uint64_t> base(static_cast<size_t>(e.size()));
-    for (int p = 0; p < e.size(); ++p) {
-      if (p == e.rank()) continue;
-      base[p] = e.sentAfterQueue(p);
-      e.queueSend(p, s, bytes, sig);
+  addRounds(e, plan, d, s, bytes, ts);
+  if (s == d) {
+    // In place, round r overwrites chunk r of the input: it must have gone to every peer.
+    for (size_t r = 0; r < plan.rounds.size(); ++r) {
+      std::vector<uint64_t> need(base);
+      for (auto& v : need) v += r + 1;
+      plan.minSent.push_back(std::move(need));
     }
-    addRounds(e, plan, d, s, bytes, ts);
-    if (s == d) {
-      // In place, round r overwrites chunk r of the input: it must have gone to every peer.
-      for (size_t r = 0; r < plan.rounds.size(); ++r) {
-        std::vector<uint64_t> need(base);
-        for (auto& v : need) v += r + 1;
-        plan.minSent.push_back(std::move(need));
-      }
-    }
-    e.run(plan, "allReduce");
-    return;
   }
-  std::vector<int> all(static_cast<size_t>(e.size()));
-  for (int p = 0; p < e.size(); ++p) all[p] = p;
-  twoShot(e, sig, s, d, count, ts, all, "allReduce");
+  e.run(plan, "allReduce");
 }
 
-void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataType type) {
+void allReduceTwoShot(Engine& e, const void* send, void* recv, size_t count, DataType type,
+                      ReduceOp op) {
+  if (trivialAllReduce(e, send, recv, count, type)) return;
+  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
+  std::vector<int> all(static_cast<size_t>(e.size()));
+  for (int p = 0; p < e.size(); ++p) all[p] = p;
+  twoShot(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count, sizeOf(type),
+          all, "allReduce");
+}
+
+void allReduceHierarchical(Engine& e, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp op) {
+  if (trivialAllReduce(e, send, recv, count, type)) return;
+  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
+  hierarchicalAllReduce(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count,
+                        type);
+}
+
+void allReduceSingleCopy(Engine& e, const void* send, void* recv, size_t count, DataType type,
+                         ReduceOp op) {
+  if (trivialAllReduce(e, send, recv, count, type)) return;
+  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
+  singleCopyAllReduce(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count,
+                      type, op);
+}
+
+void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataType type,
+               bool singleCopy) {
   const size_t bytes = sendCount * sizeOf(type);
   if (sendCount == 0) return;
   char* d = static_cast<char*>(recv);
@@ -345,7 +359,7 @@ void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataTy
     own();
     return;
   }
-  if (useSingleCopy(e, bytes)) {
+  if (singleCopy) {
     gatherSingleCopy(
         e, sig, send, bytes, [](int) { return uint64_t{0}; },
         [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allGather", own);
@@ -362,7 +376,7 @@ void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataTy
 }
 
 void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, DataType type,
-                   ReduceOp op) {
+                   ReduceOp op, bool singleCopy) {
   const size_t ts = sizeOf(type);
   const size_t bytes = recvCount * ts;
   if (recvCount == 0) return;
@@ -372,10 +386,8 @@ void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, Da
     copyIfDistinct(recv, s, bytes);
     return;
   }
-  e.type = type;
-  e.redop = op;
   auto sig = signature(OpKind::ReduceScatter, type, op, -1, recvCount);
-  if (useSingleCopy(e, bytes)) {
+  if (singleCopy) {
     const size_t n = static_cast<size_t>(e.size());
     Plan plan = makePlan(e, sig);
     std::vector<Desc> descs(n);
@@ -401,7 +413,8 @@ void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, Da
   e.run(plan, "reduceScatter");
 }
 
-void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType type, int root) {
+void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType type, int root,
+               bool singleCopy) {
   const size_t bytes = count * sizeOf(type);
   if (count == 0) return;
   if (e.size() == 1) {
@@ -409,7 +422,7 @@ void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType t
     return;
   }
   auto sig = signature(OpKind::Broadcast, type, ReduceOp::Sum, root, count);
-  if (useSingleCopy(e, bytes)) {
+  if (singleCopy) {
     Plan plan = makePlan(e, sig);
     std::vector<uint64_t> sink(static_cast<size_t>(e.size()));
     if (e.rank() == root) {
@@ -441,7 +454,8 @@ void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType t
   e.run(plan, "broadcast");
 }
 
-void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, DataType type) {
+void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, DataType type,
+              bool singleCopy) {
   const size_t bytes = countPerRank * sizeOf(type);
   if (countPerRank == 0) return;
   const char* s = static_cast<const char*>(send);
@@ -453,7 +467,7 @@ void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, Data
     own();
     return;
   }
-  if (useSingleCopy(e, bytes)) {
+  if (singleCopy) {
     gatherSingleCopy(
         e, sig, send, bytes, [&](int) { return uint64_t{me * bytes}; },
         [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allToAll", own);

@@ -15,9 +15,8 @@
 #include "reduce.hpp"
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
-#include "lib/transport/context_impl.hpp"
-#include "lib/transport/internal.hpp"
 #include "base/log.hpp"
+#include "base/wire.hpp"
 
 namespace strata::collectives {
 
@@ -27,6 +26,18 @@ constexpr uint32_t kMagic = 0x48435453;  // "STCH"
 constexpr uint16_t kVersion = 1;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kFlagStride = 64;
+/// Pipeline slots per peer: deep when the buffer leaves chunks of kDeepChunkMin or more.
+constexpr uint32_t kDeepSlots = 4;
+constexpr uint32_t kShallowSlots = 2;
+constexpr size_t kDeepChunkMin = 64 * 1024;
+/// The smallest chunk, whatever collectives.buffer_bytes says (a warning says so at create).
+constexpr size_t kChunkFloor = 4096;
+/// Entries of the proxy FIFO of port links (triggers in flight before a push waits).
+constexpr uint32_t kProxyFifoEntries = 1024;
+/// Spin before yielding in the progress loop (0 when the host's ranks outnumber its cores).
+constexpr int kSpinMicros = 10;
+/// How often a call without progress checks the peers it needs.
+constexpr auto kPeerCheckPeriod = std::chrono::milliseconds(10);
 
 /// The chunk header, encoded explicitly (little-endian fields at fixed offsets).
 struct Header {
@@ -45,43 +56,43 @@ static_assert(sizeof(Header) <= kHeaderBytes);
 
 void encode(const Header& h, char* out) {
   std::memset(out, 0, kHeaderBytes);
-  std::memcpy(out + 0, &h.magic, 4);
-  std::memcpy(out + 4, &h.version, 2);
-  std::memcpy(out + 6, &h.op, 2);
-  std::memcpy(out + 8, &h.type, 2);
-  std::memcpy(out + 10, &h.redop, 2);
-  std::memcpy(out + 12, &h.root, 4);
-  std::memcpy(out + 16, &h.count, 8);
-  std::memcpy(out + 24, &h.offset, 8);
-  std::memcpy(out + 32, &h.bytes, 8);
-  std::memcpy(out + 40, &h.seq, 8);
+  wire::storeLe(out + 0, h.magic);
+  wire::storeLe(out + 4, h.version);
+  wire::storeLe(out + 6, h.op);
+  wire::storeLe(out + 8, h.type);
+  wire::storeLe(out + 10, h.redop);
+  wire::storeLe(out + 12, h.root);
+  wire::storeLe(out + 16, h.count);
+  wire::storeLe(out + 24, h.offset);
+  wire::storeLe(out + 32, h.bytes);
+  wire::storeLe(out + 40, h.seq);
 }
 
 Header decode(const char* in) {
   Header h;
-  std::memcpy(&h.magic, in + 0, 4);
-  std::memcpy(&h.version, in + 4, 2);
-  std::memcpy(&h.op, in + 6, 2);
-  std::memcpy(&h.type, in + 8, 2);
-  std::memcpy(&h.redop, in + 10, 2);
-  std::memcpy(&h.root, in + 12, 4);
-  std::memcpy(&h.count, in + 16, 8);
-  std::memcpy(&h.offset, in + 24, 8);
-  std::memcpy(&h.bytes, in + 32, 8);
-  std::memcpy(&h.seq, in + 40, 8);
+  h.magic = wire::loadLe<uint32_t>(in + 0);
+  h.version = wire::loadLe<uint16_t>(in + 4);
+  h.op = wire::loadLe<uint16_t>(in + 6);
+  h.type = wire::loadLe<uint16_t>(in + 8);
+  h.redop = wire::loadLe<uint16_t>(in + 10);
+  h.root = wire::loadLe<int32_t>(in + 12);
+  h.count = wire::loadLe<uint64_t>(in + 16);
+  h.offset = wire::loadLe<uint64_t>(in + 24);
+  h.bytes = wire::loadLe<uint64_t>(in + 32);
+  h.seq = wire::loadLe<uint64_t>(in + 40);
   return h;
 }
 
 std::string describe(const OpSignature& s) {
   auto kind = static_cast<OpKind>(s.op);
   std::string text = fmt::format("{}(count {}", toString(kind), s.count);
-  if (s.type <= static_cast<uint16_t>(DataType::Float64)) {
+  if (isKnown(static_cast<DataType>(s.type))) {
     text += fmt::format(", {}", toString(static_cast<DataType>(s.type)));
   } else {
     text += fmt::format(", type {}", s.type);
   }
   if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) {
-    text += s.redop <= static_cast<uint16_t>(ReduceOp::Avg)
+    text += isKnown(static_cast<ReduceOp>(s.redop))
                 ? fmt::format(", {}", toString(static_cast<ReduceOp>(s.redop)))
                 : fmt::format(", op {}", s.redop);
   }
@@ -99,11 +110,6 @@ std::string describeCall(const OpSignature& sig, const char* what) {
   return call;
 }
 
-void* mappedPointer(const RegisteredMemory& remote) {
-  const auto& impl = remote.impl();
-  if (!impl || impl->local || !impl->remote) return nullptr;
-  return impl->remote->mappedPointer();
-}
 
 }  // namespace
 
@@ -130,28 +136,12 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   rank_ = context_->rank();
   size_ = context_->size();
   timeout_ = config::getDouble(config, "transport.timeout");
-  algorithm_ = config::getString(config, "collectives.algorithm");
-  oneshotMax_ = static_cast<size_t>(config::getInt(config, "collectives.oneshot_max_bytes"));
-  if (size_ > 2) {
-    // One-shot moves (N-1) x the message per rank, two-shot about 2x in two steps: measured,
-    // the crossover falls from 64 KiB at N = 2 to 16-32 KiB at 3, 8-16 KiB at 4 and 4 KiB at 8
-    // (docs/collectives.md).
-    oneshotMax_ = oneshotMax_ * 4 / (static_cast<size_t>(size_) * static_cast<size_t>(size_));
-  }
+  allRanks_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) allRanks_[r] = r;
   size_t buffer = static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes"));
   size_t chunkMax = static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes"));
   links_.resize(size_);
-  for (int r = 0; r < size_; ++r) {
-    uint64_t id = context_->impl().hosts[r].hostId;
-    auto it = std::find_if(hosts_.begin(), hosts_.end(), [&](const std::vector<int>& g) {
-      return context_->impl().hosts[g.front()].hostId == id;
-    });
-    if (it == hosts_.end()) {
-      hosts_.push_back({r});
-    } else {
-      it->push_back(r);
-    }
-  }
+  hosts_ = context_->hostGroups();
   {
     cpu_set_t cpus;
     int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
@@ -159,7 +149,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     for (const auto& g : hosts_) {
       if (std::find(g.begin(), g.end(), rank_) != g.end()) local = g.size();
     }
-    spinUs_ = static_cast<int>(local) > cores ? 0 : 10;
+    spinUs_ = static_cast<int>(local) > cores ? 0 : kSpinMicros;
   }
   if (size_ == 1) {
     chunkBytes_ = chunkMax;
@@ -170,9 +160,20 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     size_t per = buffer / (static_cast<size_t>(size_) * depth);
     return per > kHeaderBytes ? std::min(chunkMax, per - kHeaderBytes) : 0;
   };
-  depth_ = chunkFor(4) >= 64 * 1024 || chunkFor(4) >= chunkMax ? 4 : 2;
-  chunkBytes_ = chunkFor(depth_) / 64 * 64;
-  if (chunkBytes_ < 4096) chunkBytes_ = 4096;
+  depth_ = chunkFor(kDeepSlots) >= kDeepChunkMin || chunkFor(kDeepSlots) >= chunkMax ? kDeepSlots
+                                                                                     : kShallowSlots;
+  chunkBytes_ = chunkFor(depth_) / kHeaderBytes * kHeaderBytes;
+  if (chunkBytes_ < kChunkFloor) {
+    chunkBytes_ = kChunkFloor;
+    if (rank_ == 0) {
+      STRATA_LOG(Warn, "coll",
+                 "collectives.buffer_bytes = {} is too small for {} ranks: every peer needs {} "
+                 "slots of at least {} bytes, so the receive buffer takes {} bytes instead; "
+                 "raise collectives.buffer_bytes to silence this",
+                 buffer, size_, depth_, kChunkFloor + kHeaderBytes,
+                 static_cast<size_t>(size_) * depth_ * (kChunkFloor + kHeaderBytes));
+    }
+  }
   slotBytes_ = kHeaderBytes + chunkBytes_;
 
   area_ = context_->allocate(static_cast<size_t>(size_) * depth_ * slotBytes_);
@@ -195,8 +196,8 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     auto* inData = reinterpret_cast<uint64_t*>(myFlags + (p * 2 + 0) * kFlagStride);
     auto* inAck = reinterpret_cast<uint64_t*>(myFlags + (p * 2 + 1) * kFlagStride);
     uint64_t myRegion = static_cast<uint64_t>(rank_) * depth_ * slotBytes_;
-    auto* area = static_cast<char*>(mappedPointer(areas[i]));
-    auto* peerFlags = static_cast<char*>(mappedPointer(flags[i]));
+    auto* area = static_cast<char*>(areas[i].hostPointer());
+    auto* peerFlags = static_cast<char*>(flags[i].hostPointer());
     if (area && peerFlags) {
       link.mapped = true;
       link.data.remote = area + myRegion;
@@ -208,7 +209,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
           reinterpret_cast<uint64_t*>(peerFlags + (rank_ * 2 + 1) * kFlagStride);
     } else {
       if (!proxy_) {
-        proxy_ = std::make_unique<ProxyService>(1024, timeout_);
+        proxy_ = std::make_unique<ProxyService>(kProxyFifoEntries, timeout_);
         staging_ = context_->allocate(static_cast<size_t>(size_) * depth_ * slotBytes_);
       }
       uint32_t d = proxy_->addChannel(link.conn, areas[i], staging_, flags[i],
@@ -293,7 +294,7 @@ void Engine::drainOnExit() noexcept {
       if (!waiting || deadline.expired()) break;
       if (progress) continue;
       auto now = std::chrono::steady_clock::now();
-      if (now - lastCheck > std::chrono::milliseconds(10)) {
+      if (now - lastCheck > kPeerCheckPeriod) {
         lastCheck = now;
         for (Link& link : links_) {
           if (!waitingFor(link)) continue;
@@ -373,7 +374,7 @@ void Engine::probeSingleCopy(const Config& config) {
   std::string mode = config::getString(config, "collectives.single_copy");
   singleCopyMin_ = static_cast<size_t>(config::getInt(config, "collectives.single_copy_min_bytes"));
   pids_.assign(size_, 0);
-  for (int p = 0; p < size_; ++p) pids_[p] = context_->impl().hosts[p].pid;
+  for (int p = 0; p < size_; ++p) pids_[p] = context_->pid(p);
   // Every rank tries to read every same-host peer's probe word; single copy is used only when
   // all pairs of the job can, so that every rank picks the same algorithms.
   uint8_t ok = mode != "off";
@@ -390,10 +391,17 @@ void Engine::probeSingleCopy(const Config& config) {
     uint64_t value = 0;
     iovec local{&value, sizeof value};
     iovec remote{reinterpret_cast<void*>(addresses[p]), sizeof value};
-    if (process_vm_readv(pids_[p], &local, 1, &remote, 1, 0) != sizeof value ||
-        value != probeWord_) {
+    ssize_t n = process_vm_readv(pids_[p], &local, 1, &remote, 1, 0);
+    const int err = errno;  // read before anything else can change it
+    if (n != static_cast<ssize_t>(sizeof value) || value != probeWord_) {
+      // errno means something only when the call failed; a short read or another value leaves
+      // it stale.
+      std::string why = n < 0 ? std::strerror(err)
+                        : n != static_cast<ssize_t>(sizeof value)
+                            ? fmt::format("short read ({} of {} bytes)", n, sizeof value)
+                            : std::string("read a different value (not the probe word)");
       STRATA_LOG(Info, "coll", "single copy off: cannot read rank {}'s memory (pid {}): {}", p,
-                 pids_[p], value ? "wrong value" : std::strerror(errno));
+                 pids_[p], why);
       ok = 0;
     }
   }
@@ -410,8 +418,8 @@ void Engine::readFrom(int peer, uint64_t addr, void* dst, size_t bytes) {
     iovec remote{reinterpret_cast<void*>(addr), bytes};
     ssize_t n = process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
     if (n <= 0) {
-      int err = errno;
-      if (n < 0 && err == EINTR) continue;
+      const int err = n < 0 ? errno : 0;  // n == 0 sets no errno
+      if (err == EINTR) continue;
       throw Error(err == ESRCH ? ErrorCode::PeerLost : ErrorCode::SystemError,
                   fmt::format("reading {} B of rank {}'s buffer (pid {}) failed: {}", bytes, peer,
                               pids_[peer], n == 0 ? "nothing read" : std::strerror(err)),
@@ -636,11 +644,11 @@ void Engine::flushSendsOrBuffer(int peer) {
 
 void Engine::run(Plan& plan, const char* what) {
   const size_t n = static_cast<size_t>(size_);
-  std::vector<size_t> idx(n, 0);
+  std::vector<size_t>& idx = runIdx_;
+  idx.assign(n, 0);
   size_t nextRound = 0;
-  std::vector<const void*> srcs(n);
-  std::vector<int> members;
-  members.reserve(n);
+  std::vector<const void*>& srcs = runSrcs_;
+  srcs.resize(n);
   Backoff backoff(spinUs_);
   auto lastProgress = std::chrono::steady_clock::now();
   auto lastCheck = lastProgress;
@@ -684,12 +692,7 @@ void Engine::run(Plan& plan, const char* what) {
     // Reduction rounds: each needs chunk `round` of every member (default: every rank).
     while (nextRound < plan.rounds.size()) {
       Round& round = plan.rounds[nextRound];
-      members.clear();
-      if (round.members.empty()) {
-        for (int p = 0; p < size_; ++p) members.push_back(p);
-      } else {
-        members = round.members;
-      }
+      const std::vector<int>& members = round.members ? *round.members : allRanks_;
       bool ready = true;
       for (int p : members) {
         if (p == rank_) continue;
@@ -713,20 +716,29 @@ void Engine::run(Plan& plan, const char* what) {
         }
       }
       if (round.action) {
-        std::vector<const char*> payloads(n);
+        std::vector<const char*>& payloads = runPayloads_;
+        payloads.assign(n, nullptr);
         for (size_t k = 0; k < members.size(); ++k) {
           payloads[members[k]] = members[k] == rank_ ? nullptr : static_cast<const char*>(srcs[k]);
         }
         round.action(payloads);
       } else {
-        reduceMany(round.dst, srcs.data(), members.size(), round.count, type, redop);
+        reduceMany(round.dst, srcs.data(), members.size(), round.count, plan.type, plan.redop);
         int divisor = round.divisor < 0 ? size_ : round.divisor;
-        if (redop == ReduceOp::Avg && divisor > 1) divideBy(round.dst, round.count, type, divisor);
+        if (plan.redop == ReduceOp::Avg && divisor > 1) {
+          divideBy(round.dst, round.count, plan.type, divisor);
+        }
       }
       for (int p : members) {
         if (p == rank_) continue;
         sendAck(links_[p]);
         ++idx[p];
+      }
+      if (round.forwardTo) {
+        const size_t len = round.count * sizeOf(plan.type);
+        for (int p : *round.forwardTo) {
+          if (p != rank_) queueSend(p, round.dst, len, plan.sig, round.forwardOffset);
+        }
       }
       if (round.after) round.after();
       ++nextRound;
@@ -744,7 +756,7 @@ void Engine::run(Plan& plan, const char* what) {
       lastProgress = now;
       continue;
     }
-    if (now - lastCheck > std::chrono::milliseconds(10)) {
+    if (now - lastCheck > kPeerCheckPeriod) {
       lastCheck = now;
       checkNeededPeers(plan, idx, what);
       if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {

@@ -99,8 +99,13 @@ struct Round {
   const char* own = nullptr;
   size_t count = 0;
   std::function<void()> after;
-  /// The ranks folded, in order (empty: every rank in rank order); this rank must be one.
-  std::vector<int> members;
+  /// After the reduction, dst goes to every rank of *forwardTo but this one, at byte offset
+  /// forwardOffset of the operation's message (two-shot's all-gather; no allocation per round).
+  const std::vector<int>* forwardTo = nullptr;
+  uint64_t forwardOffset = 0;
+  /// The ranks folded, in order (null: every rank in rank order); this rank must be one. The
+  /// vector outlives the plan's run.
+  const std::vector<int>* members = nullptr;
   /// Avg divides by this (-1: the communicator size; 1: no division, a partial sum).
   int divisor = -1;
   /// Replaces the reduction: called with every rank's payload of the round (own: nullptr).
@@ -109,6 +114,9 @@ struct Round {
 
 struct Plan {
   OpSignature sig;
+  /// The element type and reduction of the call's rounds (per call, not per engine).
+  DataType type = DataType::Float32;
+  ReduceOp redop = ReduceOp::Sum;
   std::vector<std::vector<InPiece>> in;  ///< per rank (own rank empty)
   std::vector<Round> rounds;
   /// Round r runs only once links_[p].sent >= minSent[r][p] for every peer (in-place one-shot:
@@ -133,8 +141,8 @@ class Engine {
   int size() const { return size_; }
   size_t chunkBytes() const { return chunkBytes_; }
   Context& context() { return *context_; }
-  const std::string& algorithm() const { return algorithm_; }
-  size_t oneshotMaxBytes() const { return oneshotMax_; }
+  /// Every rank, in rank order.
+  const std::vector<int>& allRanks() const { return allRanks_; }
   /// Ranks grouped by host (each group in rank order, groups ordered by their first rank).
   const std::vector<std::vector<int>>& hosts() const { return hosts_; }
 
@@ -174,10 +182,6 @@ class Engine {
   /// buffers, which are gone once the call has thrown) and sends nothing more.
   void abandon();
 
-  /// Reduction callback set by the algorithms: dst = fold of srcs (n sources) of count elems.
-  DataType type = DataType::Float32;
-  ReduceOp redop = ReduceOp::Sum;
-
  private:
   bool trySend(Link& link);
   bool tryArrive(Link& link);
@@ -211,8 +215,11 @@ class Engine {
   size_t slotBytes_ = 0;
   uint32_t depth_ = 2;
   int spinUs_ = 10;  ///< spin before yielding; 0 when this host's ranks outnumber its cores
-  size_t oneshotMax_ = 0;
-  std::string algorithm_;
+  std::vector<int> allRanks_;
+  // Scratch of run(), reused so that a call allocates nothing in its loop.
+  std::vector<size_t> runIdx_;
+  std::vector<const void*> runSrcs_;
+  std::vector<const char*> runPayloads_;
   RegisteredMemory area_;     ///< receive area: region per source rank, depth slots each
   RegisteredMemory flags_;    ///< semaphore words: (peer * 2 + {0 data, 1 ack}) * 64
   RegisteredMemory staging_;  ///< port links: source of puts, region per destination

@@ -162,6 +162,11 @@ struct Config::Impl {
   void readEnvironment();
 };
 
+/// The one reader of Config's Impl outside its members (config::source).
+struct ConfigAccess {
+  static const Config::Impl& impl(const Config& c) { return *c.impl_; }
+};
+
 void Config::Impl::readFile(const std::filesystem::path& path) {
   const std::string name = path.string();
   std::ifstream in(path, std::ios::binary);
@@ -399,7 +404,7 @@ std::string config::source(const Config& config, std::string_view key) {
   }
   // A moved-from Config has no Impl; like any moved-from object it may only be assigned to or
   // destroyed (its own methods tolerate it, but impl() does not).
-  return sourceOf(config.impl(), *info);
+  return sourceOf(ConfigAccess::impl(config), *info);
 }
 
 }  // namespace strata

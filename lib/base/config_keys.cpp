@@ -115,13 +115,36 @@ constexpr KeyInfo kKeys[] = {
      true},
     {"collectives.chunk_bytes", Type::Int, "1048576", "4096..",
      "Largest piece of a host collective sent in one step (pipelining unit).", true},
-    {"collectives.algorithm", Type::Enum, "auto", "auto|oneshot|twoshot|singlecopy",
-     "allReduce algorithm for host memory: oneshot (every rank sends its whole input to every "
-     "rank; latency-optimal), twoshot (reduce-scatter then all-gather over all ranks through "
-     "the shared slots; bandwidth-optimal), singlecopy (twoshot reading the peers' buffers with "
-     "process_vm_readv, where collectives.single_copy allows it; else twoshot), or auto "
-     "(oneshot up to collectives.oneshot_max_bytes, then twoshot, hierarchical when the job "
-     "spans hosts with the same number of ranks on each).",
+    {"collectives.algorithm", Type::String, "auto", "",
+     "Algorithm forced for every operation that has one of this name (others choose "
+     "automatically); auto lets each call choose (docs/collectives.md: the backends' algorithms "
+     "in order, the first that accepts the call and prefers its size). Host algorithms: "
+     "oneshot, twoshot, hierarchical (allReduce), singlecopy (allReduce, allGather, "
+     "reduceScatter, broadcast, allToAll), direct (all but allReduce); strata-info "
+     "--algorithms lists every loaded backend's. A name no backend has is an error at create; "
+     "one that cannot serve a call (singlecopy across hosts) fails that call with NotSupported.",
+     true},
+    {"collectives.allreduce.algorithm", Type::String, "", "",
+     "Algorithm forced for allReduce (overrides collectives.algorithm; empty: that key). A name "
+     "that is not an allReduce algorithm is an error at create.",
+     true},
+    {"collectives.allgather.algorithm", Type::String, "", "",
+     "Algorithm forced for allGather (overrides collectives.algorithm; empty: that key).", true},
+    {"collectives.reducescatter.algorithm", Type::String, "", "",
+     "Algorithm forced for reduceScatter (overrides collectives.algorithm; empty: that key).",
+     true},
+    {"collectives.broadcast.algorithm", Type::String, "", "",
+     "Algorithm forced for broadcast (overrides collectives.algorithm; empty: that key).", true},
+    {"collectives.alltoall.algorithm", Type::String, "", "",
+     "Algorithm forced for allToAll (overrides collectives.algorithm; empty: that key).", true},
+    {"collectives.sendrecv.algorithm", Type::String, "", "",
+     "Algorithm forced for send and recv (overrides collectives.algorithm; empty: that key).",
+     true},
+    {"collectives.modules", Type::String, "auto", "",
+     "Collectives modules to load after the built-in host backend, comma-separated "
+     "(strata-collectives-<name>.so on the module path), or auto: every one of the known "
+     "modules (cuda) that is found and loads, silently skipping those that are not; none: no "
+     "module. A module named here that does not load is an error at create.",
      true},
     {"collectives.single_copy", Type::Enum, "auto", "auto|off",
      "Host collectives between ranks of one host read each other's buffers directly "

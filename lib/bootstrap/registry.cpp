@@ -14,10 +14,9 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
-#include "backends/bootstrap/tcp/tcp_bootstrap.hpp"
 #include "base/config_keys.hpp"
 #include "base/dynload.hpp"
-#include "lib/strata_build_paths.h"
+#include "strata_build_paths.h"
 #include "base/log.hpp"
 
 #ifndef STRATA_MODULE_DIR
@@ -29,19 +28,13 @@ extern char** environ;
 namespace strata::bootstrap {
 namespace {
 
-struct Builtin {
-  const char* name;
-  const char* description;
-  std::function<std::unique_ptr<Bootstrap>(const Config&)> create;
-};
-
-// Built-in backends, registered explicitly (no static registrars).
-const std::vector<Builtin>& builtins() {
-  static const std::vector<Builtin> list = {
-      {"tcp", "TCP sockets: persistent authenticated connections, rank 0 rendezvous",
-       [](const Config& c) { return std::make_unique<tcp::TcpBootstrap>(c); }},
-  };
-  return list;
+/// The built-in backends of one kind (backends/builtin.cpp lists them all).
+std::vector<const backend::ModuleInfo*> builtins(backend::ModuleKind kind) {
+  std::vector<const backend::ModuleInfo*> out;
+  for (const backend::ModuleInfo* info : builtinModules()) {
+    if (info->kind == kind) out.push_back(info);
+  }
+  return out;
 }
 
 // Names the registry always reports, even when their module is absent.
@@ -67,16 +60,41 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+const char* kindName(backend::ModuleKind kind) {
+  switch (kind) {
+    case backend::ModuleKind::Bootstrap:
+      return "bootstrap";
+    case backend::ModuleKind::Transport:
+      return "transport";
+    case backend::ModuleKind::Collectives:
+      return "collectives";
+  }
+  return "unknown";
+}
+
 std::string moduleFile(const std::string& name, backend::ModuleKind kind) {
-  return std::string(kind == backend::ModuleKind::Bootstrap ? "strata-bootstrap-"
-                                                            : "strata-transport-") +
-         name + ".so";
+  return fmt::format("strata-{}-{}.so", kindName(kind), name);
+}
+
+/// Whether info has the entry for its kind.
+bool hasFactory(const backend::ModuleInfo& info) {
+  switch (info.kind) {
+    case backend::ModuleKind::Bootstrap:
+      return info.createBootstrap != nullptr;
+    case backend::ModuleKind::Transport:
+      return info.createTransport != nullptr;
+    case backend::ModuleKind::Collectives:
+      return info.createCollectives != nullptr;
+  }
+  return false;
 }
 
 /// Loads (once per path) and checks a module; never throws.
 LoadedModule loadModule(const std::string& name, const Config& config,
                         backend::ModuleKind kind = backend::ModuleKind::Bootstrap) {
-  const char* kindName = kind == backend::ModuleKind::Bootstrap ? "bootstrap" : "transport";
+  for (const backend::ModuleInfo* info : builtins(kind)) {
+    if (name == info->name) return {"", info, ""};
+  }
   static std::map<std::string, LoadedModule> cache;
   std::lock_guard lk(gModuleMu);
   std::vector<std::string> tried;
@@ -106,10 +124,16 @@ LoadedModule loadModule(const std::string& name, const Config& config,
               "{} was built for module ABI {}, this libstrata {} has ABI {}: rebuild the module "
               "against this strata",
               key, info->abiVersion, STRATA_VERSION_STRING, STRATA_MODULE_ABI_VERSION);
-        } else if (info->kind != kind || !info->name || name != info->name ||
-                   (kind == backend::ModuleKind::Bootstrap ? !info->createBootstrap
-                                                           : !info->createTransport)) {
-          m.error = fmt::format("{} is not the {} module '{}'", key, kindName, name);
+        } else if (!info->strataVersion ||
+                   std::string_view(info->strataVersion) != STRATA_VERSION_STRING) {
+          m.error = fmt::format(
+              "{} was built against strata {}, this libstrata is {}: rebuild the module against "
+              "this strata (modules call libstrata's functions, which may change between "
+              "versions)",
+              key, info->strataVersion ? info->strataVersion : "(unknown)",
+              STRATA_VERSION_STRING);
+        } else if (info->kind != kind || !info->name || name != info->name || !hasFactory(*info)) {
+          m.error = fmt::format("{} is not the {} module '{}'", key, kindName(kind), name);
         } else {
           m.info = info;
         }
@@ -208,8 +232,8 @@ bool isBuildTreeLibrary() {
 
 std::vector<BackendStatus> listBackends(const Config& config) {
   std::vector<BackendStatus> out;
-  for (const auto& b : builtins()) {
-    out.push_back({b.name, "built-in", "", true, "", b.description});
+  for (const backend::ModuleInfo* b : builtins(backend::ModuleKind::Bootstrap)) {
+    out.push_back({b->name, "built-in", "", true, "", b->description});
   }
   std::vector<std::string> names = kKnownModules;
   for (const auto& dir : modulePath(config)) {
@@ -254,9 +278,6 @@ std::string resolveBackendName(const Config& config) {
 }
 
 std::unique_ptr<Bootstrap> createBackend(const std::string& name, const Config& config) {
-  for (const auto& b : builtins()) {
-    if (name == b.name) return b.create(config);
-  }
   auto m = loadModule(name, config);
   if (!m.info) {
     throw Error(ErrorCode::NotSupported,

@@ -1,17 +1,24 @@
-// The Communicator: argument checks, then the host collectives of collectives/host.
+// The Communicator: argument checks, memory classification, algorithm selection over the
+// collectives backends (<strata/backend/collectives.hpp>), then the chosen algorithm.
 
 #include <strata/communicator.hpp>
 
+#include <array>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
+#include <strata/backend/collectives.hpp>
+#include <strata/backend/module.hpp>
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
 
-#include "collectives/host/algorithms.hpp"
-#include "collectives/host/engine.hpp"
+#include "base/config_keys.hpp"
+#include "bootstrap/registry.hpp"
+#include "buffer_kind.hpp"
 
 namespace strata {
 
@@ -96,6 +103,35 @@ std::optional<DataType> parseDataType(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+bool isKnown(DataType type) noexcept {
+  switch (type) {
+    case DataType::Int8:
+    case DataType::Uint8:
+    case DataType::Int32:
+    case DataType::Uint32:
+    case DataType::Int64:
+    case DataType::Uint64:
+    case DataType::Float16:
+    case DataType::BFloat16:
+    case DataType::Float32:
+    case DataType::Float64:
+      return true;
+  }
+  return false;
+}
+
+bool isKnown(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Prod:
+    case ReduceOp::Min:
+    case ReduceOp::Max:
+    case ReduceOp::Avg:
+      return true;
+  }
+  return false;
+}
+
 std::optional<ReduceOp> parseReduceOp(std::string_view name) noexcept {
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg}) {
     if (toString(op) == name) return op;
@@ -103,38 +139,83 @@ std::optional<ReduceOp> parseReduceOp(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+namespace {
+
+using backend::Algorithm;
+using backend::BufferKind;
+using backend::CollectiveOp;
+using backend::CollectiveRequest;
+using backend::CollectivesBackend;
+
+constexpr CollectiveOp kOps[] = {CollectiveOp::AllReduce,     CollectiveOp::AllGather,
+                                 CollectiveOp::ReduceScatter, CollectiveOp::Broadcast,
+                                 CollectiveOp::AllToAll,      CollectiveOp::Send,
+                                 CollectiveOp::Recv};
+constexpr size_t kOpSlots = 8;  // indexed by CollectiveOp's value
+
+/// The per-op key that forces an algorithm ("collectives.allreduce.algorithm").
+std::string_view opKey(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce:
+      return "collectives.allreduce.algorithm";
+    case CollectiveOp::AllGather:
+      return "collectives.allgather.algorithm";
+    case CollectiveOp::ReduceScatter:
+      return "collectives.reducescatter.algorithm";
+    case CollectiveOp::Broadcast:
+      return "collectives.broadcast.algorithm";
+    case CollectiveOp::AllToAll:
+      return "collectives.alltoall.algorithm";
+    case CollectiveOp::Send:
+    case CollectiveOp::Recv:
+      return "collectives.sendrecv.algorithm";
+  }
+  return "collectives.algorithm";
+}
+
+/// Collectives modules auto tries (each is skipped quietly when absent).
+const char* const kKnownCollectivesModules[] = {"cuda"};
+
+uint32_t kindBit(BufferKind k) {
+  return 1u << static_cast<unsigned>(k);
+}
+
+struct Candidate {
+  Algorithm* algorithm = nullptr;
+  CollectivesBackend* backend = nullptr;
+  uint32_t kinds = 0;  ///< the backend's memory kinds (kindBit)
+  std::string fullName;  ///< "host/twoshot"
+};
+
+struct OpTable {
+  std::vector<Candidate> candidates;  ///< in selection order
+  const Candidate* forced = nullptr;
+  std::string forcedBy;  ///< "collectives.algorithm = twoshot"
+};
+
+}  // namespace
+
 struct Communicator::Impl {
   std::shared_ptr<Bootstrap> bootstrap;
   std::shared_ptr<Context> context;
-  std::unique_ptr<collectives::Engine> engine;
   int rank = 0;
   int size = 1;
+  // Declared after context: destroyed before it.
+  std::vector<std::unique_ptr<CollectivesBackend>> backends;
+  std::array<OpTable, kOpSlots> ops;
+  /// Memory kind -> why no loaded backend serves it (for the NotSupported message).
+  std::string cudaMissing;
+  /// Held for a whole call: broken and lastAlgorithm are read and written under it.
+  mutable std::mutex mu;
   /// Set by the first error while data moved: the pair counters may be out of step, so every
   /// later call fails at once instead of mixing up data.
   std::optional<Error> broken;
+  std::string lastAlgorithm;
 
-  template <typename F>
-  void guarded(const char* what, F&& fn) {
-    if (broken) {
-      throw Error(broken->code(),
-                  fmt::format("{}: the communicator failed earlier and cannot be used: {}", what,
-                              broken->what()),
-                  broken->peer());
-    }
-    std::lock_guard<std::mutex> lock(engine->mutex());
-    try {
-      engine->checkDelivery();
-      fn();
-    } catch (const Error& e) {
-      broken = e;
-      engine->abandon();
-      throw;
-    } catch (const std::exception& e) {
-      broken = Error(ErrorCode::Internal, e.what());
-      engine->abandon();
-      throw;
-    }
-  }
+  void loadBackends(const Config& config);
+  void resolveForced(const Config& config);
+  const Candidate& select(const CollectiveRequest& r, const char* what) const;
+  void run(const CollectiveRequest& r, const char* what);
 };
 
 namespace {
@@ -144,25 +225,11 @@ namespace {
 }
 
 void checkType(const char* what, DataType type) {
-  if (sizeOf(type) == 0) {
-    invalid(what, fmt::format("unknown data type {}", static_cast<int>(type)));
-  }
+  if (!isKnown(type)) invalid(what, fmt::format("unknown data type {}", static_cast<int>(type)));
 }
 
 void checkOp(const char* what, ReduceOp op) {
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) > static_cast<int>(ReduceOp::Avg)) {
-    invalid(what, fmt::format("unknown reduce op {}", static_cast<int>(op)));
-  }
-}
-
-void checkStream(const char* what, Stream stream) {
-  if (stream.handle) {
-    throw Error(ErrorCode::NotSupported,
-                fmt::format("{}: a CUDA stream was given, but this build runs collectives on host "
-                            "memory only (device-memory collectives come with the CUDA kernels); "
-                            "pass host buffers and no stream",
-                            what));
-  }
+  if (!isKnown(op)) invalid(what, fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }
 
 /// count * typeSize * multiple, or InvalidArgument on overflow.
@@ -183,9 +250,8 @@ void checkBuffer(const char* what, const char* name, const void* p, size_t bytes
 
 /// send() and recv(): the peer must be another rank, the buffer valid for count elements.
 void checkPointToPoint(const char* what, const void* buf, size_t count, DataType type, int peer,
-                       int rank, int size, Stream stream) {
+                       int rank, int size) {
   checkType(what, type);
-  checkStream(what, stream);
   if (peer < 0 || peer >= size || peer == rank) {
     invalid(what, fmt::format("peer {} is not another rank of this communicator (0..{}, this "
                               "rank is {})",
@@ -201,7 +267,232 @@ bool overlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   return x < y + bBytes && y < x + aBytes;
 }
 
+CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t count,
+                          DataType type, Stream stream) {
+  CollectiveRequest r;
+  r.op = op;
+  r.send = send;
+  r.recv = recv;
+  r.count = count;
+  r.type = type;
+  r.stream = stream;
+  r.sendKind = core::classifyBuffer(send);
+  r.recvKind = recv == send ? r.sendKind : core::classifyBuffer(recv);
+  return r;
+}
+
 }  // namespace
+
+void Communicator::Impl::loadBackends(const Config& config) {
+  backend::CollectivesInit init;
+  init.context = context;
+  init.config = &config;
+  init.topology.rank = rank;
+  init.topology.size = size;
+  init.topology.hosts = context->hostGroups();
+  auto host = bootstrap::findModule(backend::ModuleKind::Collectives, "host", config);
+  if (!host.info) throw Error(ErrorCode::Internal, "the built-in host collectives are missing");
+  backends.push_back(host.info->createCollectives(init));
+
+  std::string list = config::getString(config, "collectives.modules");
+  const bool automatic = list == "auto";
+  std::vector<std::string> names;
+  if (automatic) {
+    names.assign(std::begin(kKnownCollectivesModules), std::end(kKnownCollectivesModules));
+  } else if (list != "none") {
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t end = std::min(list.find(',', start), list.size());
+      std::string n = list.substr(start, end - start);
+      n.erase(0, n.find_first_not_of(" \t"));
+      n.erase(n.find_last_not_of(" \t") + 1);
+      if (!n.empty()) names.push_back(n);
+      start = end + 1;
+    }
+  }
+  for (const auto& name : names) {
+    auto m = bootstrap::findModule(backend::ModuleKind::Collectives, name, config);
+    // Creating a backend is collective: every rank must have the module, or none creates it.
+    std::vector<uint8_t> found(static_cast<size_t>(size));
+    found[rank] = m.info != nullptr;
+    bootstrap->allGather(found.data(), 1);
+    int without = -1;
+    for (int r = 0; r < size && without < 0; ++r) {
+      if (!found[r]) without = r;
+    }
+    if (without >= 0) {
+      std::string why = without == rank ? m.error
+                                        : fmt::format("rank {} could not load it", without);
+      if (name == "cuda") cudaMissing = why;
+      if (automatic) continue;
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("collectives.modules names {}, which is not available: {}", name,
+                              why));
+    }
+    backends.push_back(m.info->createCollectives(init));
+  }
+}
+
+void Communicator::Impl::resolveForced(const Config& config) {
+  for (auto& be : backends) {
+    uint32_t kinds = 0;
+    for (BufferKind k : be->memoryKinds()) kinds |= kindBit(k);
+    for (Algorithm* a : be->algorithms()) {
+      for (CollectiveOp op : a->ops()) {
+        ops[static_cast<size_t>(op)].candidates.push_back(
+            {a, be.get(), kinds, fmt::format("{}/{}", be->name(), a->name())});
+      }
+    }
+  }
+  auto matches = [](const Candidate& c, const std::string& name) {
+    return c.algorithm->name() == name || c.fullName == name;
+  };
+  auto choices = [&](CollectiveOp op) {
+    std::string out;
+    for (const auto& c : ops[static_cast<size_t>(op)].candidates) {
+      out += (out.empty() ? "" : ", ") + c.fullName;
+    }
+    return out;
+  };
+  std::string global = config::getString(config, "collectives.algorithm");
+  bool globalUsed = global == "auto";
+  for (CollectiveOp op : kOps) {
+    OpTable& t = ops[static_cast<size_t>(op)];
+    std::string key(opKey(op));
+    std::string name = config::getString(config, key);
+    bool perOp = !name.empty() && name != "auto";
+    if (!perOp) {
+      if (global == "auto" || !name.empty()) continue;  // per-op "auto" overrides the global key
+      name = global;
+    }
+    const Candidate* found = nullptr;
+    for (const auto& c : t.candidates) {
+      if (matches(c, name)) {
+        found = &c;
+        break;
+      }
+    }
+    if (!found) {
+      if (!perOp) continue;  // the global key applies to the ops that have that name
+      throw Error(ErrorCode::InvalidConfig,
+                  fmt::format("{} = {}: no loaded collectives backend has an algorithm of that "
+                              "name for {} (choices: auto, {})",
+                              key, name, backend::toString(op), choices(op)));
+    }
+    if (!perOp) globalUsed = true;
+    t.forced = found;
+    t.forcedBy = fmt::format("{} = {}", perOp ? key : "collectives.algorithm", name);
+  }
+  if (!globalUsed) {
+    std::set<std::string> all;
+    for (CollectiveOp op : kOps) {
+      for (const auto& c : ops[static_cast<size_t>(op)].candidates) {
+        all.insert(std::string(c.algorithm->name()));
+      }
+    }
+    std::string names;
+    for (const auto& n : all) names += (names.empty() ? "" : ", ") + n;
+    throw Error(ErrorCode::InvalidConfig,
+                fmt::format("collectives.algorithm = {}: no loaded collectives backend has an "
+                            "algorithm of that name (choices: auto, {}; strata-info --algorithms "
+                            "says what each accepts)",
+                            global, names));
+  }
+}
+
+const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const char* what) const {
+  const OpTable& t = ops[static_cast<size_t>(r.op)];
+  const uint32_t need = kindBit(r.sendKind) | kindBit(r.recvKind);
+  auto describeCall = [&] {
+    std::string kinds(backend::toString(r.recvKind));
+    if (r.send && r.recv && r.sendKind != r.recvKind) {
+      kinds = fmt::format("send {}, recv {}", backend::toString(r.sendKind),
+                          backend::toString(r.recvKind));
+    } else if (!r.recv) {
+      kinds = backend::toString(r.sendKind);
+    }
+    return fmt::format("{} ({} elements of {}, {} memory{})", what, r.count, toString(r.type),
+                       kinds, r.stream.handle ? ", on a CUDA stream" : "");
+  };
+  if (t.forced) {
+    std::string why = (t.forced->kinds & need) != need
+                          ? fmt::format("backend {} does not serve {} memory",
+                                        t.forced->backend->name(),
+                                        backend::toString((t.forced->kinds & kindBit(r.sendKind))
+                                                              ? r.recvKind
+                                                              : r.sendKind))
+                          : t.forced->algorithm->unsuitable(r);
+    if (!why.empty()) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("{}: {} (forced by {}) cannot run it: {}", describeCall(),
+                              t.forced->fullName, t.forcedBy, why));
+    }
+    return *t.forced;
+  }
+  const Candidate* fallback = nullptr;
+  for (const auto& c : t.candidates) {
+    if ((c.kinds & need) != need || !c.algorithm->unsuitable(r).empty()) continue;
+    if (c.algorithm->prefers(r)) return c;
+    if (!fallback) fallback = &c;
+  }
+  if (fallback) return *fallback;
+  // Nothing can run it: say why, the memory first.
+  if ((r.sendKind == BufferKind::CudaDevice || r.recvKind == BufferKind::CudaDevice)) {
+    bool served = false;
+    for (const auto& c : t.candidates) served |= (c.kinds & need) == need;
+    if (!served) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("{}: no loaded collectives backend serves CUDA device memory; "
+                              "install strata's CUDA collectives module (strata-collectives-"
+                              "cuda.so, built when meson finds the CUDA toolkit) on the module "
+                              "path{}",
+                              describeCall(), cudaMissing.empty()
+                                                  ? std::string()
+                                                  : fmt::format(" ({})", cudaMissing)));
+    }
+  }
+  std::vector<std::string> reasons;
+  for (const auto& c : t.candidates) {
+    std::string why = (c.kinds & need) != need ? "does not serve this memory"
+                                               : c.algorithm->unsuitable(r);
+    reasons.push_back(fmt::format("{}: {}", c.fullName, why));
+  }
+  // One reason when every algorithm gave the same (a stream on host memory, say).
+  std::set<std::string> distinct;
+  for (const auto& c : t.candidates) {
+    distinct.insert((c.kinds & need) != need ? "does not serve this memory"
+                                             : c.algorithm->unsuitable(r));
+  }
+  std::string text;
+  if (distinct.size() == 1) {
+    text = *distinct.begin();
+  } else {
+    for (const auto& s : reasons) text += (text.empty() ? "" : "; ") + s;
+  }
+  throw Error(ErrorCode::NotSupported,
+              fmt::format("{}: no algorithm can run it ({})", describeCall(), text));
+}
+
+void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (broken) {
+    throw Error(broken->code(),
+                fmt::format("{}: the communicator failed earlier and cannot be used: {}", what,
+                            broken->what()),
+                broken->peer());
+  }
+  const Candidate& c = select(r, what);  // NotSupported leaves the communicator usable
+  lastAlgorithm = c.fullName;
+  try {
+    c.algorithm->run(r);
+  } catch (const Error& e) {
+    broken = e;
+    throw;
+  } catch (const std::exception& e) {
+    broken = Error(ErrorCode::Internal, e.what());
+    throw;
+  }
+}
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
@@ -219,7 +510,8 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
   impl->rank = bootstrap->rank();
   impl->size = bootstrap->size();
   impl->context = Context::create(std::move(bootstrap), config);
-  impl->engine = std::make_unique<collectives::Engine>(impl->context, config);
+  impl->loadBackends(config);
+  impl->resolveForced(config);
   return std::make_unique<Communicator>(std::move(impl));
 }
 
@@ -236,27 +528,57 @@ Context& Communicator::context() {
   return *impl_->context;
 }
 
+std::string Communicator::lastAlgorithm() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lastAlgorithm;
+}
+
+std::vector<Communicator::AlgorithmInfo> Communicator::algorithms() const {
+  std::vector<AlgorithmInfo> out;
+  for (auto& be : impl_->backends) {
+    std::string kinds;
+    for (BufferKind k : be->memoryKinds()) {
+      kinds += (kinds.empty() ? "" : ", ") + std::string(backend::toString(k));
+    }
+    for (Algorithm* a : be->algorithms()) {
+      AlgorithmInfo info;
+      info.backend = std::string(be->name());
+      info.name = std::string(a->name());
+      for (CollectiveOp op : a->ops()) info.ops.emplace_back(backend::toString(op));
+      info.memory = kinds;
+      info.description = a->describe();
+      for (CollectiveOp op : a->ops()) {
+        const OpTable& t = impl_->ops[static_cast<size_t>(op)];
+        if (t.forced && t.forced->algorithm == a) {
+          info.forcedFor.emplace_back(backend::toString(op));
+        }
+      }
+      out.push_back(std::move(info));
+    }
+  }
+  return out;
+}
+
 void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              Stream stream) {
   const char* what = "allReduce";
   checkType(what, type);
   checkOp(what, op);
-  checkStream(what, stream);
   size_t bytes = bytesOf(what, count, type);
   checkBuffer(what, "send buffer", send, bytes);
   checkBuffer(what, "recv buffer", recv, bytes);
   if (send != recv && overlap(send, bytes, recv, bytes)) {
     invalid(what, "send and recv buffers overlap but are not the same (in place: send == recv)");
   }
-  impl_->guarded(what,
-                 [&] { collectives::allReduce(*impl_->engine, send, recv, count, type, op); });
+  auto r = request(CollectiveOp::AllReduce, send, recv, count, type, stream);
+  r.redop = op;
+  impl_->run(r, what);
 }
 
 void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type,
                              Stream stream) {
   const char* what = "allGather";
   checkType(what, type);
-  checkStream(what, stream);
   size_t bytes = bytesOf(what, sendCount, type);
   size_t total = bytesOf(what, sendCount, type, static_cast<size_t>(impl_->size));
   checkBuffer(what, "send buffer", send, bytes);
@@ -267,8 +589,7 @@ void Communicator::allGather(const void* send, void* recv, size_t sendCount, Dat
             "send and recv buffers overlap but not in place (in place: send == recv + rank * "
             "sendCount elements)");
   }
-  impl_->guarded(what,
-                 [&] { collectives::allGather(*impl_->engine, send, recv, sendCount, type); });
+  impl_->run(request(CollectiveOp::AllGather, send, recv, sendCount, type, stream), what);
 }
 
 void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type,
@@ -276,7 +597,6 @@ void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount,
   const char* what = "reduceScatter";
   checkType(what, type);
   checkOp(what, op);
-  checkStream(what, stream);
   size_t bytes = bytesOf(what, recvCount, type);
   size_t total = bytesOf(what, recvCount, type, static_cast<size_t>(impl_->size));
   checkBuffer(what, "send buffer", send, total);
@@ -287,15 +607,15 @@ void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount,
             "send and recv buffers overlap but not in place (in place: recv == send + rank * "
             "recvCount elements)");
   }
-  impl_->guarded(
-      what, [&] { collectives::reduceScatter(*impl_->engine, send, recv, recvCount, type, op); });
+  auto r = request(CollectiveOp::ReduceScatter, send, recv, recvCount, type, stream);
+  r.redop = op;
+  impl_->run(r, what);
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                              Stream stream) {
   const char* what = "broadcast";
   checkType(what, type);
-  checkStream(what, stream);
   if (root < 0 || root >= impl_->size) {
     invalid(what, fmt::format("root {} is not a rank of this communicator (0..{})", root,
                               impl_->size - 1));
@@ -308,35 +628,43 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
       invalid(what, "send and recv buffers overlap but are not the same (in place: send == recv)");
     }
   }
-  impl_->guarded(what,
-                 [&] { collectives::broadcast(*impl_->engine, send, recv, count, type, root); });
+  // send is read on the root only: elsewhere it may be anything, even null.
+  auto r = request(CollectiveOp::Broadcast, impl_->rank == root ? send : recv, recv, count, type,
+                   stream);
+  r.send = send;
+  r.root = root;
+  impl_->run(r, what);
 }
 
 void Communicator::allToAll(const void* send, void* recv, size_t countPerRank, DataType type,
                             Stream stream) {
   const char* what = "allToAll";
   checkType(what, type);
-  checkStream(what, stream);
   size_t total = bytesOf(what, countPerRank, type, static_cast<size_t>(impl_->size));
   checkBuffer(what, "send buffer", send, total);
   checkBuffer(what, "recv buffer", recv, total);
   if (overlap(send, total, recv, total)) {
     invalid(what, "send and recv buffers overlap (allToAll has no in-place form)");
   }
-  impl_->guarded(what,
-                 [&] { collectives::allToAll(*impl_->engine, send, recv, countPerRank, type); });
+  impl_->run(request(CollectiveOp::AllToAll, send, recv, countPerRank, type, stream), what);
 }
 
 void Communicator::send(const void* buf, size_t count, DataType type, int peer, Stream stream) {
   const char* what = "send";
-  checkPointToPoint(what, buf, count, type, peer, impl_->rank, impl_->size, stream);
-  impl_->guarded(what, [&] { collectives::send(*impl_->engine, buf, count, type, peer); });
+  checkPointToPoint(what, buf, count, type, peer, impl_->rank, impl_->size);
+  auto r = request(CollectiveOp::Send, buf, nullptr, count, type, stream);
+  r.recvKind = r.sendKind;
+  r.peer = peer;
+  impl_->run(r, what);
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer, Stream stream) {
   const char* what = "recv";
-  checkPointToPoint(what, buf, count, type, peer, impl_->rank, impl_->size, stream);
-  impl_->guarded(what, [&] { collectives::recv(*impl_->engine, buf, count, type, peer); });
+  checkPointToPoint(what, buf, count, type, peer, impl_->rank, impl_->size);
+  auto r = request(CollectiveOp::Recv, nullptr, buf, count, type, stream);
+  r.sendKind = r.recvKind;
+  r.peer = peer;
+  impl_->run(r, what);
 }
 
 }  // namespace strata

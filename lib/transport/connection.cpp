@@ -51,10 +51,10 @@ void Connection::write(const RegisteredMemory& dst, uint64_t dstOffset,
   if (!dst || dst.isLocal()) fail("dst must be the peer's memory (a deserialized record)");
   if (!src || !src.isLocal()) fail("src must be local registered memory");
   if (dst.rank() != I.peer) fail(fmt::format("dst belongs to rank {}", dst.rank()));
-  if (dst.impl()->remoteTransport != I.transportName) {
-    fail(fmt::format("dst was imported through {}", dst.impl()->remoteTransport));
+  if (transport::Access::impl(dst)->remoteTransport != I.transportName) {
+    fail(fmt::format("dst was imported through {}", transport::Access::impl(dst)->remoteTransport));
   }
-  auto* local = src.impl()->localFor(I.transportName);
+  auto* local = transport::Access::impl(src)->localFor(I.transportName);
   if (!local) fail("src is not registered with this transport");
   if (!rangeOk(dstOffset, bytes, dst.size())) {
     fail(fmt::format("{} bytes at offset {} exceed the {}-byte dst", bytes, dstOffset, dst.size()));
@@ -63,7 +63,7 @@ void Connection::write(const RegisteredMemory& dst, uint64_t dstOffset,
     fail(fmt::format("{} bytes at offset {} exceed the {}-byte src", bytes, srcOffset, src.size()));
   }
   if (bytes == 0) return;
-  backend::RemoteRef d{dst.size(), dst.kind(), dst.impl()->remote.get()};
+  backend::RemoteRef d{dst.size(), dst.kind(), transport::Access::impl(dst)->remote.get()};
   backend::LocalRef s{src.data(), src.size(), src.kind(), local};
   I.guarded([&] { I.conn->write(d, dstOffset, s, srcOffset, bytes); });
 }
@@ -78,14 +78,14 @@ void Connection::updateAndSync(const RegisteredMemory& dst, uint64_t dstOffset, 
   };
   if (!dst || dst.isLocal()) fail("dst must be the peer's memory (a deserialized record)");
   if (dst.rank() != I.peer) fail(fmt::format("dst belongs to rank {}", dst.rank()));
-  if (dst.impl()->remoteTransport != I.transportName) {
-    fail(fmt::format("dst was imported through {}", dst.impl()->remoteTransport));
+  if (transport::Access::impl(dst)->remoteTransport != I.transportName) {
+    fail(fmt::format("dst was imported through {}", transport::Access::impl(dst)->remoteTransport));
   }
   if (dstOffset % 8 != 0) fail(fmt::format("offset {} is not 8-byte aligned", dstOffset));
   if (!rangeOk(dstOffset, 8, dst.size())) {
     fail(fmt::format("offset {} is past the {}-byte dst", dstOffset, dst.size()));
   }
-  backend::RemoteRef d{dst.size(), dst.kind(), dst.impl()->remote.get()};
+  backend::RemoteRef d{dst.size(), dst.kind(), transport::Access::impl(dst)->remote.get()};
   I.guarded([&] { I.conn->updateAndSync(d, dstOffset, value); });
 }
 

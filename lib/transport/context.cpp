@@ -15,7 +15,6 @@
 #include <strata/backend/module.hpp>
 #include <strata/error.hpp>
 
-#include "backends/transport/shm/shm_transport.hpp"
 #include "base/config_keys.hpp"
 #include "context_impl.hpp"
 #include "base/launcher.hpp"
@@ -231,14 +230,10 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
       }
       if (I->failures.count(name)) continue;
       try {
-        std::unique_ptr<backend::Transport> t;
-        if (name == "shm") {
-          t = shm::createShmTransport(init);
-        } else {
-          auto m = bootstrap::findModule(backend::ModuleKind::Transport, name, I->config);
-          if (!m.info) throw Error(ErrorCode::NotSupported, m.error);
-          t = m.info->createTransport(init);
-        }
+        // shm is built in; the registry returns it like a module.
+        auto m = bootstrap::findModule(backend::ModuleKind::Transport, name, I->config);
+        if (!m.info) throw Error(ErrorCode::NotSupported, m.error);
+        std::unique_ptr<backend::Transport> t = m.info->createTransport(init);
         bool host = t->supportsMemory(MemoryKind::Host);
         I->transports.push_back({name, std::shared_ptr<backend::Transport>(std::move(t))});
         STRATA_LOG(Debug, "transport", "loaded transport {}", name);
@@ -287,6 +282,40 @@ bool Context::sameHost(int peer) const {
 const std::string& Context::hostName(int rank) const {
   impl_->checkPeer(rank, "Context::hostName");
   return impl_->hosts[rank].hostName;
+}
+
+uint64_t Context::hostId(int rank) const {
+  impl_->checkPeer(rank, "Context::hostId");
+  return impl_->hosts[rank].hostId;
+}
+
+int32_t Context::pid(int rank) const {
+  impl_->checkPeer(rank, "Context::pid");
+  return impl_->hosts[rank].pid;
+}
+
+std::vector<std::vector<int>> Context::hostGroups() const {
+  std::vector<std::vector<int>> groups;
+  for (int r = 0; r < impl_->size; ++r) {
+    uint64_t id = impl_->hosts[r].hostId;
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const std::vector<int>& g) { return impl_->hosts[g.front()].hostId == id; });
+    if (g == groups.end()) {
+      groups.push_back({r});
+    } else {
+      g->push_back(r);
+    }
+  }
+  return groups;
+}
+
+int Context::localRank(int rank) const {
+  impl_->checkPeer(rank, "Context::localRank");
+  int local = 0;
+  for (int r = 0; r < rank; ++r) {
+    if (impl_->hosts[r].hostId == impl_->hosts[rank].hostId) ++local;
+  }
+  return local;
 }
 
 std::vector<std::string> Context::transports() const {

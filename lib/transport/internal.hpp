@@ -110,4 +110,16 @@ struct Connection::Impl {
   void guarded(F&& fn);
 };
 
+namespace transport {
+/// The only way to the Impl behind the public handles (their impl() accessors are private):
+/// lib/transport's own files include this header, no other layer can.
+struct Access {
+  static Connection::Impl& impl(Connection& c) noexcept { return *c.impl_; }
+  static Context::Impl& impl(Context& c) noexcept { return *c.impl_; }
+  static const std::shared_ptr<RegisteredMemory::Impl>& impl(const RegisteredMemory& m) noexcept {
+    return m.impl_;
+  }
+};
+}  // namespace transport
+
 }  // namespace strata

@@ -44,6 +44,16 @@ size_t RegisteredMemory::size() const noexcept { return impl_ ? impl_->size : 0;
 MemoryKind RegisteredMemory::kind() const noexcept {
   return impl_ ? impl_->kind : MemoryKind::Host;
 }
+void* RegisteredMemory::hostPointer() const noexcept {
+  if (!impl_ || impl_->kind != MemoryKind::Host) return nullptr;
+  if (impl_->local) return impl_->data;
+  return impl_->remote ? impl_->remote->mappedPointer() : nullptr;
+}
+void* RegisteredMemory::devicePointer() const noexcept {
+  if (!impl_ || impl_->kind != MemoryKind::Cuda) return nullptr;
+  if (impl_->local) return impl_->data;
+  return impl_->remote ? impl_->remote->mappedPointer() : nullptr;
+}
 bool RegisteredMemory::isLocal() const noexcept { return impl_ && impl_->local; }
 int RegisteredMemory::rank() const noexcept { return impl_ ? impl_->rank : -1; }
 
@@ -81,7 +91,7 @@ namespace transport {
 
 RegisteredMemory deserializeWith(Context& context, std::span<const uint8_t> record,
                                  int expectedRank, std::string transportName) {
-  auto& I = context.impl();
+  auto& I = transport::Access::impl(context);
   auto m = decodeMemory(record);
   if (m.rank < 0 || m.rank >= I.size) {
     throw Error(ErrorCode::ProtocolError,

@@ -23,9 +23,9 @@
 #include <strata/device.hpp>
 #include <strata/error.hpp>
 
-// The Impl structs behind Connection and RegisteredMemory, to build argument-check fixtures for
-// ProxyService::addChannel without a second rank.
-#include "lib/transport/internal.hpp"
+// Stand-in Connections and RegisteredMemory (no transport behind them), to build argument-check
+// fixtures for ProxyService::addChannel without a second rank.
+#include "transport/testing.hpp"
 
 using strata::Error;
 using strata::ErrorCode;
@@ -548,22 +548,14 @@ BOOST_AUTO_TEST_CASE(stop_and_destroy_without_start) {
 
 namespace {
 
-// addChannel only checks its arguments and stores them, so fixtures built on the internal Impl
-// structs (no transport, never used for I/O) are enough.
+// addChannel only checks its arguments and stores them, so stand-in handles (no transport,
+// never used for I/O) are enough.
 std::shared_ptr<strata::Connection> fakeConnection() {
-  auto impl = std::make_unique<strata::Connection::Impl>();
-  impl->peer = 1;
-  impl->transportName = "fake";
-  return std::make_shared<strata::Connection>(std::move(impl));
+  return strata::transport::testing::connectionOver(1, "fake", nullptr);
 }
 
 strata::RegisteredMemory fakeMemory(bool local, void* data, size_t bytes) {
-  auto impl = std::make_shared<strata::RegisteredMemory::Impl>();
-  impl->local = local;
-  impl->rank = local ? 0 : 1;
-  impl->data = local ? data : nullptr;
-  impl->size = bytes;
-  return strata::RegisteredMemory(std::move(impl));
+  return strata::transport::testing::fakeMemory(local, data, bytes);
 }
 
 }  // namespace
@@ -637,18 +629,12 @@ class ScriptedConnection final : public strata::backend::TransportConnection {
 
 std::shared_ptr<strata::Connection> scriptedConnection(int peer, bool lost, std::atomic<int>* calls,
                                                        std::atomic<uint64_t>* last) {
-  auto impl = std::make_unique<strata::Connection::Impl>();
-  impl->peer = peer;
-  impl->transportName = "fake";
-  impl->conn = std::make_unique<ScriptedConnection>(peer, lost, calls, last);
-  return std::make_shared<strata::Connection>(std::move(impl));
+  return strata::transport::testing::connectionOver(
+      peer, "fake", std::make_unique<ScriptedConnection>(peer, lost, calls, last));
 }
 
 strata::RegisteredMemory peerMemory(int peer, size_t bytes) {
-  auto memory = fakeMemory(false, nullptr, bytes);
-  memory.impl()->rank = peer;
-  memory.impl()->remoteTransport = "fake";
-  return memory;
+  return strata::transport::testing::fakeMemory(false, nullptr, bytes, peer, "fake");
 }
 
 }  // namespace

@@ -85,6 +85,35 @@ BOOST_AUTO_TEST_CASE(abi_mismatch_is_refused_before_use) {
   BOOST_TEST(std::string(e.what()).find("rebuild the module") != std::string::npos);
 }
 
+// Modules call libstrata's functions: one built against another strata version is refused
+// with the same "rebuild" advice, even when its ABI number matches.
+BOOST_AUTO_TEST_CASE(version_mismatch_is_refused_before_use) {
+  Config c = withModules();
+  auto e = expectError([&] { reg::createBackend("testoldversion", c); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  std::string msg = e.what();
+  BOOST_TEST_MESSAGE(msg);
+  BOOST_TEST(msg.find("built against strata 0.0.1-old") != std::string::npos);
+  BOOST_TEST(msg.find("rebuild the module") != std::string::npos);
+}
+
+// The built-ins come from the one table (backends/builtin.cpp), found like modules.
+BOOST_AUTO_TEST_CASE(builtins_are_found_by_kind_and_name) {
+  Config c = withModules();
+  using strata::backend::ModuleKind;
+  auto tcp = reg::findModule(ModuleKind::Bootstrap, "tcp", c);
+  auto shm = reg::findModule(ModuleKind::Transport, "shm", c);
+  auto host = reg::findModule(ModuleKind::Collectives, "host", c);
+  BOOST_TEST((tcp.info && tcp.info->createBootstrap && tcp.path.empty()));
+  BOOST_TEST((shm.info && shm.info->createTransport));
+  BOOST_TEST((host.info && host.info->createCollectives));
+  // A name of another kind is not found as this kind.
+  BOOST_TEST(!reg::findModule(ModuleKind::Transport, "tcp", c).info);
+  auto cuda = reg::findModule(ModuleKind::Collectives, "nosuchcollectives", c);
+  BOOST_TEST(!cuda.info);
+  BOOST_TEST(cuda.error.find("strata-collectives-nosuchcollectives.so") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(missing_module_names_the_file_and_the_search_path) {
   Config c = withModules();
   auto e = expectError([&] { reg::createBackend("nosuchbackend", c); });

@@ -793,6 +793,7 @@ strata_module_info() {
       &detect,
       &create,
       nullptr,
+      nullptr,
   };
   return &info;
 }

@@ -12,7 +12,9 @@
 
 #include <fmt/format.h>
 
+#include <strata/backend/module.hpp>
 #include <strata/error.hpp>
+#include <strata/version.hpp>
 
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
@@ -324,5 +326,26 @@ void TcpBootstrap::abort(std::string_view reason) noexcept { impl_->mesh->abort(
 std::string TcpBootstrap::listenAddress() const { return impl_->mesh->listenAddress(); }
 std::string TcpBootstrap::rootAddress() const { return impl_->root; }
 double TcpBootstrap::rendezvousSeconds() const { return impl_->rendezvousSeconds; }
+
+}  // namespace strata::tcp
+
+namespace strata::tcp {
+
+const backend::ModuleInfo* builtinModuleInfo() {
+  static const backend::ModuleInfo info{
+      STRATA_MODULE_ABI_VERSION,
+      backend::ModuleKind::Bootstrap,
+      "tcp",
+      STRATA_VERSION_STRING,
+      "TCP sockets: persistent authenticated connections, rank 0 rendezvous",
+      nullptr,
+      [](const Config& config) -> std::unique_ptr<Bootstrap> {
+        return std::make_unique<TcpBootstrap>(config);
+      },
+      nullptr,
+      nullptr,
+  };
+  return &info;
+}
 
 }  // namespace strata::tcp

@@ -674,6 +674,7 @@ const backend::ModuleInfo kInfo = {
     nullptr,
     nullptr,
     &create,
+    nullptr,
 };
 
 }  // namespace

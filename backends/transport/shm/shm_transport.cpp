@@ -22,7 +22,9 @@
 
 #include <fmt/format.h>
 
+#include <strata/backend/module.hpp>
 #include <strata/error.hpp>
+#include <strata/version.hpp>
 
 #include "base/log.hpp"
 #include "base/wire.hpp"
@@ -670,6 +672,25 @@ MemoryDescriptor decodeDescriptor(std::span<const uint8_t> record, std::string_v
 
 std::unique_ptr<backend::Transport> createShmTransport(const backend::TransportInit& init) {
   return std::make_unique<ShmTransport>(init);
+}
+
+}  // namespace strata::shm
+
+namespace strata::shm {
+
+const backend::ModuleInfo* builtinModuleInfo() {
+  static const backend::ModuleInfo info{
+      STRATA_MODULE_ABI_VERSION,
+      backend::ModuleKind::Transport,
+      "shm",
+      STRATA_VERSION_STRING,
+      "shared memory between the processes of one host (memfd mappings)",
+      nullptr,
+      nullptr,
+      &createShmTransport,
+      nullptr,
+  };
+  return &info;
 }
 
 }  // namespace strata::shm

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
@@ -28,8 +30,11 @@ struct Stream {
   void* handle = nullptr;
 };
 
-/// Bytes per element.
+/// Bytes per element (0 for a value that is not a DataType).
 STRATA_API size_t sizeOf(DataType type) noexcept;
+/// Whether the value is one of the enumerators (input from outside may be anything).
+STRATA_API bool isKnown(DataType type) noexcept;
+STRATA_API bool isKnown(ReduceOp op) noexcept;
 /// "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "bfloat16", "float",
 /// "double" (nccl-tests' names).
 STRATA_API std::string_view toString(DataType type) noexcept;
@@ -52,6 +57,11 @@ STRATA_API std::optional<ReduceOp> parseReduceOp(std::string_view name) noexcept
 /// than in place throw InvalidArgument and leave the communicator usable. Errors while data
 /// moves (Timeout, PeerLost) name the peer; after one the communicator should be destroyed.
 ///
+/// Each call is run by an algorithm of a collectives backend (<strata/backend/collectives.hpp>):
+/// the built-in host backend serves host memory (and CUDA pinned or managed memory, which the
+/// CPU may touch); device memory needs the CUDA module (NotSupported naming it until then).
+/// collectives.algorithm and collectives.<op>.algorithm force one by name.
+///
 /// Calls on one Communicator must not overlap (one thread at a time).
 class STRATA_API Communicator {
  public:
@@ -69,6 +79,20 @@ class STRATA_API Communicator {
   Bootstrap& bootstrap();
   /// The transport context (connections, registered memory) the collectives run on.
   Context& context();
+
+  /// One algorithm of a loaded collectives backend (strata-info --algorithms).
+  struct AlgorithmInfo {
+    std::string backend;              ///< "host"
+    std::string name;                 ///< "twoshot"
+    std::vector<std::string> ops;     ///< "allReduce", ...
+    std::string memory;               ///< memory kinds its backend serves: "host, cuda-host"
+    std::string description;          ///< what it accepts and when auto takes it
+    std::vector<std::string> forcedFor;  ///< ops for which the config forces it
+  };
+  /// Every algorithm of every loaded backend, in selection order.
+  std::vector<AlgorithmInfo> algorithms() const;
+  /// "backend/name" of the algorithm the last call chose (empty before the first).
+  std::string lastAlgorithm() const;
 
   /// recv[i] = op over ranks of send[i], count elements; in place when send == recv.
   void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,

@@ -10,6 +10,8 @@
 
 namespace strata {
 
+struct ConfigAccess;
+
 /// Configuration: declared keys with defaults, a TOML file, STRATA_* environment mirrors and
 /// explicit set() calls. Precedence: set() > environment > file > default.
 /// Unknown keys, bad values and unparsable files throw Error(InvalidConfig) naming file and line.
@@ -36,9 +38,9 @@ class STRATA_API Config {
   Config& operator=(Config&&) noexcept;
 
   struct Impl;
-  const Impl& impl() const { return *impl_; }
 
  private:
+  friend struct ConfigAccess;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -13,6 +13,9 @@
 namespace strata {
 
 class Context;
+namespace transport {
+struct Access;
+}  // namespace transport
 
 /// Where a buffer lives.
 enum class MemoryKind : uint8_t { Host = 1, Cuda = 2 };
@@ -46,6 +49,14 @@ class STRATA_API RegisteredMemory {
   void* data() const noexcept;
   size_t size() const noexcept;
   MemoryKind kind() const noexcept;
+  /// Host memory the CPU of this process can load from and store to: data() for local host
+  /// memory; for a remote view of a peer's host memory that its transport mapped into this
+  /// process (shm), the mapping; nullptr otherwise (device memory, or not mapped).
+  void* hostPointer() const noexcept;
+  /// Device memory: data() for local CUDA memory; for a remote view of a peer's CUDA memory
+  /// mapped into this process (CUDA IPC), the mapped device address; nullptr otherwise. Never
+  /// for the CPU to touch: host code cannot mistake it for hostPointer().
+  void* devicePointer() const noexcept;
   /// True for memory of this process, false for a remote view.
   bool isLocal() const noexcept;
   /// The owner's rank.
@@ -63,9 +74,9 @@ class STRATA_API RegisteredMemory {
 
   struct Impl;
   explicit RegisteredMemory(std::shared_ptr<Impl> impl);
-  const std::shared_ptr<Impl>& impl() const noexcept { return impl_; }
 
  private:
+  friend struct transport::Access;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -15,6 +15,9 @@
 
 namespace strata {
 
+namespace transport {
+struct Access;
+}  // namespace transport
 namespace backend {
 class Transport;
 class TransportConnection;
@@ -50,9 +53,9 @@ class STRATA_API Connection {
 
   struct Impl;
   explicit Connection(std::unique_ptr<Impl> impl);
-  Impl& impl() noexcept { return *impl_; }
 
  private:
+  friend struct transport::Access;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -102,6 +105,14 @@ class STRATA_API Context {
   /// loaded and that handles the kind. Throws NotSupported naming both ranks, what each has and
   /// why the others did not load, when there is none.
   std::string transportFor(int peer, MemoryKind kind = MemoryKind::Host) const;
+  /// The rank's host identity (a hash of its host name and boot id, as the rank reported it).
+  uint64_t hostId(int rank) const;
+  /// The rank's process id, as it reported it (meaningful for ranks on this host).
+  int32_t pid(int rank) const;
+  /// The rank's index among the ranks of its host, in rank order.
+  int localRank(int rank) const;
+  /// The ranks grouped by host: each group in rank order, groups ordered by their first rank.
+  std::vector<std::vector<int>> hostGroups() const;
   /// The transports this process loaded.
   std::vector<std::string> transports() const;
   /// Live objects of one loaded transport (diagnostics; the tests use it to prove nothing
@@ -137,9 +148,9 @@ class STRATA_API Context {
 
   struct Impl;
   explicit Context(std::unique_ptr<Impl> impl);
-  Impl& impl() noexcept { return *impl_; }
 
  private:
+  friend struct transport::Access;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -42,12 +42,17 @@ strata_module_info() {
 #endif
       strata::backend::ModuleKind::Bootstrap,
       TEST_MODULE_NAME,
+#ifdef TEST_MODULE_OLD_VERSION
+      "0.0.1-old",
+#else
       STRATA_VERSION_STRING,
+#endif
       "test module",
       []() noexcept { return true; },
       [](const strata::Config&) -> std::unique_ptr<strata::Bootstrap> {
         return std::make_unique<SingleRank>();
       },
+      nullptr,
       nullptr,
   };
   return &info;

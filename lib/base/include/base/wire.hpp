@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <strata/export.hpp>
@@ -19,6 +20,24 @@ namespace strata::wire {
 inline constexpr uint32_t kRecordMagic = 0x41525453u;
 /// Size of the fixed record header: magic u32, version u16, kind u16, body length u32.
 inline constexpr size_t kRecordHeaderSize = 12;
+
+/// A little-endian field at a fixed offset of a fixed-size header (no allocation: for headers
+/// written per message, such as the host collectives' chunk headers).
+template <typename T>
+inline void storeLe(void* at, T value) noexcept {
+  static_assert(std::is_integral_v<T>);
+  auto* p = static_cast<uint8_t*>(at);
+  auto v = static_cast<std::make_unsigned_t<T>>(value);
+  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+template <typename T>
+inline T loadLe(const void* at) noexcept {
+  static_assert(std::is_integral_v<T>);
+  const auto* p = static_cast<const uint8_t*>(at);
+  std::make_unsigned_t<T> v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i);
+  return static_cast<T>(v);
+}
 
 /// Appends little-endian fields to a byte vector.
 class STRATA_API Writer {

@@ -1,11 +1,12 @@
 #pragma once
 
-// Bootstrap backend registry: built-ins from an explicit list, modules (bootstrap and transport)
-// found on the module path: module.path (STRATA_MODULE_PATH), then, for the libstrata of a build
-// tree, that build tree's module directories, else <directory of libstrata>/strata and the
-// configured install's module directory (docs/backends.md).
+// Backend registry: built-ins from one table (backends/builtin.cpp), modules (bootstrap,
+// transport and collectives) found on the module path: module.path (STRATA_MODULE_PATH), then,
+// for the libstrata of a build tree, that build tree's module directories, else <directory of
+// libstrata>/strata and the configured install's module directory (docs/backends.md).
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 #include <strata/export.hpp>
 
 namespace strata::bootstrap {
+
+/// The backends compiled into libstrata (tcp, shm, the host collectives): defined by the one
+/// table in backends/builtin.cpp, looked up before the module path.
+std::span<const backend::ModuleInfo* const> builtinModules();
 
 struct BackendStatus {
   std::string name;     ///< "tcp", "pmix", "ucx"
@@ -33,8 +38,8 @@ struct ModuleLookup {
   const backend::ModuleInfo* info = nullptr;
   std::string error;
 };
-/// Loads (once per file) and checks strata-bootstrap-<name>.so or strata-transport-<name>.so;
-/// never throws.
+/// The built-in backend of that kind and name, else the module strata-<kind>-<name>.so loaded
+/// (once per file) and checked (ABI, strata version, kind, name); never throws.
 STRATA_API ModuleLookup findModule(backend::ModuleKind kind, const std::string& name,
                                    const Config& config);
 

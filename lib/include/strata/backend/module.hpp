@@ -1,25 +1,28 @@
 #pragma once
 
-// The plugin SDK's one entry point. A module (strata-bootstrap-<name>.so or
-// strata-transport-<name>.so) exports
+// The plugin SDK's one entry point. A module (strata-bootstrap-<name>.so,
+// strata-transport-<name>.so or strata-collectives-<name>.so) exports
 //   extern "C" const strata::backend::ModuleInfo* strata_module_info();
 // The loader reads abiVersion (always the first field) before touching anything else and
-// refuses a module built for another ABI.
+// refuses a module built for another ABI or another strata version (modules call STRATA_API
+// functions of libstrata, whose behaviour may change between versions). Built-in backends
+// (tcp, shm, host) fill the same struct (backends/builtin.cpp lists them).
 
 #include <cstdint>
 #include <memory>
 
 #include <strata/bootstrap.hpp>
+#include <strata/backend/collectives.hpp>
 #include <strata/backend/transport.hpp>
 #include <strata/config.hpp>
 
 /// Bumped whenever ModuleInfo or any interface a module implements changes.
-#define STRATA_MODULE_ABI_VERSION 3u
+#define STRATA_MODULE_ABI_VERSION 4u
 #define STRATA_MODULE_ENTRY_POINT "strata_module_info"
 
 namespace strata::backend {
 
-enum class ModuleKind : uint32_t { Bootstrap = 1, Transport = 2 };
+enum class ModuleKind : uint32_t { Bootstrap = 1, Transport = 2, Collectives = 3 };
 
 struct ModuleInfo {
   uint32_t abiVersion;        ///< STRATA_MODULE_ABI_VERSION the module was built with
@@ -35,6 +38,9 @@ struct ModuleInfo {
   /// Transport modules: creates the transport, or throws NotSupported saying why this process
   /// cannot use it (no device, no provider). Bootstrap modules leave it null.
   std::unique_ptr<Transport> (*createTransport)(const TransportInit& init);
+  /// Collectives modules: creates the backend on init.context (collective over its ranks), or
+  /// throws NotSupported saying why this process cannot use it. Others leave it null.
+  std::unique_ptr<CollectivesBackend> (*createCollectives)(const CollectivesInit& init);
 };
 
 }  // namespace strata::backend

@@ -10,8 +10,8 @@
 
 #include "base/backoff.hpp"
 #include "base/deadline.hpp"
-#include "lib/transport/context_impl.hpp"
-#include "lib/transport/records.hpp"
+#include "context_impl.hpp"
+#include "records.hpp"
 
 namespace strata {
 namespace {
@@ -38,7 +38,7 @@ struct HostSemaphore::Impl {
   }
   backend::LocalRef counter;  ///< this transport's registration of the arena, found once
   uint64_t offset() const { return uint64_t{localSlot} * transport::SlotPool::kStride; }
-  uint64_t load() { return conn->impl().transport->loadSignal(counter, offset()); }
+  uint64_t load() { return transport::Access::impl(*conn).transport->loadSignal(counter, offset()); }
 };
 
 HostSemaphore::HostSemaphore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -50,7 +50,7 @@ int HostSemaphore::peer() const noexcept {
 
 void HostSemaphore::signal() {
   auto& I = *impl_;
-  I.conn->updateAndSync(I.conn->impl().peerArena, I.remoteOffset, I.outbound + 1);
+  I.conn->updateAndSync(transport::Access::impl(*I.conn).peerArena, I.remoteOffset, I.outbound + 1);
   ++I.outbound;
 }
 
@@ -70,8 +70,8 @@ void HostSemaphore::wait(double timeoutSeconds) {
   auto deadline = Deadline::fromTimeout(t);
   const auto start = std::chrono::steady_clock::now();
   auto lastCheck = start;
-  auto& transport = *I.conn->impl().transport;
-  const bool canBlock = transport.blockingWaitSupported();
+  auto& tr = *transport::Access::impl(*I.conn).transport;
+  const bool canBlock = tr.blockingWaitSupported();
   // A signal from a running peer lands within microseconds: spin 20 us before yielding.
   Backoff backoff(20, 1);
   for (;;) {
@@ -97,7 +97,7 @@ void HostSemaphore::wait(double timeoutSeconds) {
     if (canBlock && now - start > kPollPhase) {
       // A long wait (a batch of large writes): sleep until the transport's progress thread sees
       // the signal, waking every few milliseconds for the liveness check and the deadline.
-      transport.waitSignal(I.counter, I.offset(), I.expected,
+      tr.waitSignal(I.counter, I.offset(), I.expected,
                            std::min(kBlockSlice, std::max(deadline.remaining(), 0.0)));
       continue;
     }
@@ -124,7 +124,7 @@ std::vector<std::shared_ptr<HostSemaphore>> Context::createSemaphores(
     s->pool = I.pool(std::string(c->transport()), *this);
     s->localSlot = s->pool->acquire(I.rank);
     const auto& arena = s->pool->arena;
-    s->counter = {arena.data(), arena.size(), arena.kind(), arena.impl()->localFor(c->transport())};
+    s->counter = {arena.data(), arena.size(), arena.kind(), transport::Access::impl(arena)->localFor(c->transport())};
     s->expected = s->load();
     sems.push_back(std::move(s));
   }

@@ -1,0 +1,55 @@
+#include "buffer_kind.hpp"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace strata::core {
+namespace {
+
+// From cuda.h (the driver API's ABI, stable across versions): CUresult
+// cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr).
+using PointerGetAttribute = int (*)(void* data, int attribute, uintptr_t ptr);
+constexpr int kAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr unsigned kMemoryTypeHost = 1;  // CU_MEMORYTYPE_HOST
+constexpr unsigned kMemoryTypeDevice = 2;
+constexpr unsigned kMemoryTypeUnified = 4;
+
+std::atomic<PointerGetAttribute> gQuery{nullptr};
+
+/// The driver's query if the process has loaded libcuda (never loads it: a process without it
+/// has no CUDA memory). Looked up again on every call until found, since the application may
+/// load CUDA after it created the communicator.
+PointerGetAttribute query() noexcept {
+  if (auto q = gQuery.load(std::memory_order_acquire)) return q;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  auto q = reinterpret_cast<PointerGetAttribute>(dlsym(lib, "cuPointerGetAttribute"));
+  // The handle stays open (a reference that keeps the already loaded driver where it is).
+  if (q) gQuery.store(q, std::memory_order_release);
+  return q;
+}
+
+}  // namespace
+
+backend::BufferKind classifyBuffer(const void* p) noexcept {
+  if (p == nullptr) return backend::BufferKind::Host;
+  PointerGetAttribute q = query();
+  if (!q) return backend::BufferKind::Host;
+  unsigned type = 0;
+  // Fails (CUDA_ERROR_INVALID_VALUE) for memory CUDA does not know: plain host memory.
+  if (q(&type, kAttributeMemoryType, reinterpret_cast<uintptr_t>(p)) != 0) {
+    return backend::BufferKind::Host;
+  }
+  uint32_t managed = 0;
+  if (q(&managed, kAttributeIsManaged, reinterpret_cast<uintptr_t>(p)) == 0 && managed != 0) {
+    return backend::BufferKind::CudaHost;  // managed: the CPU may touch it
+  }
+  if (type == kMemoryTypeDevice) return backend::BufferKind::CudaDevice;
+  if (type == kMemoryTypeHost || type == kMemoryTypeUnified) return backend::BufferKind::CudaHost;
+  return backend::BufferKind::Host;
+}
+
+}  // namespace strata::core
