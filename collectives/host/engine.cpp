@@ -136,6 +136,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   rank_ = context_->rank();
   size_ = context_->size();
   timeout_ = config::getDouble(config, "transport.timeout");
+  singleCopyMin_ = static_cast<size_t>(config::getInt(config, "collectives.single_copy_min_bytes"));
   allRanks_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) allRanks_[r] = r;
   size_t buffer = static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes"));
@@ -372,7 +373,6 @@ void Engine::checkDelivery() {
 
 void Engine::probeSingleCopy(const Config& config) {
   std::string mode = config::getString(config, "collectives.single_copy");
-  singleCopyMin_ = static_cast<size_t>(config::getInt(config, "collectives.single_copy_min_bytes"));
   pids_.assign(size_, 0);
   for (int p = 0; p < size_; ++p) pids_[p] = context_->pid(p);
   // Every rank tries to read every same-host peer's probe word; single copy is used only when

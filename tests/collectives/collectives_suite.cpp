@@ -25,7 +25,7 @@
 #include <strata/transport.hpp>
 
 #include "coll_values.hpp"
-#include "mp_test.hpp"
+#include "tests/harness/mp_test.hpp"
 
 using strata::Communicator;
 using strata::DataType;

@@ -28,7 +28,7 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "mp_test.hpp"
+#include "tests/harness/mp_test.hpp"
 
 using strata::Communicator;
 using strata::Config;

@@ -28,7 +28,7 @@
 #include <strata/error.hpp>
 
 #include "backends/bootstrap/tcp/tcp_bootstrap.hpp"
-#include "mp_test.hpp"
+#include "tests/harness/mp_test.hpp"
 
 using namespace std::chrono_literals;
 using strata::Bootstrap;

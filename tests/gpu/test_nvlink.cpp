@@ -28,7 +28,7 @@
 #include <strata/error.hpp>
 
 #include "base/dynload.hpp"
-#include "nvlink_records.hpp"
+#include "backends/transport/nvlink/nvlink_records.hpp"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 
 #include <strata/error.hpp>
 
-#include "nvlink_records.hpp"
+#include "backends/transport/nvlink/nvlink_records.hpp"
 #include "base/wire.hpp"
 
 using namespace strata;

@@ -44,7 +44,7 @@ for n in 2 3; do
     lines=8
     [[ $op == alltoall || $op == sendrecv ]] && lines=4  # no in-place form: no JSON line for it
     [[ $(wc -l <"$work/$op.$n.json") -eq $lines ]] || { cat "$work/$op.$n.json"; fail "$op: expected $lines JSON lines"; }
-    grep -v -q "^{\"tool\":\"strata-perf\",\"label\":\"strata\",\"op\":\"$op\",\"nranks\":$n,\"backend\":\"[a-z]*\",\"memory\":\"host\",\"size\":[0-9]*,\"count\":[0-9]*,\"type\":\"float\",\"redop\":\"[a-z]*\",\"root\":$root,\"inplace\":\(true\|false\),\"time_us\":[0-9.]*,\"algbw\":[0-9.]*,\"busbw\":[0-9.]*,\"wrong\":0}$" "$work/$op.$n.json" &&
+    grep -v -q "^{\"tool\":\"strata-perf\",\"label\":\"strata\",\"op\":\"$op\",\"nranks\":$n,\"backend\":\"[a-z]*\",\"memory\":\"host\",\"size\":[0-9]*,\"count\":[0-9]*,\"type\":\"float\",\"redop\":\"[a-z]*\",\"root\":$root,\"algorithm\":\"host/[a-z]*\",\"inplace\":\(true\|false\),\"time_us\":[0-9.]*,\"algbw\":[0-9.]*,\"busbw\":[0-9.]*,\"wrong\":0}$" "$work/$op.$n.json" &&
       { cat "$work/$op.$n.json"; fail "$op: a JSON line does not match the schema"; }
   done
 done

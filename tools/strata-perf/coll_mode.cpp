@@ -45,6 +45,7 @@ struct CollOptions {
   std::string memory = "host";
   std::string alloc = "malloc";
   std::string label = "strata";
+  std::string algorithm;  ///< -a: forced through collectives.<op>.algorithm
   std::vector<std::string> argv;  // echoed in the header
 };
 
@@ -295,6 +296,11 @@ void printHeader(Reporter& out, CollKind kind, const CollOptions& opt, Communica
   if (!hasInPlace(kind)) {
     out.comment(fmt::format("{} has no in-place form here: those columns are N/A", collName(kind)));
   }
+  out.comment(opt.algorithm.empty()
+                  ? std::string("algorithm: auto (chosen per call; an \"algorithm:\" line names "
+                                "the one the rows below it ran)")
+                  : fmt::format("algorithm: {} (forced with -a: collectives.{}.algorithm)",
+                                opt.algorithm, collName(kind)));
   out.line("#");
   out.line("# Using devices");
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -315,6 +321,9 @@ int runColl(CollKind kind, const CollOptions& opt) {
   const std::vector<ReduceOp> ops = opsOf(kind, opt);
 
   Config config = Config::load();
+  if (!opt.algorithm.empty()) {
+    config.set(fmt::format("collectives.{}.algorithm", collName(kind)), opt.algorithm);
+  }
   std::shared_ptr<Bootstrap> boot = Bootstrap::create(config);
   const int nranks = boot->size();
   const int rank = boot->rank();
@@ -352,6 +361,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
     double busbwSum = 0;
     size_t busbwCount = 0;
     int rep = 0;
+    std::string lastAlgorithm;
     for (DataType type : types) {
       for (ReduceOp op : ops) {
         for (size_t bytes : sizes) {
@@ -386,6 +396,11 @@ int runColl(CollKind kind, const CollOptions& opt) {
           row.type = std::string(toString(type));
           row.redop = isReducing(kind) ? std::string(toString(op)) : std::string("none");
           row.root = c.root;
+          row.algorithm = comm->lastAlgorithm();
+          if (out && row.algorithm != lastAlgorithm) {
+            out->comment(fmt::format("algorithm: {}", row.algorithm));
+            lastAlgorithm = row.algorithm;
+          }
           auto fill = [&](CollResult& res, bool inPlace) {
             double us = 0;
             int64_t wrong = 0;
@@ -483,6 +498,9 @@ Mode addCollMode(CLI::App& app, CollKind kind, const std::string& help) {
       ->capture_default_str();
   cmd->add_option("--label", opt->label, "\"label\" of the JSON rows (names the run in plots)")
       ->capture_default_str();
+  cmd->add_option("-a,--algorithm", opt->algorithm,
+                  "force a collectives algorithm by name (collectives.<op>.algorithm; "
+                  "strata-info --algorithms lists them); default: auto");
   return Mode{cmd, [opt, kind](const std::vector<std::string>& argv) {
                 opt->argv = argv;
                 return runColl(kind, *opt);

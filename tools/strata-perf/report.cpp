@@ -162,11 +162,11 @@ void Reporter::row(const CollRow& r) {
     fmt::print(json_,
                "{{\"tool\":\"strata-perf\",\"label\":{},\"op\":{},\"nranks\":{},"
                "\"backend\":{},\"memory\":{},\"size\":{},\"count\":{},\"type\":{},"
-               "\"redop\":{},\"root\":{},\"inplace\":{},\"time_us\":{:.3f},"
+               "\"redop\":{},\"root\":{},\"algorithm\":{},\"inplace\":{},\"time_us\":{:.3f},"
                "\"algbw\":{:.6f},\"busbw\":{:.6f},\"wrong\":{}}}\n",
                jsonString(label_), jsonString(r.op), nranks_, jsonString(backend_),
                jsonString(memory_), r.bytes, r.count, jsonString(r.type), jsonString(r.redop),
-               r.root, p == &r.inPlace ? "true" : "false", p->timeUs, p->algbw, p->busbw,
+               r.root, jsonString(r.algorithm), p == &r.inPlace ? "true" : "false", p->timeUs, p->algbw, p->busbw,
                p->wrong < 0 ? std::string("null") : fmt::format("{}", p->wrong));
   }
   std::fflush(json_);

@@ -50,6 +50,7 @@ struct CollRow {
   std::string type;
   std::string redop;  ///< "none" for the non-reducing ops
   int root = -1;      ///< -1 except broadcast
+  std::string algorithm;  ///< "host/twoshot": what the last measured call ran
   CollResult outOfPlace;
   CollResult inPlace;
 };

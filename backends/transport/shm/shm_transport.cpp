@@ -684,7 +684,7 @@ const backend::ModuleInfo* builtinModuleInfo() {
       backend::ModuleKind::Transport,
       "shm",
       STRATA_VERSION_STRING,
-      "shared memory between the processes of one host (memfd mappings)",
+      "host memory between processes of one host (memfd mappings, process_vm_writev)",
       nullptr,
       nullptr,
       &createShmTransport,

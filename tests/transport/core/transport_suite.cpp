@@ -29,7 +29,7 @@
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
 
-#include "mp_test.hpp"
+#include "tests/harness/mp_test.hpp"
 
 using strata::Bootstrap;
 using strata::Config;

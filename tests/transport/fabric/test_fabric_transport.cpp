@@ -33,7 +33,7 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "fabric_records.hpp"
+#include "backends/transport/fabric/fabric_records.hpp"
 
 using namespace strata;
 using namespace std::chrono_literals;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# strata-info --algorithms lists the host backend's algorithms with what they accept; strata-perf
+# -a forces one (header and rows say which ran), and a forced name that cannot serve the call
+# or does not exist for the op fails with NotSupported / InvalidConfig naming it.
+#
+#   test_algorithms_cli.sh STRATA_INFO STRATA_RUN STRATA_PERF
+set -u
+info=$1 run=$2 perf=$3
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$info" --algorithms 2>&1) || fail "strata-info --algorithms failed: $out"
+echo "$out"
+for a in oneshot hierarchical twoshot singlecopy direct; do
+  grep -q "^  host/$a\$" <<<"$out" || fail "host/$a is not listed"
+done
+grep -q '^    ops: *allReduce, allGather, reduceScatter, broadcast, allToAll$' <<<"$out" ||
+  fail "singlecopy's ops are not listed"
+out=$(STRATA_COLLECTIVES_ALGORITHM=twoshot "$info" --algorithms 2>&1) || fail "$out"
+grep -q 'forced by the configuration for: allReduce' <<<"$out" || fail "the forced algorithm is not marked"
+
+out=$("$run" -n 2 "$perf" allreduce -a twoshot -b 1K -e 64K -f 8 2>&1) ||
+  fail "strata-perf -a twoshot failed: $out"
+echo "$out"
+grep -q '^# algorithm: twoshot (forced with -a' <<<"$out" || fail "the header does not name the forced algorithm"
+grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "the rows do not say host/twoshot ran"
+grep -q '^# algorithm: host/oneshot' <<<"$out" && fail "oneshot ran although twoshot was forced"
+
+out=$("$run" -n 2 "$perf" allreduce -b 1K -e 1M -f 32 2>&1) || fail "strata-perf (auto) failed: $out"
+grep -q '^# algorithm: auto' <<<"$out" || fail "the header does not say auto"
+grep -q '^# algorithm: host/oneshot$' <<<"$out" || fail "auto did not run oneshot at 1 KiB"
+grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto did not run twoshot at 1 MiB"
+
+out=$("$run" -n 2 "$perf" allreduce -a hierarchical -b 1K -e 1K 2>&1) && fail "hierarchical on one host ran: $out"
+echo "$out"
+grep -q 'NotSupported.*host/hierarchical.*several hosts' <<<"$out" || fail "no NotSupported naming host/hierarchical"
+
+out=$("$run" -n 2 "$perf" allgather -a oneshot -b 1K -e 1K 2>&1) && fail "allgather -a oneshot ran: $out"
+echo "$out"
+grep -q 'InvalidConfig.*collectives.allgather.algorithm = oneshot.*choices: auto, host/singlecopy, host/direct' <<<"$out" ||
+  fail "no InvalidConfig naming the allGather choices"
+echo "PASS"

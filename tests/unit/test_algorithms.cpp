@@ -1,0 +1,178 @@
+// The collectives seam in one process (a one-rank job): algorithm forcing by name and its
+// errors, selection, the listing strata-info prints, a collectives module registered like a
+// CUDA module would be, and calls no algorithm can run.
+
+#define BOOST_TEST_MODULE algorithms
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+using strata::Communicator;
+using strata::Config;
+using strata::DataType;
+using strata::Error;
+using strata::ErrorCode;
+using strata::ReduceOp;
+
+namespace {
+
+// Runs in a process without any launcher environment: a single-rank job.
+struct CleanEnv {
+  CleanEnv() {
+    for (const char* v : {"STRATA_RANK", "STRATA_SIZE", "STRATA_ROOT", "STRATA_ROOT_FD",
+                          "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK",
+                          "PMIX_NAMESPACE", "PMIX_SERVER_URI4", "PMIX_SERVER_URI41",
+                          "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"}) {
+      unsetenv(v);
+    }
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(CleanEnv);
+
+Config base() {
+  Config c;
+  c.set("bootstrap.backend", "tcp");
+  c.set("module.path", TEST_MODULE_DIR);
+  return c;
+}
+
+template <typename F>
+Error expectError(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return e;
+  }
+  BOOST_FAIL("expected a strata::Error");
+  return Error(ErrorCode::Internal, "unreachable");
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(unknown_names_are_invalid_config_naming_the_choices) {
+  Config c = base();
+  c.set("collectives.algorithm", "nosuch");
+  auto e = expectError([&] { Communicator::create(c); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidConfig));
+  BOOST_TEST(has(e.what(), "collectives.algorithm = nosuch"));
+  BOOST_TEST(has(e.what(), "twoshot"));
+  BOOST_TEST(has(e.what(), "oneshot"));
+
+  // A name that exists, but not for this op, in the per-op key.
+  Config d = base();
+  d.set("collectives.allgather.algorithm", "oneshot");
+  e = expectError([&] { Communicator::create(d); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidConfig));
+  BOOST_TEST(has(e.what(), "collectives.allgather.algorithm = oneshot"));
+  BOOST_TEST(has(e.what(), "host/direct"));
+  BOOST_TEST(!has(e.what(), "host/twoshot"));
+}
+
+BOOST_AUTO_TEST_CASE(the_global_key_forces_the_ops_that_have_the_name) {
+  Config c = base();
+  c.set("collectives.algorithm", "twoshot");
+  auto comm = Communicator::create(c);
+  std::vector<float> a(64, 1.0f), b(64, 0.0f);
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum);
+  BOOST_TEST(comm->lastAlgorithm() == "host/twoshot");
+  BOOST_TEST(b[7] == 1.0f);
+  // allGather has no twoshot: it chooses automatically.
+  comm->allGather(a.data(), b.data(), a.size(), DataType::Float32);
+  BOOST_TEST(comm->lastAlgorithm() == "host/direct");
+  bool listed = false;
+  for (const auto& info : comm->algorithms()) {
+    if (info.name == "twoshot") listed = info.forcedFor == std::vector<std::string>{"allReduce"};
+  }
+  BOOST_TEST(listed);
+}
+
+BOOST_AUTO_TEST_CASE(auto_selection_follows_the_documented_order) {
+  auto comm = Communicator::create(base());
+  std::vector<double> a(16, 2.0), b(16, 0.0);
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float64, ReduceOp::Sum);
+  BOOST_TEST(comm->lastAlgorithm() == "host/oneshot");  // small: oneshot prefers it
+  comm->broadcast(a.data(), b.data(), a.size(), DataType::Float64, 0);
+  BOOST_TEST(comm->lastAlgorithm() == "host/direct");  // one rank: no single copy
+  std::vector<std::string> names;
+  for (const auto& info : comm->algorithms()) names.push_back(info.backend + "/" + info.name);
+  std::vector<std::string> expected{"host/oneshot", "host/hierarchical", "host/twoshot",
+                                    "host/singlecopy", "host/direct"};
+  BOOST_TEST(names == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_forced_algorithm_that_cannot_serve_the_call_is_not_supported) {
+  Config c = base();
+  c.set("collectives.allreduce.algorithm", "hierarchical");
+  c.set("collectives.allgather.algorithm", "singlecopy");
+  auto comm = Communicator::create(c);
+  std::vector<float> a(8, 1.0f), b(8, 0.0f);
+  auto e = expectError(
+      [&] { comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  BOOST_TEST(has(e.what(), "host/hierarchical"));
+  BOOST_TEST(has(e.what(), "collectives.allreduce.algorithm = hierarchical"));
+  BOOST_TEST(has(e.what(), "several hosts"));
+  e = expectError([&] { comm->allGather(a.data(), b.data(), a.size(), DataType::Float32); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  BOOST_TEST(has(e.what(), "host/singlecopy"));
+  // Selection failed before anything moved: the communicator is still usable.
+  comm->broadcast(a.data(), b.data(), a.size(), DataType::Float32, 0);
+  BOOST_TEST(b[3] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_stream_on_host_memory_is_not_supported_and_harmless) {
+  auto comm = Communicator::create(base());
+  std::vector<float> a(8, 1.0f), b(8, 0.0f);
+  int fakeStream = 0;
+  auto e = expectError([&] {
+    comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum,
+                    strata::Stream{&fakeStream});
+  });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  BOOST_TEST(has(e.what(), "CUDA stream"));
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum);
+  BOOST_TEST(b[0] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_collectives_module_registers_like_a_built_in) {
+  Config c = base();
+  c.set("collectives.modules", "testcoll");
+  c.set("collectives.allgather.algorithm", "testcopy");
+  auto comm = Communicator::create(c);
+  std::vector<int32_t> a{1, 2, 3}, b(3, 0);
+  comm->allGather(a.data(), b.data(), a.size(), DataType::Int32);
+  BOOST_TEST(comm->lastAlgorithm() == "testcoll/testcopy");
+  BOOST_TEST(b == a, boost::test_tools::per_element());
+  bool listed = false;
+  for (const auto& info : comm->algorithms()) listed |= info.backend == "testcoll";
+  BOOST_TEST(listed);
+  // Not forced, the module's algorithm does not prefer anything: the host's runs.
+  auto plain = Communicator::create([] {
+    Config d = base();
+    d.set("collectives.modules", "testcoll");
+    return d;
+  }());
+  plain->allGather(a.data(), b.data(), a.size(), DataType::Int32);
+  BOOST_TEST(plain->lastAlgorithm() == "host/direct");
+}
+
+BOOST_AUTO_TEST_CASE(a_named_module_that_is_missing_fails_at_create) {
+  Config c = base();
+  c.set("collectives.modules", "nosuchcoll");
+  auto e = expectError([&] { Communicator::create(c); });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
+  BOOST_TEST(has(e.what(), "strata-collectives-nosuchcoll.so"));
+  // auto skips a known module that is absent (cuda here) without a word.
+  Config d = base();
+  d.set("collectives.modules", "auto");
+  BOOST_CHECK_NO_THROW(Communicator::create(d));
+}
