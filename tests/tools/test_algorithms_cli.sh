@@ -38,4 +38,11 @@ out=$("$run" -n 2 "$perf" allgather -a oneshot -b 1K -e 1K 2>&1) && fail "allgat
 echo "$out"
 grep -q 'InvalidConfig.*collectives.allgather.algorithm = oneshot.*choices: auto, host/singlecopy, host/direct' <<<"$out" ||
   fail "no InvalidConfig naming the allGather choices"
+# The 4096-byte chunk floor overrides a collectives.buffer_bytes too small for the rank count:
+# said once at create (rank 0), and the collectives still run.
+out=$(STRATA_COLLECTIVES_BUFFER_BYTES=65536 "$run" -n 8 "$perf" allreduce -b 64K -e 64K 2>&1) ||
+  fail "strata-perf with a small buffer failed: $out"
+echo "$out"
+[[ $(grep -c 'collectives.buffer_bytes = 65536 is too small for 8 ranks' <<<"$out") -eq 1 ]] ||
+  fail "the chunk floor is not reported once"
 echo "PASS"

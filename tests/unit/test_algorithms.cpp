@@ -176,3 +176,25 @@ BOOST_AUTO_TEST_CASE(a_named_module_that_is_missing_fails_at_create) {
   d.set("collectives.modules", "auto");
   BOOST_CHECK_NO_THROW(Communicator::create(d));
 }
+
+// Enum values from outside (a C caller, a corrupt header) are checked by value, not by position
+// against the last enumerator.
+BOOST_AUTO_TEST_CASE(enum_checks_are_by_value) {
+  BOOST_TEST(strata::isKnown(DataType::Float64));
+  BOOST_TEST(strata::isKnown(DataType::Int8));
+  BOOST_TEST(!strata::isKnown(static_cast<DataType>(10)));
+  BOOST_TEST(!strata::isKnown(static_cast<DataType>(-1)));
+  BOOST_TEST(strata::isKnown(ReduceOp::Avg));
+  BOOST_TEST(!strata::isKnown(static_cast<ReduceOp>(5)));
+  BOOST_TEST(!strata::isKnown(static_cast<ReduceOp>(-1)));
+  auto comm = Communicator::create(base());
+  std::vector<float> a(4, 1.0f), b(4);
+  auto e = expectError([&] {
+    comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, static_cast<ReduceOp>(-1));
+  });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+  e = expectError([&] {
+    comm->allGather(a.data(), b.data(), 1, static_cast<DataType>(42));
+  });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+}
