@@ -35,22 +35,28 @@ constexpr size_t kStageSize = 64u << 10;
 constexpr int kStarMaxRanks = 128;
 constexpr size_t kStarMaxBytes = 64u << 10;
 
-void putLe(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t getLe(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
+// The frame header (docs/wire-format.md, "Peer frames"), little-endian through wire.hpp's
+// codec, built in place so that the send fast path needs no allocation.
 void encodeHeader(uint8_t* h, FrameType type, int32_t tag, uint64_t len) {
-  putLe(h, kFrameMagic, 4);
+  wire::storeLe<uint32_t>(h, kFrameMagic);
   h[4] = kFrameVersion;
   h[5] = static_cast<uint8_t>(type);
-  putLe(h + 6, 0, 2);
-  putLe(h + 8, static_cast<uint32_t>(tag), 4);
-  putLe(h + 12, len, 8);
+  wire::storeLe<uint16_t>(h + 6, 0);  // flags
+  wire::storeLe<int32_t>(h + 8, tag);
+  wire::storeLe<uint64_t>(h + 12, len);
+}
+
+struct FrameHeader {
+  uint32_t magic;
+  uint8_t version;
+  uint8_t type;
+  int32_t tag;
+  uint64_t length;
+};
+
+FrameHeader decodeHeader(const uint8_t* h) {
+  return {wire::loadLe<uint32_t>(h), h[4], h[5], wire::loadLe<int32_t>(h + 8),
+          wire::loadLe<uint64_t>(h + 12)};
 }
 
 std::string tagText(int tag) {
@@ -298,11 +304,7 @@ struct PeerMesh::Impl {
 
   /// Validates a complete frame header and prepares the payload; false if it was refused.
   bool startFrame(Conn& c) {
-    uint32_t magic = static_cast<uint32_t>(getLe(c.header, 4));
-    uint8_t version = c.header[4];
-    uint8_t type = c.header[5];
-    int32_t tag = static_cast<int32_t>(getLe(c.header + 8, 4));
-    uint64_t len = getLe(c.header + 12, 8);
+    auto [magic, version, type, tag, len] = decodeHeader(c.header);
     c.headerGot = 0;
     if (magic != kFrameMagic) {
       protocolViolation(c, fmt::format("bad frame magic 0x{:08x}", magic));
