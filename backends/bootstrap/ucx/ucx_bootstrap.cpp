@@ -48,6 +48,7 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
+#include "base/collectives_over_p2p.hpp"
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
 #include "base/handshake.hpp"
@@ -106,14 +107,7 @@ std::mutex gRootMu;
 bool gRootFdClosed = false;
 
 // The rendezvous handshake over UCX (docs/wire-format.md, "Handshake"): the records of
-// lib/base/handshake.cpp, each sent with tag {Handshake, connection id, step}.
-constexpr uint16_t kChallengeKind = 1;
-constexpr uint16_t kAuthKind = 2;
-constexpr uint16_t kResultKind = 3;
-constexpr uint16_t kHandshakeVersion = 1;
-constexpr uint8_t kPurposeRendezvous = 1;  // handshake::Purpose::Rendezvous
-constexpr size_t kAuthBody = 1 + 4 + 4 + 32 + 32;
-constexpr size_t kMaxReason = 512;
+// base/handshake_codec.hpp, each sent with tag {Handshake, connection id, step}.
 constexpr size_t kMaxRejectMessage = 4096;
 enum Step : uint32_t {
   kStepChallenge = 1,
@@ -123,14 +117,6 @@ enum Step : uint32_t {
   kStepReply = 5
 };
 constexpr uint64_t kStepMask = kKindMask | 0xFFFFFFFFull;  // any connection id
-
-// The rendezvous handshake's proof, as lib/base/handshake.cpp computes it.
-crypto::Digest authMac(std::string_view secret, char side, const handshake::Nonce& nl,
-                       const handshake::Nonce& nc, int rank, int size, int listenerRank,
-                       uint8_t ok) {
-  return handshake::authMac(secret, side, handshake::Purpose::Rendezvous, nl, nc, rank, size,
-                            listenerRank, ok);
-}
 
 std::vector<uint8_t> encodeReject(const std::string& message, bool timedOut) {
   return rendezvous::encodeReject("ucx", message, timedOut);
@@ -249,7 +235,7 @@ struct RvConn {
   std::string why;
   std::string remote = "(unknown address)";
   enum class State { WaitAuth, WaitHello, CheckedIn, Dropped } state = State::WaitAuth;
-  handshake::Nonce nonceL{};
+  handshake::Challenge challenge;  // rank 0: the one it sent
   int rank = -1;
   Deadline deadline = Deadline::never();
 };
@@ -329,6 +315,9 @@ class UcxBootstrap final : public Bootstrap {
   bool lostLongEnough(int peer) const;
   [[noreturn]] void throwLost(int peer, std::string_view op, Kind kind, int tag) const;
   uint32_t nextCollective();
+  /// One collective call's messages (see allGather).
+  p2p::Link collectiveLink(Lock& lk, const Deadline& deadline, std::string_view op,
+                           bool tagRounds);
   void waitRequest(Lock& lk, void* request, std::unique_ptr<OpState>& state,
                    const Deadline& deadline, int peer, std::string_view op, Kind kind, int tag);
 
@@ -888,12 +877,9 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs,
                    statusText(st));
         continue;
       }
-      crypto::randomBytes(c->nonceL);
+      c->challenge = handshake::makeChallenge(handshake::Purpose::Rendezvous, 0);
       c->deadline = Deadline::fromTimeout(handshakeTimeout_);
-      wire::Writer w;
-      w.u8(kPurposeRendezvous).i32(0).raw(c->nonceL);
-      rvSend(lk, *c, kStepChallenge,
-             wire::encodeRecord(kChallengeKind, kHandshakeVersion, w.data()));
+      rvSend(lk, *c, kStepChallenge, handshake::encode(c->challenge));
       rvConns_.push_back(std::move(c));
     }
     connRequests_.clear();
@@ -904,47 +890,25 @@ void UcxBootstrap::serveRendezvous(const std::vector<net::SockAddr>& rootAddrs,
       if (c.state == RvConn::State::WaitAuth) {
         if (rvTryRecv(lk, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepAuth), kFullMask,
                       rec)) {
-          int rank = -1, size = 0;
           std::string why;
-          handshake::Nonce nc{};
-          crypto::Digest m{};
+          handshake::Auth auth;
           try {
-            auto d = wire::decodeRecord(rec, kAuthKind, kHandshakeVersion, kAuthBody, "handshake");
-            wire::Reader r(d.body, "handshake");
-            uint8_t purpose = r.u8("purpose");
-            rank = r.i32("rank");
-            size = r.i32("size");
-            auto raw = r.raw(32, "nonce");
-            std::copy(raw.begin(), raw.end(), nc.begin());
-            auto mm = r.raw(32, "mac");
-            std::copy(mm.begin(), mm.end(), m.begin());
-            r.expectEnd();
-            auto expect = authMac(launch_.secret, 'C', c.nonceL, nc, rank, size, 0, 0);
-            if (purpose != kPurposeRendezvous || !crypto::equalConstantTime(expect, m)) {
-              why = "failed authentication (wrong job secret or not a strata peer)";
-            } else if (size != n) {
-              why = fmt::format(
-                  "claims a job of {} ranks, this job has {} (two jobs sharing a "
-                  "port, or mismatched launch)",
-                  size, n);
-            } else if (rank < 0 || rank >= n) {
-              why = fmt::format("claims an invalid rank {}", rank);
-            }
+            auth = handshake::decodeAuth(rec, "handshake");
+            why = handshake::checkAuth(auth, launch_.secret, c.challenge, n);
           } catch (const Error& e) {
             why = fmt::format("garbage instead of a handshake ({})", e.what());
           }
-          wire::Writer w;
+          handshake::Result result;
           if (why.empty()) {
-            w.u8(1).raw(authMac(launch_.secret, 'S', c.nonceL, nc, rank, size, 0, 1)).str("");
-            c.rank = rank;
+            result = handshake::acceptResult(launch_.secret, c.challenge, auth);
+            c.rank = auth.rank;
             c.state = RvConn::State::WaitHello;
             c.deadline = Deadline::fromTimeout(handshakeTimeout_);
           } else {
-            crypto::Digest zero{};
-            w.u8(0).raw(zero).str(why.substr(0, kMaxReason));
+            result.reason = why;
             drop(c, why);
           }
-          rvSend(lk, c, kStepResult, wire::encodeRecord(kResultKind, kHandshakeVersion, w.data()));
+          rvSend(lk, c, kStepResult, handshake::encode(result));
         } else if (c.failed.load()) {
           drop(c, fmt::format("its endpoint failed during the handshake: {}", c.why));
         } else if (c.deadline.expired()) {
@@ -1054,7 +1018,10 @@ bool UcxBootstrap::checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
     ssize_t got = ::recv(fd.get(), head, sizeof head, MSG_PEEK | MSG_WAITALL);
     if (got != static_cast<ssize_t>(sizeof head)) continue;
     try {
-      if (wire::decodeHeader(head, 0xffff, 64, "probe").kind != kChallengeKind) continue;
+      if (wire::decodeHeader(head, 0xffff, handshake::kMaxChallengeBody, "probe").kind !=
+          handshake::kChallengeKind) {
+        continue;
+      }
     } catch (const Error&) {
       continue;
     }
@@ -1121,53 +1088,16 @@ void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
                          &senderTag)) {
         connected = true;
         c.id = static_cast<uint32_t>(tagRank(senderTag));
-        auto d = wire::decodeRecord(rec, kChallengeKind, kHandshakeVersion, 64, what);
-        wire::Reader r(d.body, fmt::format("{} challenge", what));
-        uint8_t purpose = r.u8();
-        int listenerRank = r.i32();
-        auto raw = r.raw(32);
-        std::copy(raw.begin(), raw.end(), c.nonceL.begin());
-        r.expectEnd();
-        if (purpose != kPurposeRendezvous || listenerRank != 0) {
-          throw Error(ErrorCode::ProtocolError,
-                      fmt::format("{}: the listener is not a strata rendezvous (purpose {}, "
-                                  "rank {})",
-                                  what, purpose, listenerRank),
-                      0);
-        }
-        handshake::Nonce nc;
-        crypto::randomBytes(nc);
-        wire::Writer w;
-        w.u8(kPurposeRendezvous)
-            .i32(launch_.rank)
-            .i32(launch_.size)
-            .raw(nc)
-            .raw(authMac(launch_.secret, 'C', c.nonceL, nc, launch_.rank, launch_.size, 0, 0));
-        rvSend(lk, c, kStepAuth, wire::encodeRecord(kAuthKind, kHandshakeVersion, w.data()));
+        auto challenge = handshake::decodeChallenge(rec, what);
+        handshake::checkChallenge(challenge, handshake::Purpose::Rendezvous, 0, what);
+        auto auth = handshake::makeAuth(launch_.secret, challenge, launch_.rank, launch_.size);
+        rvSend(lk, c, kStepAuth, handshake::encode(auth));
         if (!rvWait(lk, c, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepResult), kFullMask,
                     step, rec)) {
           connected = false;  // rank 0 went away or stalled: start over
         } else {
-          auto res = wire::decodeRecord(rec, kResultKind, kHandshakeVersion,
-                                        32 + 1 + 4 + kMaxReason, what);
-          wire::Reader rr(res.body, fmt::format("{} result", what));
-          uint8_t ok = rr.u8();
-          auto sm = rr.raw(32);
-          std::string reason = rr.str(kMaxReason);
-          rr.expectEnd();
-          if (!ok) {
-            throw Error(ErrorCode::AuthFailed,
-                        fmt::format("{}: rank 0 refused the connection: {}", what, reason), 0);
-          }
-          auto expect =
-              authMac(launch_.secret, 'S', c.nonceL, nc, launch_.rank, launch_.size, 0, 1);
-          if (!crypto::equalConstantTime(expect, sm)) {
-            throw Error(ErrorCode::AuthFailed,
-                        fmt::format("{}: the listener could not prove the job secret (another "
-                                    "job on this port, or a different STRATA_SECRET)",
-                                    what),
-                        0);
-          }
+          handshake::checkResult(handshake::decodeResult(rec, what), launch_.secret, challenge,
+                                 auth, what);
           rvSend(lk, c, kStepHello, hello);
           if (!rvWait(lk, c, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepReply),
                       kFullMask, deadline, rec)) {
@@ -1693,71 +1623,47 @@ void UcxBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
              "recv", Kind::User, tag);
 }
 
-// Ring: N-1 steps, each rank passes one slot to its successor per step. Sends are buffered,
-// so the ring never waits on itself.
+// The algorithms are lib/base/collectives_over_p2p.cpp's. Every rank calls the collectives
+// in the same order, so one sequence number per call (nextCollective) tags all its messages;
+// the barrier also puts its round in the low 8 bits.
+p2p::Link UcxBootstrap::collectiveLink(Lock& lk, const Deadline& deadline, std::string_view op,
+                                       bool tagRounds) {
+  const uint32_t seq = nextCollective();
+  auto low = [seq, tagRounds](uint32_t round) { return tagRounds ? seq | round : seq; };
+  return {launch_.rank, launch_.size,
+          [this, &lk, deadline, op, low](int peer, uint32_t round, const void* data,
+                                         size_t bytes) {
+            sendInternal(lk, peer, Kind::Collective, low(round), data, bytes, deadline, op);
+          },
+          [this, &lk, deadline, op, low](int peer, uint32_t round, void* data, size_t bytes) {
+            recvInternal(lk, peer, Kind::Collective, low(round), data, bytes, deadline, op);
+          }};
+}
+
+// Ring: sends are buffered, so the ring never waits on itself.
 void UcxBootstrap::allGather(void* data, size_t bytesPerRank) {
-  const int n = launch_.size, me = launch_.rank;
-  if (n == 1 || bytesPerRank == 0) return;
-  if (!data) throw Error(ErrorCode::InvalidArgument, "allGather: null buffer");
-  auto* base = static_cast<uint8_t*>(data);
+  if (!p2p::allGatherNeeded(launch_.size, data, bytesPerRank)) return;
   Deadline dl = callDeadline();
   Lock lk(mu_);
   if (aborted_) throwAborted();
-  uint32_t seq = nextCollective();
-  const int next = (me + 1) % n, prev = (me - 1 + n) % n;
-  for (int step = 0; step < n - 1; ++step) {
-    int sendSlot = (me - step + n) % n;
-    int recvSlot = (me - step - 1 + n) % n;
-    sendInternal(lk, next, Kind::Collective, seq, base + bytesPerRank * sendSlot, bytesPerRank, dl,
-                 "allGather");
-    recvInternal(lk, prev, Kind::Collective, seq, base + bytesPerRank * recvSlot, bytesPerRank, dl,
-                 "allGather");
-  }
+  p2p::allGather(collectiveLink(lk, dl, "allGather", false), p2p::AllGatherAlgorithm::Ring, data,
+                 bytesPerRank);
 }
 
-// Binomial tree from root: ceil(log2 N) rounds.
 void UcxBootstrap::broadcast(void* data, size_t bytes, int root) {
-  const int n = launch_.size, me = launch_.rank;
-  if (root < 0 || root >= n) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("broadcast: root {} is out of range 0..{}", root, n - 1), root);
-  }
-  if (bytes && !data) throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer");
-  if (n == 1) return;
+  if (!p2p::broadcastNeeded(launch_.size, data, bytes, root)) return;
   Deadline dl = callDeadline();
   Lock lk(mu_);
   if (aborted_) throwAborted();
-  uint32_t seq = nextCollective();
-  const int vr = (me - root + n) % n;
-  int mask = 1;
-  while (mask < n) {
-    if (vr & mask) {
-      int parent = (vr - mask + root) % n;
-      recvInternal(lk, parent, Kind::Collective, seq, data, bytes, dl, "broadcast");
-      break;
-    }
-    mask <<= 1;
-  }
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < n) {
-      sendInternal(lk, (vr + mask + root) % n, Kind::Collective, seq, data, bytes, dl, "broadcast");
-    }
-  }
+  p2p::broadcast(collectiveLink(lk, dl, "broadcast", false), false, data, bytes, root);
 }
 
-// Dissemination: ceil(log2 N) rounds of empty messages.
 void UcxBootstrap::barrier() {
-  const int n = launch_.size, me = launch_.rank;
-  if (n == 1) return;
+  if (!p2p::barrierNeeded(launch_.size)) return;
   Deadline dl = callDeadline();
   Lock lk(mu_);
   if (aborted_) throwAborted();
-  uint32_t seq = nextCollective();
-  uint32_t round = 0;
-  for (int dist = 1; dist < n; dist <<= 1, ++round) {
-    sendInternal(lk, (me + dist) % n, Kind::Collective, seq | round, nullptr, 0, dl, "barrier");
-    recvInternal(lk, (me - dist + n) % n, Kind::Collective, seq | round, nullptr, 0, dl, "barrier");
-  }
+  p2p::barrier(collectiveLink(lk, dl, "barrier", true), false);
 }
 
 void UcxBootstrap::abort(std::string_view reason) noexcept {
