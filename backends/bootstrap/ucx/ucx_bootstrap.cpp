@@ -268,36 +268,14 @@ void UcxBootstrap::teardown() noexcept {
 
       rvClose(lk, true);
       // Close every endpoint, flushing it unless its peer is gone.
-      std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
+      std::vector<ucp_ep_h*> eps;
+      std::vector<bool> forced;
       for (auto& p : peers_) {
-        if (!p || !p->ep) continue;
-        auto op = std::make_unique<OpState>();
-        ucp_request_param_t cp{};
-        cp.op_attr_mask =
-            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-        cp.cb.send = closeDone;
-        cp.user_data = op.get();
-        cp.flags = p->lost.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-        void* req = ucp_ep_close_nbx(p->ep, &cp);
-        p->ep = nullptr;
-        if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.emplace_back(req, std::move(op));
+        if (!p) continue;
+        eps.push_back(&p->ep);
+        forced.push_back(p->lost.load());
       }
-      Deadline closeBy = Deadline::after(2.0);
-      auto allClosed = [&] {
-        return std::all_of(closing.begin(), closing.end(),
-                           [](const auto& c) { return c.second->done; });
-      };
-      while (!allClosed() && !closeBy.expired()) {
-        if (ucp_worker_progress(worker_) == 0) {
-          lk.unlock();
-          std::this_thread::sleep_for(std::chrono::microseconds(100));
-          lk.lock();
-        }
-      }
-      for (auto& c : closing) {
-        if (!c.second->done) STRATA_LOG(Debug, kSub, "an endpoint did not close within 2 s");
-        ucp_request_free(c.first);  // UCX releases unfinished ones when they complete
-      }
+      closeEndpoints(lk, eps, forced);
       for (auto& s : sends_) ucp_request_free(s->request);
       for (auto& o : orphans_) ucp_request_free(o.first);
       if (abortRequest_) ucp_request_free(abortRequest_);

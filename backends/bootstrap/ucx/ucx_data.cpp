@@ -346,19 +346,8 @@ void UcxBootstrap::startSend(Lock& lk, int peer, uint64_t tag, const void* data,
   // The message is copied so that send() returns without waiting for the receiver: a large
   // message goes by rendezvous, which completes only once the peer receives it, and two
   // ranks sending to each other must not deadlock.
-  auto s = std::make_unique<PendingSend>();
-  s->peer = peer;
-  s->bytes = bytes;
-  s->data.reset(new uint8_t[bytes ? bytes : 1]);
-  if (bytes) std::memcpy(s->data.get(), data, bytes);
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.cb.send = sendDone;
-  rp.user_data = &s->op;
-  void* req = ucp_tag_send_nbx(ep, s->data.get(), bytes, tag, &rp);
-  if (req == nullptr) return;  // completed in place
-  if (UCS_PTR_IS_ERR(req)) {
-    ucs_status_t st = UCS_PTR_STATUS(req);
+  ucs_status_t st = postSend(ep, peer, tag, data, bytes);
+  if (st != UCS_OK) {
     if (isPeerFailure(st)) {
       Peer& p = *peers_[static_cast<size_t>(peer)];
       if (!p.lost.load()) {
@@ -373,9 +362,60 @@ void UcxBootstrap::startSend(Lock& lk, int peer, uint64_t tag, const void* data,
                             tagText(kind, userTag), bytes, statusText(st)),
                 peer);
   }
+}
+
+ucs_status_t UcxBootstrap::postSend(ucp_ep_h ep, int peer, uint64_t tag, const void* data,
+                                    size_t bytes) {
+  auto s = std::make_unique<PendingSend>();
+  s->peer = peer;
+  s->bytes = bytes;
+  s->data.reset(new uint8_t[bytes ? bytes : 1]);
+  if (bytes) std::memcpy(s->data.get(), data, bytes);
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = sendDone;
+  rp.user_data = &s->op;
+  void* req = ucp_tag_send_nbx(ep, s->data.get(), bytes, tag, &rp);
+  if (req == nullptr) return UCS_OK;  // completed in place
+  if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
   s->request = req;
   inFlightBytes_ += bytes;
   sends_.push_back(std::move(s));
+  return UCS_OK;
+}
+
+void UcxBootstrap::closeEndpoints(Lock& lk, const std::vector<ucp_ep_h*>& eps,
+                                  const std::vector<bool>& force) {
+  std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
+  for (size_t i = 0; i < eps.size(); ++i) {
+    if (!*eps[i]) continue;
+    auto op = std::make_unique<OpState>();
+    ucp_request_param_t cp{};
+    cp.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    cp.cb.send = closeDone;
+    cp.user_data = op.get();
+    cp.flags = force[i] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* req = ucp_ep_close_nbx(*eps[i], &cp);
+    *eps[i] = nullptr;
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.emplace_back(req, std::move(op));
+  }
+  Deadline closeBy = Deadline::after(2.0);
+  auto allClosed = [&] {
+    return std::all_of(closing.begin(), closing.end(),
+                       [](const auto& c) { return c.second->done; });
+  };
+  while (!allClosed() && !closeBy.expired()) {
+    if (ucp_worker_progress(worker_) == 0) {
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lk.lock();
+    }
+  }
+  for (auto& c : closing) {
+    if (!c.second->done) STRATA_LOG(Debug, kSub, "an endpoint did not close within 2 s");
+    ucp_request_free(c.first);  // UCX releases unfinished ones when they complete
+  }
 }
 
 void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size_t bytes,
@@ -578,23 +618,7 @@ void UcxBootstrap::abort(std::string_view reason) noexcept {
       if (r == launch_.rank || peers_[static_cast<size_t>(r)]->lost.load()) continue;
       if (table_[static_cast<size_t>(r)].empty()) continue;
       try {
-        ucp_ep_h ep = endpoint(r);
-        auto s = std::make_unique<PendingSend>();
-        s->peer = r;
-        s->bytes = rec.size();
-        s->data.reset(new uint8_t[rec.size()]);
-        std::memcpy(s->data.get(), rec.data(), rec.size());
-        ucp_request_param_t rp{};
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        rp.cb.send = sendDone;
-        rp.user_data = &s->op;
-        void* req = ucp_tag_send_nbx(ep, s->data.get(), rec.size(),
-                                     makeTag(Kind::Abort, launch_.rank, 0), &rp);
-        if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
-          s->request = req;
-          inFlightBytes_ += s->bytes;
-          sends_.push_back(std::move(s));
-        }
+        postSend(endpoint(r), r, makeTag(Kind::Abort, launch_.rank, 0), rec.data(), rec.size());
       } catch (const Error& e) {
         STRATA_LOG(Debug, kSub, "abort: cannot tell rank {}: {}", r, e.what());
       }

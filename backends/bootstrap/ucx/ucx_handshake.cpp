@@ -5,7 +5,6 @@
 // check in (ucx_rendezvous.cpp).
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -26,27 +25,12 @@ void UcxBootstrap::onRvError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
 }
 
 void UcxBootstrap::rvSend(Lock& /*lk*/, RvConn& c, uint32_t step, std::vector<uint8_t> record) {
-  auto s = std::make_unique<PendingSend>();
-  s->bytes = record.size();
-  s->data.reset(new uint8_t[record.size()]);
-  std::memcpy(s->data.get(), record.data(), record.size());
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.cb.send = sendDone;
-  rp.user_data = &s->op;
-  void* req = ucp_tag_send_nbx(c.ep, s->data.get(), s->bytes,
-                               makeTag(Kind::Handshake, static_cast<int>(c.id), step), &rp);
-  if (req == nullptr) return;
-  if (UCS_PTR_IS_ERR(req)) {
-    if (!c.failed.load()) {
-      c.why = statusText(UCS_PTR_STATUS(req));
-      c.failed.store(true);
-    }
-    return;
+  ucs_status_t st = postSend(c.ep, -1, makeTag(Kind::Handshake, static_cast<int>(c.id), step),
+                             record.data(), record.size());
+  if (st != UCS_OK && !c.failed.load()) {
+    c.why = statusText(st);
+    c.failed.store(true);
   }
-  s->request = req;  // peer -1: reapSends attributes no failure to a rank
-  inFlightBytes_ += s->bytes;
-  sends_.push_back(std::move(s));
 }
 
 // Takes one waiting message matching tag/mask, if any. Larger than kMaxRecord: received and

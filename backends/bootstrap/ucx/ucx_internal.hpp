@@ -191,6 +191,12 @@ class UcxBootstrap final : public Bootstrap {
                     const Deadline& deadline, std::string_view op);
   void recvInternal(Lock& lk, int peer, Kind kind, uint32_t low, void* data, size_t bytes,
                     const Deadline& deadline, std::string_view op);
+  /// Copies `bytes` and sends them with `tag`; the copy stays in sends_ until UCX is done
+  /// (peer -1: reapSends attributes no failure to a rank). UCS_OK, or ucp_tag_send_nbx's error.
+  ucs_status_t postSend(ucp_ep_h ep, int peer, uint64_t tag, const void* data, size_t bytes);
+  /// Closes the endpoints (force[i]: without flushing), waits up to 2 s for UCX, and sets each
+  /// to nullptr.
+  void closeEndpoints(Lock& lk, const std::vector<ucp_ep_h*>& eps, const std::vector<bool>& force);
   void reapSends();
   void checkAbortMessage();
   [[noreturn]] void throwAborted() const;

@@ -87,30 +87,13 @@ void UcxBootstrap::rvClose(Lock& lk, bool force) {
     progress(lk);
     if (!sends_.empty()) blockOnce(lk, flush, 5);
   }
-  std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
+  std::vector<ucp_ep_h*> eps;
+  std::vector<bool> forced;
   for (auto& c : rvConns_) {
-    if (!c->ep) continue;
-    auto op = std::make_unique<OpState>();
-    ucp_request_param_t cp{};
-    cp.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    cp.cb.send = closeDone;
-    cp.user_data = op.get();
-    cp.flags = force || c->failed.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void* req = ucp_ep_close_nbx(c->ep, &cp);
-    c->ep = nullptr;
-    if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.emplace_back(req, std::move(op));
+    eps.push_back(&c->ep);
+    forced.push_back(force || c->failed.load());
   }
-  Deadline closeBy = Deadline::after(2.0);
-  while (!closeBy.expired() && std::any_of(closing.begin(), closing.end(),
-                                           [](const auto& c) { return !c.second->done; })) {
-    if (ucp_worker_progress(worker_) == 0) {
-      lk.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-      lk.lock();
-    }
-  }
-  for (auto& c : closing) ucp_request_free(c.first);
+  closeEndpoints(lk, eps, forced);
 }
 
 // Under strata-run, rank 0 inherits the launcher's socket on the root port, and the other
