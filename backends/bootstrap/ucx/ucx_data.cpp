@@ -384,6 +384,16 @@ ucs_status_t UcxBootstrap::postSend(ucp_ep_h ep, int peer, uint64_t tag, const v
   return UCS_OK;
 }
 
+void* UcxBootstrap::recvProbed(ucp_tag_message_h msg, void* buffer, size_t capacity,
+                               OpState& state) {
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  rp.cb.recv = recvDone;
+  rp.user_data = &state;
+  return ucp_tag_msg_recv_nbx(worker_, buffer, capacity, msg, &rp);
+}
+
 void UcxBootstrap::closeEndpoints(Lock& lk, const std::vector<ucp_ep_h*>& eps,
                                   const std::vector<bool>& force) {
   std::vector<std::pair<void*, std::unique_ptr<OpState>>> closing;
@@ -465,13 +475,8 @@ void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size
     target = scratch.get();
   }
   auto state = std::make_unique<OpState>();
-  ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  rp.cb.recv = recvDone;
-  rp.user_data = state.get();
   uint8_t dummy = 0;
-  void* req = ucp_tag_msg_recv_nbx(worker_, target ? target : &dummy, capacity, msg, &rp);
+  void* req = recvProbed(msg, target ? target : &dummy, capacity, *state);
   if (UCS_PTR_IS_ERR(req)) {
     throw Error(ErrorCode::BackendError,
                 fmt::format("{} from rank {} ({}): ucp_tag_msg_recv_nbx() failed: {}", op, peer,

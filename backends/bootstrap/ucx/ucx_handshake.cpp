@@ -44,12 +44,7 @@ bool UcxBootstrap::rvTryRecv(Lock& lk, uint64_t tag, uint64_t mask, std::vector<
   const size_t capacity = std::min(info.length, kMaxRecord);
   std::vector<uint8_t> buf(std::max<size_t>(capacity, 1));
   auto state = std::make_unique<OpState>();
-  ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  rp.cb.recv = recvDone;
-  rp.user_data = state.get();
-  void* req = ucp_tag_msg_recv_nbx(worker_, buf.data(), capacity, msg, &rp);
+  void* req = recvProbed(msg, buf.data(), capacity, *state);
   if (UCS_PTR_IS_ERR(req)) {
     out.clear();
   } else {

@@ -197,6 +197,9 @@ class UcxBootstrap final : public Bootstrap {
   /// Closes the endpoints (force[i]: without flushing), waits up to 2 s for UCX, and sets each
   /// to nullptr.
   void closeEndpoints(Lock& lk, const std::vector<ucp_ep_h*>& eps, const std::vector<bool>& force);
+  /// Receives the probed message `msg` into buffer (at most capacity bytes); completion goes
+  /// to `state`. Returns the request (never completed in place) or an error pointer.
+  void* recvProbed(ucp_tag_message_h msg, void* buffer, size_t capacity, OpState& state);
   void reapSends();
   void checkAbortMessage();
   [[noreturn]] void throwAborted() const;
