@@ -312,6 +312,7 @@ const backend::ModuleInfo kInfo = {
     &detect,
     &create,
     nullptr,
+    nullptr,
 };
 
 }  // namespace
