@@ -25,7 +25,9 @@ bool broadcastNeeded(int size, const void* data, size_t bytes, int root) {
   return size > 1;
 }
 
-bool barrierNeeded(int size) { return size > 1; }
+bool barrierNeeded(int size) {
+  return size > 1;
+}
 
 void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data, size_t bytesPerRank) {
   const int n = link.size, r = link.rank;

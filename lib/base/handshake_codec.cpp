@@ -101,12 +101,12 @@ std::string checkAuth(const Auth& a, std::string_view secret, const Challenge& c
     return "failed authentication (wrong job secret or not a strata peer)";
   }
   if (a.size != size) {
-    return fmt::format("claims a job of {} ranks, this job has {} (two jobs sharing a port, or "
-                       "mismatched launch)",
-                       a.size, size);
+    return fmt::format(
+        "claims a job of {} ranks, this job has {} (two jobs sharing a port, or "
+        "mismatched launch)",
+        a.size, size);
   }
-  if (a.rank < 0 || a.rank >= size ||
-      (c.purpose == Purpose::Mesh && a.rank == c.listenerRank)) {
+  if (a.rank < 0 || a.rank >= size || (c.purpose == Purpose::Mesh && a.rank == c.listenerRank)) {
     return fmt::format("claims an invalid rank {}", a.rank);
   }
   return {};
@@ -147,10 +147,10 @@ Auth makeAuth(std::string_view secret, const Challenge& c, int rank, int size) {
 void checkResult(const Result& r, std::string_view secret, const Challenge& c, const Auth& a,
                  std::string_view what) {
   if (!r.ok) {
-    throw Error(ErrorCode::AuthFailed,
-                fmt::format("{}: rank {} refused the connection: {}", what, c.listenerRank,
-                            r.reason),
-                c.listenerRank);
+    throw Error(
+        ErrorCode::AuthFailed,
+        fmt::format("{}: rank {} refused the connection: {}", what, c.listenerRank, r.reason),
+        c.listenerRank);
   }
   auto expect =
       authMac(secret, 'S', c.purpose, c.nonceL, a.nonceC, a.rank, a.size, c.listenerRank, 1);

@@ -75,14 +75,17 @@ BOOST_AUTO_TEST_CASE(listener_refuses_bad_auth) {
 
 BOOST_AUTO_TEST_CASE(connector_checks_challenge_and_result) {
   auto c = makeChallenge(Purpose::Mesh, 2);
-  expectError([&] { checkChallenge(c, Purpose::Rendezvous, -1, "dial"); },
-              ErrorCode::ProtocolError, "dial: the listener serves peer connections");
+  expectError([&] { checkChallenge(c, Purpose::Rendezvous, -1, "dial"); }, ErrorCode::ProtocolError,
+              "dial: the listener serves peer connections");
   expectError([&] { checkChallenge(c, Purpose::Mesh, 3, "dial"); }, ErrorCode::ProtocolError,
               "reached rank 2 but expected rank 3");
   BOOST_CHECK_NO_THROW(checkChallenge(c, Purpose::Mesh, -1, "dial"));
   auto a = makeAuth("s", c, 0, 4);
-  expectError([&] { checkResult(Result{false, {}, "go away"}, "s", c, a, "dial"); },
-              ErrorCode::AuthFailed, "dial: rank 2 refused the connection: go away");
+  expectError(
+      [&] {
+        checkResult(Result{false, {}, "go away"}, "s", c, a, "dial");
+      },
+      ErrorCode::AuthFailed, "dial: rank 2 refused the connection: go away");
   expectError([&] { checkResult(acceptResult("other", c, a), "s", c, a, "dial"); },
               ErrorCode::AuthFailed, "could not prove the job secret");
 }

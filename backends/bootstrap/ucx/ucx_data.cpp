@@ -570,8 +570,7 @@ p2p::Link UcxBootstrap::collectiveLink(Lock& lk, const Deadline& deadline, std::
   const uint32_t seq = nextCollective();
   auto low = [seq, tagRounds](uint32_t round) { return tagRounds ? seq | round : seq; };
   return {launch_.rank, launch_.size,
-          [this, &lk, deadline, op, low](int peer, uint32_t round, const void* data,
-                                         size_t bytes) {
+          [this, &lk, deadline, op, low](int peer, uint32_t round, const void* data, size_t bytes) {
             sendInternal(lk, peer, Kind::Collective, low(round), data, bytes, deadline, op);
           },
           [this, &lk, deadline, op, low](int peer, uint32_t round, void* data, size_t bytes) {

@@ -107,8 +107,7 @@ RvConn* UcxBootstrap::rvAccept(Lock& lk, ucp_conn_request_h request) {
 
 std::string UcxBootstrap::rvServeAuth(Lock& lk, RvConn& c) {
   std::vector<uint8_t> rec;
-  if (!rvTryRecv(lk, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepAuth), kFullMask,
-                 rec)) {
+  if (!rvTryRecv(lk, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepAuth), kFullMask, rec)) {
     if (c.failed.load()) return fmt::format("its endpoint failed during the handshake: {}", c.why);
     if (c.deadline.expired()) return "sent no complete handshake in time";
     return {};
@@ -151,8 +150,7 @@ bool UcxBootstrap::rvAuthenticate(Lock& lk, RvConn& c, const Deadline& deadline,
               deadline, rec)) {
     return false;
   }
-  handshake::checkResult(handshake::decodeResult(rec, what), launch_.secret, challenge, auth,
-                         what);
+  handshake::checkResult(handshake::decodeResult(rec, what), launch_.secret, challenge, auth, what);
   return true;
 }
 

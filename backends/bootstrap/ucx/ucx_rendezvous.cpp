@@ -374,8 +374,8 @@ void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
       Deadline step = Deadline::earlier(deadline, Deadline::fromTimeout(handshakeTimeout_));
       if (c.ep && rvAuthenticate(lk, c, step, what)) {
         rvSend(lk, c, kStepHello, hello);
-        if (!rvWait(lk, c, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepReply),
-                    kFullMask, deadline, rec)) {
+        if (!rvWait(lk, c, makeTag(Kind::Handshake, static_cast<int>(c.id), kStepReply), kFullMask,
+                    deadline, rec)) {
           if (deadline.expired()) {
             throw Error(ErrorCode::Timeout,
                         fmt::format("{}: rank 0 sent no reply within {} s "
