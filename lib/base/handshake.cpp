@@ -10,26 +10,9 @@
 
 #include <strata/error.hpp>
 
-#include "base/hmac.hpp"
 #include "base/wire.hpp"
 
 namespace strata::handshake {
-namespace {
-
-constexpr uint16_t kChallenge = 1;
-constexpr uint16_t kAuth = 2;
-constexpr uint16_t kResult = 3;
-constexpr uint16_t kVersion = 1;
-constexpr size_t kAuthBody = 1 + 4 + 4 + 32 + 32;
-constexpr size_t kMaxReason = 512;
-
-
-std::string_view purposeName(Purpose p) {
-  return p == Purpose::Rendezvous ? "rendezvous" : "peer";
-}
-
-}  // namespace
-
 void writeRecord(int fd, const std::vector<uint8_t>& record, const Deadline& deadline,
                  std::string_view what) {
   net::writeFull(fd, record.data(), record.size(), deadline, what);
@@ -47,53 +30,12 @@ std::vector<uint8_t> readRecord(int fd, size_t maxBody, const Deadline& deadline
 
 void connectSide(int fd, std::string_view secret, Purpose purpose, int rank, int size,
                  int expectedListenerRank, const Deadline& deadline, std::string_view what) {
-  auto chRec = readRecord(fd, 64, deadline, what);
-  auto ch = wire::decodeRecord(chRec, kChallenge, kVersion, 64, what);
-  wire::Reader r(ch.body, fmt::format("{} challenge", what));
-  auto p = static_cast<Purpose>(r.u8());
-  int listenerRank = r.i32();
-  Nonce nl;
-  auto raw = r.raw(32);
-  std::copy(raw.begin(), raw.end(), nl.begin());
-  r.expectEnd();
-  if (p != purpose) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("{}: the listener serves {} connections, expected {}", what,
-                            purposeName(p), purposeName(purpose)));
-  }
-  if (expectedListenerRank >= 0 && listenerRank != expectedListenerRank) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("{}: reached rank {} but expected rank {} (stale address?)", what,
-                            listenerRank, expectedListenerRank),
-                expectedListenerRank);
-  }
-  Nonce nc;
-  crypto::randomBytes(nc);
-  auto m = authMac(secret, 'C', purpose, nl, nc, rank, size, listenerRank, 0);
-  wire::Writer w;
-  w.u8(static_cast<uint8_t>(purpose)).i32(rank).i32(size).raw(nc).raw(m);
-  writeRecord(fd, wire::encodeRecord(kAuth, kVersion, w.data()), deadline, what);
-
-  auto resRec = readRecord(fd, 32 + 1 + 4 + kMaxReason, deadline, what);
-  auto res = wire::decodeRecord(resRec, kResult, kVersion, 32 + 1 + 4 + kMaxReason, what);
-  wire::Reader rr(res.body, fmt::format("{} result", what));
-  uint8_t ok = rr.u8();
-  auto sm = rr.raw(32);
-  std::string reason = rr.str(kMaxReason);
-  rr.expectEnd();
-  if (!ok) {
-    throw Error(ErrorCode::AuthFailed,
-                fmt::format("{}: rank {} refused the connection: {}", what, listenerRank, reason),
-                listenerRank);
-  }
-  auto expect = authMac(secret, 'S', purpose, nl, nc, rank, size, listenerRank, 1);
-  if (!crypto::equalConstantTime(expect, sm)) {
-    throw Error(ErrorCode::AuthFailed,
-                fmt::format("{}: the listener could not prove the job secret (another job on "
-                            "this port, or a different STRATA_SECRET)",
-                            what),
-                listenerRank);
-  }
+  auto challenge = decodeChallenge(readRecord(fd, kMaxChallengeBody, deadline, what), what);
+  checkChallenge(challenge, purpose, expectedListenerRank, what);
+  auto auth = makeAuth(secret, challenge, rank, size);
+  writeRecord(fd, encode(auth), deadline, what);
+  auto result = decodeResult(readRecord(fd, kMaxResultBody, deadline, what), what);
+  checkResult(result, secret, challenge, auth, what);
 }
 
 ListenSide::ListenSide(net::Fd fd, net::SockAddr remote, std::string_view secret,
@@ -101,14 +43,10 @@ ListenSide::ListenSide(net::Fd fd, net::SockAddr remote, std::string_view secret
     : fd_(std::move(fd)),
       remote_(remote),
       secret_(secret),
-      purpose_(purpose),
-      listenerRank_(listenerRank),
       size_(size),
-      deadline_(deadline) {
-  crypto::randomBytes(nonceL_);
-  wire::Writer w;
-  w.u8(static_cast<uint8_t>(purpose_)).i32(listenerRank_).raw(nonceL_);
-  auto rec = wire::encodeRecord(kChallenge, kVersion, w.data());
+      deadline_(deadline),
+      challenge_(makeChallenge(purpose, listenerRank)) {
+  auto rec = encode(challenge_);
   // A fresh socket's send buffer always takes 49 bytes.
   ssize_t n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(rec.size())) {
@@ -119,10 +57,7 @@ ListenSide::ListenSide(net::Fd fd, net::SockAddr remote, std::string_view secret
 ListenSide::State ListenSide::reject(std::string reason, bool tellPeer) {
   reason_ = std::move(reason);
   if (tellPeer && fd_.valid()) {
-    wire::Writer w;
-    crypto::Digest zero{};
-    w.u8(0).raw(zero).str(reason_.substr(0, kMaxReason));
-    auto rec = wire::encodeRecord(kResult, kVersion, w.data());
+    auto rec = encode(Result{false, {}, reason_});
     [[maybe_unused]] auto n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   fd_.reset();
@@ -143,7 +78,7 @@ ListenSide::State ListenSide::step() {
         try {
           auto h = wire::decodeHeader({in_.data(), wire::kRecordHeaderSize}, kVersion, kAuthBody,
                                       "handshake");
-          if (h.kind != kAuth || h.length != kAuthBody) {
+          if (h.kind != kAuthKind || h.length != kAuthBody) {
             return reject("unexpected handshake record", false);
           }
         } catch (const Error& e) {
@@ -161,32 +96,16 @@ ListenSide::State ListenSide::step() {
     return reject(fmt::format("read failed during the handshake: {}", net::errnoText(errno)),
                   false);
   }
-  wire::Reader r({in_.data() + wire::kRecordHeaderSize, kAuthBody}, "handshake");
-  auto p = static_cast<Purpose>(r.u8());
-  int rank = r.i32();
-  int size = r.i32();
-  Nonce nc;
-  auto raw = r.raw(32);
-  std::copy(raw.begin(), raw.end(), nc.begin());
-  auto m = r.raw(32);
-  auto expect = authMac(secret_, 'C', purpose_, nonceL_, nc, rank, size, listenerRank_, 0);
-  if (p != purpose_ || !crypto::equalConstantTime(expect, m)) {
-    return reject("failed authentication (wrong job secret or not a strata peer)", true);
+  Auth auth;
+  try {
+    auth = decodeAuth(in_, "handshake");
+  } catch (const Error& e) {
+    return reject(fmt::format("garbage instead of a handshake ({})", e.what()), false);
   }
-  if (size != size_) {
-    return reject(fmt::format("claims a job of {} ranks, this job has {} (two jobs sharing a "
-                              "port, or mismatched launch)",
-                              size, size_),
-                  true);
-  }
-  if (rank < 0 || rank >= size_ || (purpose_ == Purpose::Mesh && rank == listenerRank_)) {
-    return reject(fmt::format("claims an invalid rank {}", rank), true);
-  }
-  peerRank_ = rank;
-  wire::Writer w;
-  auto sm = authMac(secret_, 'S', purpose_, nonceL_, nc, rank, size, listenerRank_, 1);
-  w.u8(1).raw(sm).str("");
-  auto rec = wire::encodeRecord(kResult, kVersion, w.data());
+  std::string why = checkAuth(auth, secret_, challenge_, size_);
+  if (!why.empty()) return reject(std::move(why), true);
+  peerRank_ = auth.rank;
+  auto rec = encode(acceptResult(secret_, challenge_, auth));
   ssize_t n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(rec.size())) {
     return reject("could not send the handshake result", false);
@@ -289,7 +208,7 @@ ConnectSide::State ConnectSide::step() {
         continue;
       }
       case Phase::ReadChallenge: {
-        const size_t total = wire::kRecordHeaderSize + 1 + 4 + 32;
+        const size_t total = wire::kRecordHeaderSize + kChallengeBody;
         uint8_t buf[64];
         ssize_t n = ::recv(fd_.get(), buf, total - in_.size(), MSG_DONTWAIT);
         if (n == 0) {
@@ -304,31 +223,13 @@ ConnectSide::State ConnectSide::step() {
         in_.insert(in_.end(), buf, buf + n);
         if (in_.size() < total) continue;
         try {
-          auto ch = wire::decodeRecord(in_, kChallenge, kVersion, 64, what_);
-          wire::Reader r(ch.body, fmt::format("{} challenge", what_));
-          auto p = static_cast<Purpose>(r.u8());
-          listenerRank_ = r.i32();
-          auto raw = r.raw(32);
-          std::copy(raw.begin(), raw.end(), nonceL_.begin());
-          r.expectEnd();
-          if (p != purpose_) {
-            return fail(ErrorCode::ProtocolError,
-                        fmt::format("{}: the listener serves {} connections, expected {}", what_,
-                                    purposeName(p), purposeName(purpose_)));
-          }
-          if (expectedListener_ >= 0 && listenerRank_ != expectedListener_) {
-            return fail(ErrorCode::ProtocolError,
-                        fmt::format("{}: reached rank {} but expected rank {} (stale address?)",
-                                    what_, listenerRank_, expectedListener_));
-          }
+          challenge_ = decodeChallenge(in_, what_);
+          checkChallenge(challenge_, purpose_, expectedListener_, what_);
         } catch (const Error& e) {
           return fail(ErrorCode::ProtocolError, e.what());
         }
-        crypto::randomBytes(nonceC_);
-        auto m = authMac(secret_, 'C', purpose_, nonceL_, nonceC_, rank_, size_, listenerRank_, 0);
-        wire::Writer w;
-        w.u8(static_cast<uint8_t>(purpose_)).i32(rank_).i32(size_).raw(nonceC_).raw(m);
-        auto rec = wire::encodeRecord(kAuth, kVersion, w.data());
+        auth_ = makeAuth(secret_, challenge_, rank_, size_);
+        auto rec = encode(auth_);
         ssize_t sent = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (sent != static_cast<ssize_t>(rec.size())) {
           return fail(ErrorCode::PeerLost, fmt::format("{}: could not send the handshake", what_));
@@ -338,29 +239,12 @@ ConnectSide::State ConnectSide::step() {
         continue;
       }
       case Phase::ReadResult: {
-        const size_t maxBody = 32 + 1 + 4 + kMaxReason;
         size_t want = in_.size() < wire::kRecordHeaderSize ? wire::kRecordHeaderSize : resultNeed_;
         if (in_.size() >= wire::kRecordHeaderSize && in_.size() >= want) {
           try {
-            auto res = wire::decodeRecord(in_, kResult, kVersion, maxBody, what_);
-            wire::Reader rr(res.body, fmt::format("{} result", what_));
-            uint8_t ok = rr.u8();
-            auto sm = rr.raw(32);
-            std::string reason = rr.str(kMaxReason);
-            rr.expectEnd();
-            if (!ok) {
-              return fail(ErrorCode::AuthFailed,
-                          fmt::format("{}: rank {} refused the connection: {}", what_,
-                                      listenerRank_, reason));
-            }
-            auto expect = authMac(secret_, 'S', purpose_, nonceL_, nonceC_, rank_, size_,
-                              listenerRank_, 1);
-            if (!crypto::equalConstantTime(expect, sm)) {
-              return fail(ErrorCode::AuthFailed,
-                          fmt::format("{}: the listener could not prove the job secret", what_));
-            }
+            checkResult(decodeResult(in_, what_), secret_, challenge_, auth_, what_);
           } catch (const Error& e) {
-            return fail(ErrorCode::ProtocolError, e.what());
+            return fail(e.code(), e.what());
           }
           state_ = State::Done;
           return state_;
@@ -381,7 +265,7 @@ ConnectSide::State ConnectSide::step() {
         in_.resize(old + static_cast<size_t>(n));
         if (old < wire::kRecordHeaderSize && in_.size() == wire::kRecordHeaderSize) {
           try {
-            auto h = wire::decodeHeader(in_, kVersion, maxBody, what_);
+            auto h = wire::decodeHeader(in_, kVersion, kMaxResultBody, what_);
             resultNeed_ = wire::kRecordHeaderSize + h.length;
           } catch (const Error& e) {
             return fail(ErrorCode::ProtocolError, e.what());
@@ -392,17 +276,6 @@ ConnectSide::State ConnectSide::step() {
     }
   }
   return state_;
-}
-
-std::array<uint8_t, 32> authMac(std::string_view secret, char side, Purpose purpose,
-                                const Nonce& nl, const Nonce& nc, int rank, int size,
-                                int listenerRank, uint8_t ok) {
-  wire::Writer w;
-  w.raw({reinterpret_cast<const uint8_t*>("strata-auth-v1"), 14});
-  w.u8(static_cast<uint8_t>(side)).u8(static_cast<uint8_t>(purpose));
-  w.raw(nl).raw(nc).i32(rank).i32(size).i32(listenerRank).u8(ok);
-  return crypto::hmacSha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()},
-                            w.data());
 }
 
 bool RecordReader::step(int fd, std::string_view what) {

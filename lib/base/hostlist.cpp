@@ -10,6 +10,8 @@
 
 #include <strata/error.hpp>
 
+#include "base/strings.hpp"
+
 namespace strata::hostlist {
 
 namespace {
@@ -52,11 +54,7 @@ std::optional<uint64_t> parseNumber(std::string_view s) {
 Group parseGroup(std::string_view list, std::string_view body) {
   if (body.empty()) invalid(list, "empty brackets '[]'");
   Group group;
-  size_t start = 0;
-  while (start <= body.size()) {
-    size_t comma = body.find(',', start);
-    if (comma == std::string_view::npos) comma = body.size();
-    std::string_view item = body.substr(start, comma - start);
+  for (std::string_view item : strings::split(body)) {
     if (item.empty()) invalid(list, fmt::format("empty range in '[{}]'", body));
     size_t dash = item.find('-');
     std::string_view loText = item.substr(0, dash);
@@ -69,7 +67,6 @@ Group parseGroup(std::string_view list, std::string_view body) {
     }
     if (*hi < *lo) invalid(list, fmt::format("reversed range '{}'", item));
     group.push_back({*lo, *hi, loText.size()});
-    start = comma + 1;
   }
   return group;
 }
@@ -213,12 +210,8 @@ std::vector<int> tasksPerNode(std::string_view text) {
   };
   if (text.empty()) bad("it is empty");
   std::vector<int> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string_view::npos) comma = text.size();
-    std::string_view item = text.substr(start, comma - start);
-    if (item.empty()) bad(fmt::format("empty entry at offset {}", start));
+  for (std::string_view item : strings::split(text)) {
+    if (item.empty()) bad(fmt::format("empty entry at offset {}", item.data() - text.data()));
     std::string_view tasksText = item;
     uint64_t repeat = 1;
     size_t paren = item.find('(');
@@ -236,7 +229,6 @@ std::vector<int> tasksPerNode(std::string_view text) {
     if (!tasks) bad(fmt::format("entry '{}' is not of the form N or N(xM)", item));
     if (out.size() + repeat > kMaxNodes) bad(fmt::format("more than {} nodes", kMaxNodes));
     out.insert(out.end(), repeat, static_cast<int>(*tasks));
-    start = comma + 1;
   }
   return out;
 }
@@ -251,12 +243,8 @@ std::vector<int> ports(std::string_view text) {
   };
   if (text.empty()) bad("it is empty");
   std::vector<int> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string_view::npos) comma = text.size();
-    std::string_view item = text.substr(start, comma - start);
-    if (item.empty()) bad(fmt::format("empty entry at offset {}", start));
+  for (std::string_view item : strings::split(text)) {
+    if (item.empty()) bad(fmt::format("empty entry at offset {}", item.data() - text.data()));
     size_t dash = item.find('-');
     auto lo = parseNumber(item.substr(0, dash));
     auto hi = dash == std::string_view::npos ? lo : parseNumber(item.substr(dash + 1));
@@ -268,7 +256,6 @@ std::vector<int> ports(std::string_view text) {
     // Bounded so that a long list of full ranges cannot grow without limit.
     if (out.size() + (*hi - *lo + 1) > kMaxPort) bad("more than 65535 ports");
     for (uint64_t p = *lo; p <= *hi; ++p) out.push_back(static_cast<int>(p));
-    start = comma + 1;
   }
   return out;
 }

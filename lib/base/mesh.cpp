@@ -20,6 +20,7 @@
 
 #include <strata/error.hpp>
 
+#include "base/collectives_over_p2p.hpp"
 #include "base/config_keys.hpp"
 #include "base/handshake.hpp"
 #include "base/log.hpp"
@@ -35,22 +36,28 @@ constexpr size_t kStageSize = 64u << 10;
 constexpr int kStarMaxRanks = 128;
 constexpr size_t kStarMaxBytes = 64u << 10;
 
-void putLe(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t getLe(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
+// The frame header (docs/wire-format.md, "Peer frames"), little-endian through wire.hpp's
+// codec, built in place so that the send fast path needs no allocation.
 void encodeHeader(uint8_t* h, FrameType type, int32_t tag, uint64_t len) {
-  putLe(h, kFrameMagic, 4);
+  wire::storeLe<uint32_t>(h, kFrameMagic);
   h[4] = kFrameVersion;
   h[5] = static_cast<uint8_t>(type);
-  putLe(h + 6, 0, 2);
-  putLe(h + 8, static_cast<uint32_t>(tag), 4);
-  putLe(h + 12, len, 8);
+  wire::storeLe<uint16_t>(h + 6, 0);  // flags
+  wire::storeLe<int32_t>(h + 8, tag);
+  wire::storeLe<uint64_t>(h + 12, len);
+}
+
+struct FrameHeader {
+  uint32_t magic;
+  uint8_t version;
+  uint8_t type;
+  int32_t tag;
+  uint64_t length;
+};
+
+FrameHeader decodeHeader(const uint8_t* h) {
+  return {wire::loadLe<uint32_t>(h), h[4], h[5], wire::loadLe<int32_t>(h + 8),
+          wire::loadLe<uint64_t>(h + 12)};
 }
 
 std::string tagText(int tag) {
@@ -130,6 +137,9 @@ struct PeerMesh::Impl {
   std::string abortReason;
   std::mutex collMu;  // one engine collective at a time per process
   bool star = false;
+
+  /// One collective call's messages: internal `tag`, `op` in errors, bootstrap.timeout.
+  p2p::Link collectiveLink(int tag, std::string_view op);
 
   /// Small collectives use the star through rank 0 when asked to (see the header).
   bool useStar(size_t totalBytes) const {
@@ -298,11 +308,7 @@ struct PeerMesh::Impl {
 
   /// Validates a complete frame header and prepares the payload; false if it was refused.
   bool startFrame(Conn& c) {
-    uint32_t magic = static_cast<uint32_t>(getLe(c.header, 4));
-    uint8_t version = c.header[4];
-    uint8_t type = c.header[5];
-    int32_t tag = static_cast<int32_t>(getLe(c.header + 8, 4));
-    uint64_t len = getLe(c.header + 12, 8);
+    auto [magic, version, type, tag, len] = decodeHeader(c.header);
     c.headerGot = 0;
     if (magic != kFrameMagic) {
       protocolViolation(c, fmt::format("bad frame magic 0x{:08x}", magic));
@@ -864,106 +870,42 @@ void PeerMesh::recv(int peer, int tag, void* data, size_t bytes, const Deadline&
   impl_->recv(peer, tag, data, bytes, deadline, op, internal);
 }
 
+// The algorithms are lib/base/collectives_over_p2p.cpp's; each collective runs alone
+// (collMu), with one tag and one deadline for all its messages.
+p2p::Link PeerMesh::Impl::collectiveLink(int tag, std::string_view op) {
+  Deadline dl = Deadline::fromTimeout(opt.timeout);
+  return {opt.rank, opt.size,
+          [this, tag, op, dl](int peer, uint32_t, const void* data, size_t bytes) {
+            send(peer, tag, data, bytes, dl, op, true);
+          },
+          [this, tag, op, dl](int peer, uint32_t, void* data, size_t bytes) {
+            recv(peer, tag, data, bytes, dl, op, true);
+          }};
+}
+
 void PeerMesh::allGather(void* data, size_t bytesPerRank) {
   auto& I = *impl_;
-  const int n = I.opt.size, r = I.opt.rank;
-  if (n == 1 || bytesPerRank == 0) return;
-  if (!data) throw Error(ErrorCode::InvalidArgument, "allGather: null buffer");
+  if (!p2p::allGatherNeeded(I.opt.size, data, bytesPerRank)) return;
   std::lock_guard coll(I.collMu);
-  Deadline dl = callDeadline();
-  auto* out = static_cast<uint8_t*>(data);
-  const size_t total = static_cast<size_t>(n) * bytesPerRank;
-  if (I.useStar(total)) {
-    // Everyone sends its block to rank 0, which returns the whole table.
-    if (r == 0) {
-      for (int p = 1; p < n; ++p) {
-        I.recv(p, kTagAllGather, out + static_cast<size_t>(p) * bytesPerRank, bytesPerRank, dl,
-               "allGather", true);
-      }
-      for (int p = 1; p < n; ++p) I.send(p, kTagAllGather, out, total, dl, "allGather", true);
-    } else {
-      I.send(0, kTagAllGather, out + static_cast<size_t>(r) * bytesPerRank, bytesPerRank, dl,
-             "allGather", true);
-      I.recv(0, kTagAllGather, out, total, dl, "allGather", true);
-    }
-    return;
-  }
-  // tmp[i] holds the block of rank (r + i) % n.
-  std::vector<uint8_t> tmp(static_cast<size_t>(n) * bytesPerRank);
-  std::memcpy(tmp.data(), out + static_cast<size_t>(r) * bytesPerRank, bytesPerRank);
-  for (int dist = 1; dist < n; dist *= 2) {
-    int cnt = std::min(dist, n - dist);
-    int to = (r - dist + n) % n, from = (r + dist) % n;
-    I.send(to, kTagAllGather, tmp.data(), static_cast<size_t>(cnt) * bytesPerRank, dl,
-           "allGather", true);
-    I.recv(from, kTagAllGather, tmp.data() + static_cast<size_t>(dist) * bytesPerRank,
-           static_cast<size_t>(cnt) * bytesPerRank, dl, "allGather", true);
-  }
-  for (int i = 0; i < n; ++i) {
-    std::memcpy(out + static_cast<size_t>((r + i) % n) * bytesPerRank,
-                tmp.data() + static_cast<size_t>(i) * bytesPerRank, bytesPerRank);
-  }
+  const bool star = I.useStar(static_cast<size_t>(I.opt.size) * bytesPerRank);
+  p2p::allGather(I.collectiveLink(kTagAllGather, "allGather"),
+                 star ? p2p::AllGatherAlgorithm::Star : p2p::AllGatherAlgorithm::Bruck, data,
+                 bytesPerRank);
 }
 
 void PeerMesh::broadcast(void* data, size_t bytes, int root) {
   auto& I = *impl_;
-  const int n = I.opt.size, r = I.opt.rank;
-  if (root < 0 || root >= n) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("broadcast: root {} is out of range 0..{}", root, n - 1), root);
-  }
-  if (bytes && !data) throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer");
-  if (n == 1) return;
+  if (!p2p::broadcastNeeded(I.opt.size, data, bytes, root)) return;
   std::lock_guard coll(I.collMu);
-  Deadline dl = callDeadline();
-  if (I.useStar(bytes)) {
-    if (r == root) {
-      for (int p = 0; p < n; ++p) {
-        if (p != root) I.send(p, kTagBroadcast, data, bytes, dl, "broadcast", true);
-      }
-    } else {
-      I.recv(root, kTagBroadcast, data, bytes, dl, "broadcast", true);
-    }
-    return;
-  }
-  int vr = (r - root + n) % n;
-  int mask = 1;
-  while (mask < n) {
-    if (vr & mask) {
-      I.recv((vr - mask + root) % n, kTagBroadcast, data, bytes, dl, "broadcast", true);
-      break;
-    }
-    mask <<= 1;
-  }
-  mask >>= 1;
-  while (mask > 0) {
-    if (vr + mask < n) {
-      I.send((vr + mask + root) % n, kTagBroadcast, data, bytes, dl, "broadcast", true);
-    }
-    mask >>= 1;
-  }
+  p2p::broadcast(I.collectiveLink(kTagBroadcast, "broadcast"), I.useStar(bytes), data, bytes,
+                 root);
 }
 
 void PeerMesh::barrier() {
   auto& I = *impl_;
-  const int n = I.opt.size, r = I.opt.rank;
-  if (n == 1) return;
+  if (!p2p::barrierNeeded(I.opt.size)) return;
   std::lock_guard coll(I.collMu);
-  Deadline dl = callDeadline();
-  if (I.useStar(0)) {
-    if (r == 0) {
-      for (int p = 1; p < n; ++p) I.recv(p, kTagBarrier, nullptr, 0, dl, "barrier", true);
-      for (int p = 1; p < n; ++p) I.send(p, kTagBarrier, nullptr, 0, dl, "barrier", true);
-    } else {
-      I.send(0, kTagBarrier, nullptr, 0, dl, "barrier", true);
-      I.recv(0, kTagBarrier, nullptr, 0, dl, "barrier", true);
-    }
-    return;
-  }
-  for (int dist = 1; dist < n; dist *= 2) {
-    I.send((r + dist) % n, kTagBarrier, nullptr, 0, dl, "barrier", true);
-    I.recv((r - dist + n) % n, kTagBarrier, nullptr, 0, dl, "barrier", true);
-  }
+  p2p::barrier(I.collectiveLink(kTagBarrier, "barrier"), I.useStar(0));
 }
 
 void PeerMesh::abort(std::string_view reason) noexcept {

@@ -16,18 +16,14 @@
 
 #include <strata/error.hpp>
 
+#include "base/strings.hpp"
+
 namespace strata::netif {
 
 namespace {
 
 constexpr std::string_view kInterfaceKey = "bootstrap.tcp.interface";
 constexpr std::string_view kInterfaceEnv = "STRATA_BOOTSTRAP_TCP_INTERFACE";
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 unsigned prefixFromMask(const sockaddr* mask, int family) {
   if (mask == nullptr) return 0;
@@ -175,7 +171,7 @@ std::vector<Interface> list() {
 
 Spec parseSpec(std::string_view text) {
   Spec spec;
-  std::string_view rest = trim(text);
+  std::string_view rest = strings::trim(text);
   // An empty spec means "no preference"; select() then uses the default order.
   if (rest.empty()) return spec;
   if (rest.front() == '^') {
@@ -193,11 +189,8 @@ Spec parseSpec(std::string_view text) {
                             "e.g. 'eth,ib', '^docker', '=eth0', '^=docker0'",
                             text, why));
   };
-  size_t start = 0;
-  while (start <= rest.size()) {
-    size_t comma = rest.find(',', start);
-    if (comma == std::string_view::npos) comma = rest.size();
-    std::string_view name = trim(rest.substr(start, comma - start));
+  for (auto item : strings::split(rest)) {
+    std::string_view name = strings::trim(item);
     if (name.empty()) bad("empty interface name in the list");
     if (name.find_first_of("^=") != std::string_view::npos) {
       bad(
@@ -206,7 +199,6 @@ Spec parseSpec(std::string_view text) {
                       name));
     }
     spec.names.emplace_back(name);
-    start = comma + 1;
   }
   return spec;
 }
@@ -238,7 +230,7 @@ Interface select(std::string_view spec, int family, const sockaddr* hint,
     return std::nullopt;
   };
 
-  std::string_view trimmed = trim(spec);
+  std::string_view trimmed = strings::trim(spec);
   if (!trimmed.empty()) {
     Spec parsed = parseSpec(trimmed);
     if (auto r = pickFirst([&](const Interface& c) { return matches(parsed, c.name); })) {

@@ -12,24 +12,16 @@ namespace strata::wire {
 
 namespace {
 
-// Bytes are shifted in and out explicitly so that the encoding is little-endian on every host,
-// whatever its own byte order.
 template <typename T>
 void putLe(std::vector<uint8_t>& buf, T v) {
-  using U = std::make_unsigned_t<T>;
-  auto u = static_cast<U>(v);
-  for (size_t i = 0; i < sizeof(U); ++i) {
-    buf.push_back(static_cast<uint8_t>(u >> (8 * i)));
-  }
+  uint8_t bytes[sizeof(T)];
+  storeLe(bytes, v);
+  buf.insert(buf.end(), bytes, bytes + sizeof(T));
 }
 
 template <typename U>
 U getLe(const uint8_t* p) {
-  U u = 0;
-  for (size_t i = 0; i < sizeof(U); ++i) {
-    u = static_cast<U>(u | (static_cast<U>(p[i]) << (8 * i)));
-  }
-  return u;
+  return loadLe<U>(p);
 }
 
 [[noreturn]] void protocolError(const std::string& message) {

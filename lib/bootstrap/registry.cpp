@@ -18,6 +18,7 @@
 #include "base/dynload.hpp"
 #include "strata_build_paths.h"
 #include "base/log.hpp"
+#include "base/strings.hpp"
 
 #ifndef STRATA_MODULE_DIR
 #define STRATA_MODULE_DIR "/usr/local/lib/strata"
@@ -48,14 +49,11 @@ struct LoadedModule {
 
 std::mutex gModuleMu;
 
-std::vector<std::string> split(const std::string& s, char sep) {
+// The non-empty entries of a ':'-separated directory list.
+std::vector<std::string> pathList(std::string_view s) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(sep, start);
-    if (end == std::string::npos) end = s.size();
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
+  for (auto dir : strings::split(s, ':')) {
+    if (!dir.empty()) out.emplace_back(dir);
   }
   return out;
 }
@@ -174,7 +172,7 @@ const DefaultModuleDirs& defaultModuleDirs() {
       // The build tree's library takes the build tree's modules only: an installed strata of
       // another version must not fill in for a module this build did not build.
       d.buildTree = true;
-      for (auto& dir : split(STRATA_BUILD_MODULE_DIRS, ':')) d.dirs.push_back({dir, "build tree"});
+      for (auto& dir : pathList(STRATA_BUILD_MODULE_DIRS)) d.dirs.push_back({dir, "build tree"});
       return d;
     }
     // Installed: the modules are in <libdir>/strata, also when the tree was moved after install.
@@ -211,7 +209,7 @@ std::vector<ModuleDir> moduleSearchPath(const Config& config) {
     auto same = [&](const ModuleDir& o) { return o.dir == d.dir; };
     if (std::none_of(dirs.begin(), dirs.end(), same)) dirs.push_back(d);
   };
-  for (auto& dir : split(config::getString(config, "module.path"), ':')) add({dir, "module.path"});
+  for (auto& dir : pathList(config::getString(config, "module.path"))) add({dir, "module.path"});
   for (const auto& d : defaultModuleDirs().dirs) add(d);
   return dirs;
 }

@@ -17,6 +17,7 @@
 #include <strata/transport.hpp>
 
 #include "base/config_keys.hpp"
+#include "base/strings.hpp"
 #include "bootstrap/registry.hpp"
 #include "buffer_kind.hpp"
 
@@ -300,14 +301,9 @@ void Communicator::Impl::loadBackends(const Config& config) {
   if (automatic) {
     names.assign(std::begin(kKnownCollectivesModules), std::end(kKnownCollectivesModules));
   } else if (list != "none") {
-    size_t start = 0;
-    while (start <= list.size()) {
-      size_t end = std::min(list.find(',', start), list.size());
-      std::string n = list.substr(start, end - start);
-      n.erase(0, n.find_first_not_of(" \t"));
-      n.erase(n.find_last_not_of(" \t") + 1);
-      if (!n.empty()) names.push_back(n);
-      start = end + 1;
+    for (auto item : strings::split(list)) {
+      auto n = strings::trim(item);
+      if (!n.empty()) names.emplace_back(n);
     }
   }
   for (const auto& name : names) {

@@ -20,6 +20,7 @@
 #include "base/launcher.hpp"
 #include "bootstrap/registry.hpp"
 #include "base/log.hpp"
+#include "base/strings.hpp"
 #include "records.hpp"
 
 namespace strata {
@@ -45,22 +46,15 @@ std::string bootId() {
 std::vector<std::string> parseList(const Config& config, std::string_view key) {
   std::string text = config::getString(config, key);
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(start, end - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty()) {
-      if (!validTransportName(item)) {
-        throw Error(ErrorCode::InvalidConfig,
-                    fmt::format("{}={}: '{}' is not a transport name (known: shm, fabric, nvlink)",
-                                key, text, item));
-      }
-      if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  for (auto part : strings::split(text)) {
+    std::string item(strings::trim(part));
+    if (item.empty()) continue;
+    if (!validTransportName(item)) {
+      throw Error(ErrorCode::InvalidConfig,
+                  fmt::format("{}={}: '{}' is not a transport name (known: shm, fabric, nvlink)",
+                              key, text, item));
     }
-    start = end + 1;
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
   }
   if (out.empty()) {
     throw Error(ErrorCode::InvalidConfig,

@@ -121,6 +121,23 @@ BOOST_AUTO_TEST_CASE(little_endian_bytes) {
   BOOST_TEST(w.data() == expected, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(store_and_load_in_place) {
+  // The helpers that fixed headers (mesh frames) are built with: the same bytes as Writer.
+  uint8_t buf[18];
+  wire::storeLe<uint16_t>(buf, 0x0102);
+  wire::storeLe<uint32_t>(buf + 2, 0x03040506);
+  wire::storeLe<uint64_t>(buf + 6, 0x0708090a0b0c0d0eull);
+  wire::storeLe<int32_t>(buf + 14, -2);
+  Writer w;
+  w.u16(0x0102).u32(0x03040506).u64(0x0708090a0b0c0d0eull).i32(-2);
+  BOOST_TEST(std::vector<uint8_t>(buf, buf + sizeof buf) == w.data(),
+             boost::test_tools::per_element());
+  BOOST_TEST(wire::loadLe<uint16_t>(buf) == 0x0102);
+  BOOST_TEST(wire::loadLe<uint32_t>(buf + 2) == 0x03040506u);
+  BOOST_TEST(wire::loadLe<uint64_t>(buf + 6) == 0x0708090a0b0c0d0eull);
+  BOOST_TEST(wire::loadLe<int32_t>(buf + 14) == -2);
+}
+
 BOOST_AUTO_TEST_CASE(record_header_layout) {
   auto rec = wire::encodeRecord(0x0201, 1, asBytes("ab"));
   std::vector<uint8_t> expected{'S', 'T', 'R', 'A', 1, 0, 0x01, 0x02, 2, 0, 0, 0, 'a', 'b'};

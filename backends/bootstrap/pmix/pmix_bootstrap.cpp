@@ -29,6 +29,7 @@
 #include "base/mesh.hpp"
 #include "base/netif.hpp"
 #include "base/socket.hpp"
+#include "base/strings.hpp"
 #include "base/wire.hpp"
 
 extern char** environ;
@@ -155,17 +156,13 @@ std::optional<std::string> getString(const pmix_proc_t& proc, const char* key) {
 /// "0,1,5" -> {0, 1, 5}; nullopt if malformed.
 std::optional<std::vector<int>> parseRankList(const std::string& text) {
   std::vector<int> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(start, end - start);
+  for (auto part : strings::split(text)) {
+    std::string item(part);
     if (item.empty()) return std::nullopt;
     char* stop = nullptr;
     long value = std::strtol(item.c_str(), &stop, 10);
     if (*stop != '\0' || value < 0) return std::nullopt;
     out.push_back(static_cast<int>(value));
-    start = end + 1;
   }
   return out;
 }

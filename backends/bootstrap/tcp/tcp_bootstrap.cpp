@@ -16,6 +16,7 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
+#include "base/collectives_over_p2p.hpp"
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
 #include "base/handshake.hpp"
@@ -236,41 +237,50 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
   const int n = opt.size, r = opt.rank;
   I.mesh->setPeerAddress((r + 1) % n, next);
 
-  // Ring all-gather of the address table: N-1 steps of one fixed-size slot each
-  // (length u8, address, then a byte: bit 0 = that rank's host has more ranks than CPUs,
-  // bits 1-2 = its bootstrap.collectives choice).
+  // Ring all-gather of the address table (base/collectives_over_p2p): N-1 steps of one
+  // fixed-size slot each (length u8, address, then a byte: bit 0 = that rank's host has more
+  // ranks than CPUs, bits 1-2 = its bootstrap.collectives choice).
   Deadline dl = I.mesh->callDeadline();
-  std::vector<uint8_t> slot(kMaxAddress + 2);
+  constexpr size_t kSlot = kMaxAddress + 2;
+  std::vector<uint8_t> slots(static_cast<size_t>(n) * kSlot, 0);
   std::vector<uint8_t> crowded(static_cast<size_t>(n));
   const std::string collectives = config::getString(config, "bootstrap.collectives");
   const uint8_t mode = collectives == "log" ? 1 : collectives == "star" ? 2 : 0;
-  crowded[static_cast<size_t>(r)] = static_cast<uint8_t>((spin.yield ? 1 : 0) | (mode << 1));
-  for (int step = 0; step < n - 1; ++step) {
-    const int from = (r - step + n) % n;
-    const std::string& mine = table[static_cast<size_t>(from)];
-    std::fill(slot.begin(), slot.end(), 0);
-    slot[0] = static_cast<uint8_t>(mine.size());
-    std::memcpy(slot.data() + 1, mine.data(), mine.size());
-    slot[kMaxAddress + 1] = crowded[static_cast<size_t>(from)];
-    I.mesh->send((r + 1) % n, mesh::kTagSetup, slot.data(), slot.size(), dl, "rendezvous", true);
-    I.mesh->recv((r - 1 + n) % n, mesh::kTagSetup, slot.data(), slot.size(), dl, "rendezvous",
-                 true);
+  {
+    uint8_t* mine = slots.data() + static_cast<size_t>(r) * kSlot;
+    mine[0] = static_cast<uint8_t>(myAddress.size());
+    std::memcpy(mine + 1, myAddress.data(), myAddress.size());
+    mine[kMaxAddress + 1] = static_cast<uint8_t>((spin.yield ? 1 : 0) | (mode << 1));
+  }
+  mesh::PeerMesh& engine = *I.mesh;
+  p2p::Link link{r, n,
+                 [&](int peer, uint32_t, const void* data, size_t bytes) {
+                   engine.send(peer, mesh::kTagSetup, data, bytes, dl, "rendezvous", true);
+                 },
+                 [&](int peer, uint32_t, void* data, size_t bytes) {
+                   engine.recv(peer, mesh::kTagSetup, data, bytes, dl, "rendezvous", true);
+                 }};
+  p2p::allGather(link, p2p::AllGatherAlgorithm::Ring, slots.data(), kSlot);
+  const int prev = (r - 1 + n) % n;  // every slot came through it
+  for (int q = 0; q < n; ++q) {
+    const uint8_t* slot = slots.data() + static_cast<size_t>(q) * kSlot;
+    crowded[static_cast<size_t>(q)] = slot[kMaxAddress + 1] & 7;
+    if (q == r) continue;
     size_t len = slot[0];
     if (len == 0 || len > kMaxAddress) {
       throw Error(ErrorCode::ProtocolError,
-                  fmt::format("tcp bootstrap: rank {} passed an address slot of length {}",
-                              (r - 1 + n) % n, len),
-                  (r - 1 + n) % n);
+                  fmt::format("tcp bootstrap: rank {} passed an address slot of length {}", prev,
+                              len),
+                  prev);
     }
-    std::string addr(reinterpret_cast<const char*>(slot.data() + 1), len);
+    std::string addr(reinterpret_cast<const char*>(slot + 1), len);
     try {
       net::SockAddr::parseNumeric(addr);
     } catch (const Error&) {
       throw Error(ErrorCode::ProtocolError,
                   fmt::format("tcp bootstrap: bad peer address '{}' in the address table", addr));
     }
-    table[static_cast<size_t>((r - step - 1 + n) % n)] = addr;
-    crowded[static_cast<size_t>((r - step - 1 + n) % n)] = slot[kMaxAddress + 1] & 7;
+    table[static_cast<size_t>(q)] = addr;
   }
   I.mesh->setPeerAddresses(table);
   // Every rank holds the same flags, so all pick the same algorithms or all fail here (the

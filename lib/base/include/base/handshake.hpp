@@ -1,16 +1,12 @@
 #pragma once
 
 // Connection authentication shared by every socket-based bootstrap listener: an HMAC-SHA256
-// challenge-response over the job secret (docs/wire-format.md, "Handshake").
-//
-//   listener -> connector  CHALLENGE {purpose, listenerRank, nonceL}
-//   connector -> listener  AUTH      {purpose, rank, size, nonceC, mac_c}
-//   listener -> connector  RESULT    {ok, mac_s, reason}
+// challenge-response over the job secret (docs/wire-format.md, "Handshake"), over sockets. The
+// records and their checks are in handshake_codec.hpp.
 //
 // The listener side is a non-blocking state machine so that a stalled or hostile connection
 // never delays another; the connector side blocks with a deadline.
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,20 +16,10 @@
 #include <strata/export.hpp>
 
 #include "deadline.hpp"
+#include "handshake_codec.hpp"
 #include "socket.hpp"
 
 namespace strata::handshake {
-
-enum class Purpose : uint8_t { Rendezvous = 1, Mesh = 2 };
-
-using Nonce = std::array<uint8_t, 32>;
-
-/// The proof each side sends: HMAC-SHA256(secret, "strata-auth-v1" | side | purpose | nonceL |
-/// nonceC | rank | size | listenerRank | ok), side 'C' for the connector and 'S' for the listener.
-/// Exported for backends that carry the same handshake over another medium (ucx).
-STRATA_API std::array<uint8_t, 32> authMac(std::string_view secret, char side, Purpose purpose,
-                                           const Nonce& nonceL, const Nonce& nonceC, int rank,
-                                           int size, int listenerRank, uint8_t ok);
 
 /// Authenticates a freshly connected socket as `rank` of `size`. Throws AuthFailed when the
 /// listener rejects us or cannot prove the secret, ProtocolError for garbage, Timeout/PeerLost.
@@ -64,11 +50,9 @@ class STRATA_API ListenSide {
   net::Fd fd_;
   net::SockAddr remote_;
   std::string secret_;
-  Purpose purpose_;
-  int listenerRank_;
   int size_;
   Deadline deadline_;
-  Nonce nonceL_{};
+  Challenge challenge_;
   std::vector<uint8_t> in_;
   int peerRank_ = -1;
   std::string reason_;
@@ -114,9 +98,8 @@ class STRATA_API ConnectSide {
   Deadline retryAt_ = Deadline::never();
   double backoff_ = 0.001;
   std::vector<uint8_t> in_;
-  Nonce nonceL_{}, nonceC_{};
-  int listenerRank_ = -1;
-  std::vector<uint8_t> resultBuf_;
+  Challenge challenge_;
+  Auth auth_;
   size_t resultNeed_ = 0;
   ErrorCode errorCode_ = ErrorCode::Internal;
   std::string error_;

@@ -1,0 +1,152 @@
+// The bootstrap collectives of base/collectives_over_p2p.hpp over an in-process message
+// engine: one thread per rank, one FIFO per (sender, receiver, round).
+#define BOOST_TEST_MODULE p2p_collectives
+#include <boost/test/unit_test.hpp>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <strata/error.hpp>
+
+#include "base/collectives_over_p2p.hpp"
+
+using namespace strata;
+
+namespace {
+
+class Fabric {
+ public:
+  explicit Fabric(int size) : size_(size) {}
+
+  p2p::Link link(int rank) {
+    return {rank, size_,
+            [this, rank](int peer, uint32_t round, const void* data, size_t bytes) {
+              auto* p = static_cast<const uint8_t*>(data);
+              std::lock_guard lk(mu_);
+              queues_[{rank, peer, round}].emplace_back(p, p + bytes);
+              ++messages_;
+              cv_.notify_all();
+            },
+            [this, rank](int peer, uint32_t round, void* data, size_t bytes) {
+              std::unique_lock lk(mu_);
+              auto& q = queues_[{peer, rank, round}];
+              cv_.wait(lk, [&] { return !q.empty(); });
+              auto m = std::move(q.front());
+              q.pop_front();
+              if (m.size() != bytes) {
+                throw Error(ErrorCode::ProtocolError, "size mismatch", peer);
+              }
+              if (bytes) std::memcpy(data, m.data(), bytes);
+            }};
+  }
+
+  /// Runs fn(rank) in one thread per rank; rethrows the first failure.
+  void run(const std::function<void(int)>& fn) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          fn(r);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    for (auto& [key, q] : queues_) BOOST_TEST(q.empty());
+  }
+
+  int messages() const { return messages_; }
+
+ private:
+  int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::tuple<int, int, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
+  int messages_ = 0;
+};
+
+const int kSizes[] = {2, 3, 5, 8};
+
+// Boost.Test's assertions are not thread-safe: rank threads throw, run() rethrows on the main
+// thread.
+void expect(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(all_gather_every_algorithm) {
+  for (auto algorithm : {p2p::AllGatherAlgorithm::Bruck, p2p::AllGatherAlgorithm::Ring,
+                         p2p::AllGatherAlgorithm::Star}) {
+    for (int n : kSizes) {
+      Fabric fabric(n);
+      fabric.run([&](int r) {
+        std::vector<uint32_t> table(static_cast<size_t>(n) * 2, 0);
+        table[2 * r] = 1000u + static_cast<uint32_t>(r);
+        table[2 * r + 1] = 2000u + static_cast<uint32_t>(r);
+        p2p::allGather(fabric.link(r), algorithm, table.data(), 2 * sizeof(uint32_t));
+        for (int q = 0; q < n; ++q) {
+          expect(table[2 * q] == 1000u + static_cast<uint32_t>(q), "slot word 0");
+          expect(table[2 * q + 1] == 2000u + static_cast<uint32_t>(q), "slot word 1");
+        }
+      });
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_from_every_root) {
+  for (bool star : {false, true}) {
+    for (int n : kSizes) {
+      for (int root = 0; root < n; ++root) {
+        Fabric fabric(n);
+        fabric.run([&](int r) {
+          uint64_t value = r == root ? 0xfeed0000u + static_cast<uint64_t>(root) : 0;
+          p2p::broadcast(fabric.link(r), star, &value, sizeof value, root);
+          expect(value == 0xfeed0000u + static_cast<uint64_t>(root), "broadcast value");
+        });
+        BOOST_TEST(fabric.messages() == n - 1);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(barrier_rounds) {
+  for (bool star : {false, true}) {
+    for (int n : kSizes) {
+      Fabric fabric(n);
+      fabric.run([&](int r) { p2p::barrier(fabric.link(r), star); });
+      int rounds = 0;
+      while ((1 << rounds) < n) ++rounds;
+      BOOST_TEST(fabric.messages() == (star ? 2 * (n - 1) : n * rounds));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(argument_checks) {
+  int x = 0;
+  BOOST_TEST(!p2p::allGatherNeeded(1, nullptr, 4));
+  BOOST_TEST(!p2p::allGatherNeeded(4, nullptr, 0));
+  BOOST_CHECK_THROW(p2p::allGatherNeeded(4, nullptr, 4), Error);
+  BOOST_TEST(p2p::allGatherNeeded(4, &x, 4));
+  BOOST_CHECK_THROW(p2p::broadcastNeeded(4, &x, 4, 4), Error);
+  BOOST_CHECK_THROW(p2p::broadcastNeeded(1, &x, 4, -1), Error);
+  BOOST_CHECK_THROW(p2p::broadcastNeeded(4, nullptr, 4, 0), Error);
+  BOOST_TEST(!p2p::broadcastNeeded(1, &x, 4, 0));
+  BOOST_TEST(p2p::broadcastNeeded(2, nullptr, 0, 1));
+  BOOST_TEST(!p2p::barrierNeeded(1));
+  BOOST_TEST(p2p::barrierNeeded(2));
+}
