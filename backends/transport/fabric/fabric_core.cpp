@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "base/backoff.hpp"
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
 
@@ -28,22 +29,14 @@ constexpr const char* kLog = "fabric";
 // Largest single fi_write we post even when the provider allows more (tcp;ofi_rxm reports
 // SIZE_MAX): bounded ops keep EAGAIN retries and completions flowing on very large writes.
 constexpr size_t kMaxChunk = size_t{64} << 20;
-// Back-off of the waits that cannot block on a descriptor: 10 us doubling to this cap.
-constexpr int64_t kMaxBackoffUs = 1000;
+// Without a wait fd the progress thread sleeps at most this long, whatever its quiet-time
+// doubling says: nothing wakes it when data arrives.
+constexpr int64_t kMaxSleepWithoutWaitFdUs = 1000;
 // The progress thread keeps driving in-flight writes (instead of sleeping on the wait fd) as
 // long as one of them was posted or completed within this time.
 constexpr auto kBusySpin = std::chrono::milliseconds(20);
 
 const char* const kAutoProviders[] = {"verbs;ofi_rxm", "efa", "tcp;ofi_rxm"};
-
-void backoff(unsigned attempt) {
-  if (attempt == 0) {
-    std::this_thread::yield();
-    return;
-  }
-  int64_t us = std::min<int64_t>(int64_t{10} << std::min(attempt - 1, 10u), kMaxBackoffUs);
-  std::this_thread::sleep_for(std::chrono::microseconds(us));
-}
 
 struct InfoDeleter {
   void operator()(fi_info* info) const noexcept { fi_freeinfo(info); }
@@ -486,7 +479,8 @@ void FabricCore::waitForCompletion(double maxSeconds) {
 void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_t bytes, void* desc,
                            uint64_t target, uint64_t key, const Deadline& deadline) {
   auto& conn = *op->conn;
-  for (unsigned attempt = 0;; ++attempt) {
+  Backoff backoff;
+  for (;;) {
     size_t reaped;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -521,7 +515,7 @@ void FabricCore::postWrite(std::unique_ptr<OpContext> op, const void* src, size_
                               describe(), bytes, conn.rank, timeout_),
                   conn.rank);
     }
-    backoff(attempt);
+    backoff.pause();
   }
 }
 
@@ -535,7 +529,8 @@ void FabricCore::kickProgress() noexcept {
 }
 
 int FabricCore::acquireSlot(const Deadline& deadline, int peer) {
-  for (unsigned attempt = 0;; ++attempt) {
+  Backoff backoff;
+  for (;;) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!freeSlots_.empty()) {
@@ -553,7 +548,7 @@ int FabricCore::acquireSlot(const Deadline& deadline, int peer) {
                               describe(), kSlots, timeout_),
                   peer);
     }
-    backoff(attempt);
+    backoff.pause();
   }
 }
 
@@ -639,7 +634,7 @@ void ProgressThread::loop() noexcept {
       fid* f = &c.cq_->fid;
       if (fi_trywait(c.fabric_, &f, 1) == FI_SUCCESS) nfds = 2;
     }
-    int64_t us = nfds == 2 ? sleepUs : std::min<int64_t>(sleepUs, kMaxBackoffUs);
+    int64_t us = nfds == 2 ? sleepUs : std::min<int64_t>(sleepUs, kMaxSleepWithoutWaitFdUs);
     timespec ts{static_cast<time_t>(us / 1'000'000), static_cast<long>(us % 1'000'000) * 1000};
     int n = ::ppoll(fds, nfds, &ts, nullptr);
     c.progressAsleep_.store(false);
