@@ -35,6 +35,21 @@ constexpr int64_t kMaxSleepWithoutWaitFdUs = 1000;
 // The progress thread keeps driving in-flight writes (instead of sleeping on the wait fd) as
 // long as one of them was posted or completed within this time.
 constexpr auto kBusySpin = std::chrono::milliseconds(20);
+// The progress thread's sleep after activity, doubled with each quiet wake-up up to the longest
+// (see ProgressThread::loop).
+constexpr int64_t kFirstSleepUs = 100;
+constexpr int64_t kLongestSleepUs = 1'000'000;
+// A waitForCompletion() waits at most this long, so that its caller re-checks its deadline
+// and its connection's errors.
+constexpr double kMaxCompletionWaitSeconds = 0.001;
+// Completions read from the CQ per fi_cq_read().
+constexpr size_t kCqBatch = 16;
+// Room for a provider's text of a completion error (fi_cq_strerror).
+constexpr size_t kCqErrorText = 256;
+// First guess of the endpoint address length (fi_getname says when it needs more).
+constexpr size_t kAddressGuess = 64;
+// Alignment of the internal region (a cache line; aligned_alloc needs a multiple of it).
+constexpr size_t kInternalAlign = 64;
 
 const char* const kAutoProviders[] = {"verbs;ofi_rxm", "efa", "tcp;ofi_rxm"};
 
@@ -269,7 +284,7 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
   check(fi_enable(ep_), "fi_enable");
 
-  size_t len = 64;
+  size_t len = kAddressGuess;
   address_.resize(len);
   int rc = fi_getname(&ep_->fid, address_.data(), &len);
   if (rc == -FI_ETOOSMALL) {
@@ -280,8 +295,9 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   address_.resize(len);
 
   // aligned_alloc needs a size that is a multiple of the alignment.
-  size_t bytes = ((2 + kSlots) * sizeof(uint64_t) + 63) / 64 * 64;
-  internal_ = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
+  size_t bytes = ((kFirstSlotWord + kSlots) * sizeof(uint64_t) + kInternalAlign - 1) /
+                 kInternalAlign * kInternalAlign;
+  internal_ = static_cast<uint64_t*>(std::aligned_alloc(kInternalAlign, bytes));
   if (!internal_) throw Error(ErrorCode::SystemError, describe() + ": out of memory");
   std::memset(internal_, 0, bytes);
   internalMr_ = registerRegion(internal_, bytes, FI_REMOTE_WRITE | FI_WRITE, false, 0);
@@ -361,10 +377,10 @@ void FabricCore::closeRegion(fid_mr* mr) noexcept {
 }
 
 uint64_t* FabricCore::slotWord(int slot) noexcept {
-  return internal_ + 2 + slot;
+  return internal_ + kFirstSlotWord + slot;
 }
 uint64_t* FabricCore::probeSource() noexcept {
-  return internal_ + 1;
+  return internal_ + kProbeSourceWord;
 }
 void* FabricCore::internalDesc() noexcept {
   return fi_mr_desc(internalMr_);
@@ -372,7 +388,7 @@ void* FabricCore::internalDesc() noexcept {
 
 size_t FabricCore::drainLocked() noexcept {
   size_t handled = 0;
-  fi_cq_entry entries[16];
+  fi_cq_entry entries[kCqBatch];
   auto finish = [&](OpContext* op) {
     if (!op || live_.erase(op) == 0) return;  // not one of ours (or already reaped)
     if (op->slot >= 0) freeSlots_.push_back(op->slot);
@@ -385,7 +401,7 @@ size_t FabricCore::drainLocked() noexcept {
     ++handled;
   };
   for (;;) {
-    ssize_t n = fi_cq_read(cq_, entries, 16);
+    ssize_t n = fi_cq_read(cq_, entries, kCqBatch);
     if (n > 0) {
       for (ssize_t i = 0; i < n; ++i) finish(static_cast<OpContext*>(entries[i].op_context));
       continue;
@@ -393,7 +409,7 @@ size_t FabricCore::drainLocked() noexcept {
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(cq_, &err, 0) <= 0) break;
-      char buf[256] = {};
+      char buf[kCqErrorText] = {};
       const char* detail = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
       auto* op = static_cast<OpContext*>(err.op_context);
       if (!op || !live_.count(op)) {
@@ -471,7 +487,7 @@ void FabricCore::stopWatchers() {
 }
 
 void FabricCore::waitForCompletion(double maxSeconds) {
-  auto d = std::chrono::duration<double>(std::clamp(maxSeconds, 0.0, 0.001));
+  auto d = std::chrono::duration<double>(std::clamp(maxSeconds, 0.0, kMaxCompletionWaitSeconds));
   std::unique_lock<std::mutex> lock(cvMutex_);
   cv_.wait_for(lock, d);
 }
@@ -591,7 +607,6 @@ void ProgressThread::loop() noexcept {
   // readiness comes until the peer sends more. So a sleep after activity lasts kFirstSleepUs and
   // doubles with each quiet wake-up up to 1 s: the tail lands within about 0.1 ms, and an idle
   // endpoint costs a dozen wake-ups per second at most.
-  constexpr int64_t kFirstSleepUs = 100, kLongestSleepUs = 1'000'000;
   auto& c = *core_;
   auto lastActivity = std::chrono::steady_clock::now();
   uint64_t seenPosts = 0;

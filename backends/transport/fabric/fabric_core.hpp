@@ -96,8 +96,8 @@ class FabricCore {
   int waitFd_ = -1;  ///< the CQ's wait fd (FI_WAIT_FD), or -1
   std::string provider_;
   int rank_ = -1;
-  double timeout_ = 30;
-  double probeTimeout_ = 5;
+  double timeout_ = 30;      ///< transport.timeout (its default applies without a config)
+  double probeTimeout_ = 5;  ///< transport.fabric.probe_timeout (likewise)
   uint64_t mrMode_ = 0;
   bool orderedWaw_ = false;
   bool deliveryComplete_ = false;
@@ -109,6 +109,8 @@ class FabricCore {
   // Internal region: word 0 is the probe target peers write to, word 1 the probe source,
   // words 2.. are signal slots (updateAndSync's source must live until completion).
   static constexpr int kSlots = 256;
+  static constexpr size_t kProbeSourceWord = 1;
+  static constexpr size_t kFirstSlotWord = 2;
   uint64_t* internal_ = nullptr;
   fid_mr* internalMr_ = nullptr;
   std::vector<int> freeSlots_;           ///< guarded by mutex_

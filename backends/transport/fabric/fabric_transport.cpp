@@ -334,7 +334,7 @@ std::unique_ptr<backend::RemoteMemory> FabricTransport::importMemory(
     throw Error(ErrorCode::ProtocolError,
                 fmt::format("{}: the memory descriptor of rank {} is for {} memory, the "
                             "buffer record says {}",
-                            core_->describe(), owner.rank, rec.kind == 2 ? "cuda" : "host",
+                            core_->describe(), owner.rank, rec.kind == static_cast<uint8_t>(MemoryKind::Cuda) ? "cuda" : "host",
                             kind == MemoryKind::Cuda ? "cuda" : "host"),
                 owner.rank);
   }
