@@ -1,17 +1,12 @@
 #include "fabric_core.hpp"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -21,6 +16,7 @@
 #include "base/backoff.hpp"
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
+#include "fabric_shm_regions.hpp"
 
 namespace strata::fabric {
 namespace {
@@ -50,6 +46,8 @@ constexpr size_t kCqErrorText = 256;
 constexpr size_t kAddressGuess = 64;
 // Alignment of the internal region (a cache line; aligned_alloc needs a multiple of it).
 constexpr size_t kInternalAlign = 64;
+// Where libfabric's shm provider creates its regions (shm_open).
+constexpr const char* kShmDir = "/dev/shm";
 
 const char* const kAutoProviders[] = {"verbs;ofi_rxm", "efa", "tcp;ofi_rxm"};
 
@@ -144,35 +142,8 @@ bool isPeerGone(int err) {
   }
 }
 
-// libfabric's shm provider (1.17) backs every endpoint with a 16 MiB file in /dev/shm named
-// "<pid>:<n>:<n>" and removes it only when the process exits normally. A process killed with
-// SIGKILL leaves it behind. When this process uses the shm provider it removes such files of
-// processes that no longer exist (owned by this user), at start-up and at shutdown, so that a
-// job whose rank died does not leak them on the host.
-void sweepStaleShmRegions() noexcept {
-  DIR* dir = opendir("/dev/shm");
-  if (!dir) return;
-  while (dirent* e = readdir(dir)) {
-    const char* name = e->d_name;
-    unsigned long pid = 0, a = 0, b = 0;
-    int consumed = 0;
-    if (std::sscanf(name, "%lu:%lu:%lu%n", &pid, &a, &b, &consumed) != 3 ||
-        name[consumed] != '\0' || pid == 0 || pid > 0x3fffffff) {
-      continue;
-    }
-    struct stat st {};
-    if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_uid != geteuid()) {
-      continue;
-    }
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still alive
-    if (unlinkat(dirfd(dir), name, 0) == 0) {
-      STRATA_LOG(Info, "fabric", "removed /dev/shm/{} left by exited process {} (libfabric shm)",
-                 name, pid);
-    }
-  }
-  closedir(dir);
-}
+// The index of this process's next shm endpoint, for its region's name.
+std::atomic<uint64_t> nextShmEndpoint{0};
 
 }  // namespace
 
@@ -199,7 +170,7 @@ FabricCore::FabricCore(const backend::TransportInit& init, std::string provider,
 
 FabricCore::~FabricCore() {
   close();
-  if (provider_ == "shm") sweepStaleShmRegions();
+  if (provider_ == "shm") sweepStaleShmRegions(kShmDir, pidNamespace_);
 }
 
 std::string FabricCore::describe() const {
@@ -238,7 +209,10 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   deliveryComplete_ = choice->deliveryComplete;
   orderedWaw_ = choice->waw;
   provider_ = info_->fabric_attr->prov_name ? info_->fabric_attr->prov_name : provider_;
-  if (provider_ == "shm") sweepStaleShmRegions();
+  if (provider_ == "shm") {
+    pidNamespace_ = pidNamespace();
+    sweepStaleShmRegions(kShmDir, pidNamespace_);
+  }
   hmem_ = (info_->caps & FI_HMEM) != 0;
   mrMode_ = info_->domain_attr->mr_mode;
   if (mrMode_ & FI_MR_RAW) {
@@ -280,6 +254,19 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
   avAttr.type = info_->domain_attr->av_type;
   check(fi_av_open(domain_, &avAttr, &av_, nullptr), "fi_av_open");
   check(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint");
+  if (provider_ == "shm" && pidNamespace_ != 0) {
+    // Name the endpoint (and so its file in /dev/shm) with our PID namespace, so that the sweep
+    // of another process can tell whether the pid in it is one it can judge. Must precede
+    // fi_enable, which creates the region.
+    std::string name = shmRegionName(pidNamespace_, ::getpid(), nextShmEndpoint.fetch_add(1));
+    int rc = fi_setname(&ep_->fid, name.data(), name.size() + 1);
+    if (rc != 0) {
+      STRATA_LOG(Warn, kLog,
+                 "{}: naming the shm endpoint {} failed ({}); it keeps libfabric's name, which "
+                 "the stale-file sweep leaves alone",
+                 describe(), name, fiError(rc));
+    }
+  }
   check(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
   check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
   check(fi_enable(ep_), "fi_enable");

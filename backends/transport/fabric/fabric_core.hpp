@@ -104,6 +104,7 @@ class FabricCore {
   bool hmem_ = false;
   size_t maxChunk_ = 0;
   std::vector<uint8_t> address_;
+  uint64_t pidNamespace_ = 0;  ///< shm provider: this process's PID namespace, 0 if unknown
   std::atomic<uint64_t> nextKey_{1};
 
   // Internal region: word 0 is the probe target peers write to, word 1 the probe source,
