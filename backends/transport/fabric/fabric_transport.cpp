@@ -416,6 +416,7 @@ const backend::ModuleInfo kInfo = {
     nullptr,
     nullptr,
     &create,
+    nullptr,
 };
 
 }  // namespace
