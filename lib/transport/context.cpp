@@ -402,7 +402,13 @@ RegisteredMemory Context::allocate(size_t bytes, MemoryKind kind) {
     }
     block->data = p;
     struct stat st {};
-    fstat(block->alloc.memfd, &st);
+    if (fstat(block->alloc.memfd, &st) != 0) {
+      // The shm transport checks the memfd by this inode; a zeroed one would surface later as
+      // a misleading import error.
+      throw Error(ErrorCode::SystemError,
+                  fmt::format("fstat of a {}-byte memfd failed: {}", block->bytes,
+                              strerror(errno)));
+    }
     block->alloc.inode = st.st_ino;
     block->alloc.offset = 0;
     return I.registerImpl(p, bytes, kind, std::move(block), nullptr);

@@ -2,15 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <type_traits>
+
+#include "base/float16.hpp"
 
 namespace strata::perf {
 
 namespace {
 
 // Storage of the 16-bit float types; the host has no arithmetic on them, so values go through
-// float.
+// float, converted by the library's own base/float16.hpp (the same rounding as its reductions).
 struct Half {
   uint16_t bits;
 };
@@ -18,71 +19,12 @@ struct BFloat16 {
   uint16_t bits;
 };
 
-uint32_t floatBits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  return x;
-}
-
-float bitsFloat(uint32_t x) {
-  float f;
-  std::memcpy(&f, &x, sizeof(f));
-  return f;
-}
-
-// IEEE binary16, round to nearest even (the rounding a library's reduction applies too).
-uint16_t floatToHalf(float f) {
-  const uint32_t x = floatBits(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t rawExp = (x >> 23) & 0xffu;
-  uint32_t mant = x & 0x7fffffu;
-  if (rawExp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
-  const int exp = static_cast<int>(rawExp) - 127 + 15;
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const int shift = 14 - exp;
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (h & 1))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // a carry into the exponent is right
-  return static_cast<uint16_t>(sign | h);
-}
-
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return bitsFloat(sign | 0x7f800000u | (mant << 13));
-  return bitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t floatToBFloat16(float f) {
-  const uint32_t x = floatBits(f);
-  if (std::isnan(f)) return 0x7fc0;
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-float bfloat16ToFloat(uint16_t b) {
-  return bitsFloat(static_cast<uint32_t>(b) << 16);
-}
-
 template <class T>
 double toDouble(T v) {
   if constexpr (std::is_same_v<T, Half>) {
-    return halfToFloat(v.bits);
+    return collectives::halfToFloat(v.bits);
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return bfloat16ToFloat(v.bits);
+    return collectives::bf16ToFloat(v.bits);
   } else {
     return static_cast<double>(v);
   }
@@ -95,9 +37,9 @@ constexpr bool kIsInteger = std::is_integral_v<T>;
 template <class T>
 T fromInteger(int64_t v) {
   if constexpr (std::is_same_v<T, Half>) {
-    return Half{floatToHalf(static_cast<float>(v))};
+    return Half{collectives::floatToHalf(static_cast<float>(v))};
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return BFloat16{floatToBFloat16(static_cast<float>(v))};
+    return BFloat16{collectives::floatToBf16(static_cast<float>(v))};
   } else {
     return static_cast<T>(v);
   }
@@ -106,9 +48,9 @@ T fromInteger(int64_t v) {
 template <class T>
 T fromDouble(double v) {
   if constexpr (std::is_same_v<T, Half>) {
-    return Half{floatToHalf(static_cast<float>(v))};
+    return Half{collectives::floatToHalf(static_cast<float>(v))};
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return BFloat16{floatToBFloat16(static_cast<float>(v))};
+    return BFloat16{collectives::floatToBf16(static_cast<float>(v))};
   } else if constexpr (kIsInteger<T>) {
     return static_cast<T>(static_cast<int64_t>(v));
   } else {

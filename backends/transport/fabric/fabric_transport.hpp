@@ -2,163 +2,19 @@
 
 // The libfabric transport (strata-transport-fabric.so): RDM endpoint, one-sided fi_write into
 // registered peer memory, a background progress thread for providers with manual progress.
-// docs/transport-fabric.md describes the choices; this header only declares the pieces.
+// docs/transport-fabric.md describes the choices; this header only declares the pieces. The
+// endpoint, CQ and progress thread are in fabric_core.hpp.
 
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-
-#include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <thread>
-#include <unordered_set>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include <strata/backend/transport.hpp>
-#include <strata/error.hpp>
 
-#include "base/deadline.hpp"
+#include "fabric_core.hpp"
 
 namespace strata::fabric {
-
-class ConnState;
-
-/// One posted operation. fi_context2 comes first because providers that ask for FI_CONTEXT(2)
-/// own that space until the completion.
-struct OpContext {
-  fi_context2 ctx{};
-  std::shared_ptr<ConnState> conn;
-  int slot = -1;  ///< signal slot to release on completion, or -1
-  bool probe = false;
-};
-
-/// Everything that talks to libfabric. Shared by the transport, its registrations and its
-/// connections, so that the domain outlives the last MR closed through it even if a caller
-/// destroys objects in the wrong order.
-class FabricCore {
- public:
-  FabricCore(const backend::TransportInit& init, std::string provider, bool wantHmem);
-  ~FabricCore();
-  FabricCore(const FabricCore&) = delete;
-  FabricCore& operator=(const FabricCore&) = delete;
-
-  /// Reads completions; caller holds mutex. Returns how many entries it handled.
-  size_t drainLocked() noexcept;
-  /// Drives the CQ once (takes the mutex) and wakes waiters when something completed or a
-  /// watched word changed. Returns how many completions it handled.
-  size_t progressOnce() noexcept;
-  /// Waits for a completion notification or the timeout, whichever comes first.
-  void waitForCompletion(double maxSeconds);
-  /// Posts one fi_write, retrying -FI_EAGAIN until the deadline. Takes ownership of op.
-  void postWrite(std::unique_ptr<OpContext> op, const void* src, size_t bytes, void* desc,
-                 uint64_t target, uint64_t key, const Deadline& deadline);
-  /// A free signal slot (driving the CQ while all are busy), or Timeout.
-  int acquireSlot(const Deadline& deadline, int peer);
-  uint64_t* slotWord(int slot) noexcept;
-  void* internalDesc() noexcept;
-  uint64_t* probeSource() noexcept;
-
-  /// Blocks until *word > above (true), maxSeconds pass or stopWatchers() (false). The progress
-  /// thread and every other thread that drives the CQ wake it through notifyWatchers().
-  bool waitWord(const uint64_t* word, uint64_t above, double maxSeconds);
-  /// Wakes the waitWord() callers whose word has reached its value. Cheap without waiters.
-  void notifyWatchers();
-  /// Wakes every waitWord() caller for good (the transport is shutting down).
-  void stopWatchers();
-  /// Wakes the progress thread if it sleeps (after a new write was posted: providers with
-  /// manual progress send the rest of a large write only while someone drives the endpoint).
-  void kickProgress() noexcept;
-
-  std::string describe() const;  ///< "fabric transport (rank R, provider P)"
-  fid_mr* registerRegion(void* data, size_t bytes, uint64_t access, bool cuda, int cudaDevice);
-  void closeRegion(fid_mr* mr) noexcept;
-
-  std::mutex mutex_;  ///< serializes every call on the domain's objects
-  std::condition_variable cv_;
-  std::mutex cvMutex_;
-  fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
-  fid_ep* ep_ = nullptr;
-  fid_av* av_ = nullptr;
-  fid_cq* cq_ = nullptr;
-  int waitFd_ = -1;  ///< the CQ's wait fd (FI_WAIT_FD), or -1
-  std::string provider_;
-  int rank_ = -1;
-  double timeout_ = 30;
-  double probeTimeout_ = 5;
-  uint64_t mrMode_ = 0;
-  bool orderedWaw_ = false;
-  bool deliveryComplete_ = false;
-  bool hmem_ = false;
-  size_t maxChunk_ = 0;
-  std::vector<uint8_t> address_;
-  std::atomic<uint64_t> nextKey_{1};
-
-  // Internal region: word 0 is the probe target peers write to, word 1 the probe source,
-  // words 2.. are signal slots (updateAndSync's source must live until completion).
-  static constexpr int kSlots = 256;
-  uint64_t* internal_ = nullptr;
-  fid_mr* internalMr_ = nullptr;
-  std::vector<int> freeSlots_;           ///< guarded by mutex_
-  std::unordered_set<OpContext*> live_;  ///< posted, not yet completed; guarded by mutex_
-
-  std::atomic<size_t> registrations_{0}, imports_{0}, connections_{0};
-
-  uint64_t posts_ = 0;           ///< writes posted so far; guarded by mutex_
-  std::atomic<int> wakeFd_{-1};  ///< eventfd of the progress thread (owned by the transport)
-  std::atomic<bool> progressAsleep_{false};  ///< the progress thread is about to sleep or sleeps
-
-  /// A thread in waitWord(): the word it waits on and the value it must exceed.
-  struct Watch {
-    const uint64_t* word;
-    uint64_t above;
-  };
-  std::mutex watchMutex_;
-  std::condition_variable watchCv_;
-  std::vector<const Watch*> watches_;  ///< guarded by watchMutex_
-  std::atomic<int> watchers_{0};       ///< watches_.size(), readable without the lock
-  bool watchersStopped_ = false;       ///< guarded by watchMutex_
-
- private:
-  void open(const backend::TransportInit& init, bool wantHmem);
-  void close() noexcept;
-};
-
-/// Per-peer state that outlives the connection object while operations are in flight.
-class ConnState {
- public:
-  int rank = -1;
-  fi_addr_t addr = FI_ADDR_UNSPEC;
-  uint64_t probeKey = 0;
-  uint64_t probeTarget = 0;
-  bool sameHost = false;
-  int32_t pid = 0;
-  std::atomic<int64_t> outstanding{0};
-  std::atomic<bool> probeInFlight{false};
-  std::atomic<uint64_t> probesCompleted{0};
-  std::mutex errorMutex;
-  std::optional<Error> error;  ///< the first failed completion
-  void fail(Error e) {
-    std::lock_guard<std::mutex> lock(errorMutex);
-    if (!error) error = std::move(e);
-  }
-  bool failed() {
-    std::lock_guard<std::mutex> lock(errorMutex);
-    return error.has_value();
-  }
-  void rethrow() {
-    std::lock_guard<std::mutex> lock(errorMutex);
-    if (error) throw *error;
-  }
-};
 
 class FabricTransport final : public backend::Transport {
  public:
@@ -182,11 +38,8 @@ class FabricTransport final : public backend::Transport {
                   double maxSeconds) override;
 
  private:
-  void progressLoop() noexcept;
   std::shared_ptr<FabricCore> core_;
-  int wakeFd_ = -1;  ///< eventfd that wakes the progress thread (new writes, shutdown)
-  std::atomic<bool> stop_{false};
-  std::thread progress_;
+  std::unique_ptr<ProgressThread> progress_;
 };
 
 }  // namespace strata::fabric
