@@ -106,7 +106,6 @@ void exchangeDescs(Engine& e, const OpSignature& sig, Plan& plan, const Desc& mi
   plan.rounds.push_back(std::move(round));
 }
 
-
 /// dst = op over ranks of block [offset, offset + bytes) of every rank's send buffer (own: the
 /// local one), reading peers' blocks through a reused staging buffer in pieces.
 void reduceFromPeers(Engine& e, const std::vector<Desc>& descs, const char* own, char* dst,
@@ -344,8 +343,8 @@ void allReduceSingleCopy(Engine& e, const void* send, void* recv, size_t count, 
                          ReduceOp op) {
   if (trivialAllReduce(e, send, recv, count, type)) return;
   auto sig = signature(OpKind::AllReduce, type, op, -1, count);
-  singleCopyAllReduce(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count,
-                      type, op);
+  singleCopyAllReduce(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count, type,
+                      op);
 }
 
 void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataType type,

@@ -186,7 +186,7 @@ class Direct final : public HostAlgorithm {
   explicit Direct(Shared& s) : HostAlgorithm(s, "direct") {}
   std::vector<CollectiveOp> ops() const override {
     return {CollectiveOp::AllGather, CollectiveOp::ReduceScatter, CollectiveOp::Broadcast,
-            CollectiveOp::AllToAll, CollectiveOp::Send, CollectiveOp::Recv};
+            CollectiveOp::AllToAll,  CollectiveOp::Send,          CollectiveOp::Recv};
   }
   std::string describe() const override {
     return "every rank sends each peer what it needs through the shared slots (pipelined "

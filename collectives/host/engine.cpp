@@ -12,11 +12,11 @@
 #include <strata/error.hpp>
 
 #include "base/backoff.hpp"
-#include "reduce.hpp"
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
 #include "base/log.hpp"
 #include "base/wire.hpp"
+#include "reduce.hpp"
 
 namespace strata::collectives {
 
@@ -110,7 +110,6 @@ std::string describeCall(const OpSignature& sig, const char* what) {
   return call;
 }
 
-
 }  // namespace
 
 const char* toString(OpKind kind) noexcept {
@@ -161,8 +160,9 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     size_t per = buffer / (static_cast<size_t>(size_) * depth);
     return per > kHeaderBytes ? std::min(chunkMax, per - kHeaderBytes) : 0;
   };
-  depth_ = chunkFor(kDeepSlots) >= kDeepChunkMin || chunkFor(kDeepSlots) >= chunkMax ? kDeepSlots
-                                                                                     : kShallowSlots;
+  depth_ = chunkFor(kDeepSlots) >= kDeepChunkMin || chunkFor(kDeepSlots) >= chunkMax
+               ? kDeepSlots
+               : kShallowSlots;
   chunkBytes_ = chunkFor(depth_) / kHeaderBytes * kHeaderBytes;
   if (chunkBytes_ < kChunkFloor) {
     chunkBytes_ = kChunkFloor;

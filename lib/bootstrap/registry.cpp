@@ -16,9 +16,9 @@
 
 #include "base/config_keys.hpp"
 #include "base/dynload.hpp"
-#include "strata_build_paths.h"
 #include "base/log.hpp"
 #include "base/strings.hpp"
+#include "strata_build_paths.h"
 
 #ifndef STRATA_MODULE_DIR
 #define STRATA_MODULE_DIR "/usr/local/lib/strata"
@@ -128,8 +128,7 @@ LoadedModule loadModule(const std::string& name, const Config& config,
               "{} was built against strata {}, this libstrata is {}: rebuild the module against "
               "this strata (modules call libstrata's functions, which may change between "
               "versions)",
-              key, info->strataVersion ? info->strataVersion : "(unknown)",
-              STRATA_VERSION_STRING);
+              key, info->strataVersion ? info->strataVersion : "(unknown)", STRATA_VERSION_STRING);
         } else if (info->kind != kind || !info->name || name != info->name || !hasFactory(*info)) {
           m.error = fmt::format("{} is not the {} module '{}'", key, kindName(kind), name);
         } else {

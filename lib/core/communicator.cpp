@@ -67,7 +67,7 @@ uint32_t kindBit(BufferKind k) {
 struct Candidate {
   Algorithm* algorithm = nullptr;
   CollectivesBackend* backend = nullptr;
-  uint32_t kinds = 0;  ///< the backend's memory kinds (kindBit)
+  uint32_t kinds = 0;    ///< the backend's memory kinds (kindBit)
   std::string fullName;  ///< "host/twoshot"
 };
 
@@ -200,13 +200,13 @@ void Communicator::Impl::loadBackends(const Config& config) {
       if (!found[r]) without = r;
     }
     if (without >= 0) {
-      std::string why = without == rank ? m.error
-                                        : fmt::format("rank {} could not load it", without);
+      std::string why =
+          without == rank ? m.error : fmt::format("rank {} could not load it", without);
       if (name == "cuda") cudaMissing = why;
       if (automatic) continue;
-      throw Error(ErrorCode::NotSupported,
-                  fmt::format("collectives.modules names {}, which is not available: {}", name,
-                              why));
+      throw Error(
+          ErrorCode::NotSupported,
+          fmt::format("collectives.modules names {}, which is not available: {}", name, why));
     }
     backends.push_back(m.info->createCollectives(init));
   }
@@ -294,13 +294,12 @@ const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const ch
                        kinds, r.stream.handle ? ", on a CUDA stream" : "");
   };
   if (t.forced) {
-    std::string why = (t.forced->kinds & need) != need
-                          ? fmt::format("backend {} does not serve {} memory",
-                                        t.forced->backend->name(),
-                                        backend::toString((t.forced->kinds & kindBit(r.sendKind))
-                                                              ? r.recvKind
-                                                              : r.sendKind))
-                          : t.forced->algorithm->unsuitable(r);
+    std::string why =
+        (t.forced->kinds & need) != need
+            ? fmt::format("backend {} does not serve {} memory", t.forced->backend->name(),
+                          backend::toString((t.forced->kinds & kindBit(r.sendKind)) ? r.recvKind
+                                                                                    : r.sendKind))
+            : t.forced->algorithm->unsuitable(r);
     if (!why.empty()) {
       throw Error(ErrorCode::NotSupported,
                   fmt::format("{}: {} (forced by {}) cannot run it: {}", describeCall(),
@@ -320,20 +319,20 @@ const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const ch
     bool served = false;
     for (const auto& c : t.candidates) served |= (c.kinds & need) == need;
     if (!served) {
-      throw Error(ErrorCode::NotSupported,
-                  fmt::format("{}: no loaded collectives backend serves CUDA device memory; "
-                              "install strata's CUDA collectives module (strata-collectives-"
-                              "cuda.so, built when meson finds the CUDA toolkit) on the module "
-                              "path{}",
-                              describeCall(), cudaMissing.empty()
-                                                  ? std::string()
-                                                  : fmt::format(" ({})", cudaMissing)));
+      throw Error(
+          ErrorCode::NotSupported,
+          fmt::format("{}: no loaded collectives backend serves CUDA device memory; "
+                      "install strata's CUDA collectives module (strata-collectives-"
+                      "cuda.so, built when meson finds the CUDA toolkit) on the module "
+                      "path{}",
+                      describeCall(),
+                      cudaMissing.empty() ? std::string() : fmt::format(" ({})", cudaMissing)));
     }
   }
   std::vector<std::string> reasons;
   for (const auto& c : t.candidates) {
-    std::string why = (c.kinds & need) != need ? "does not serve this memory"
-                                               : c.algorithm->unsuitable(r);
+    std::string why =
+        (c.kinds & need) != need ? "does not serve this memory" : c.algorithm->unsuitable(r);
     reasons.push_back(fmt::format("{}: {}", c.fullName, why));
   }
   // One reason when every algorithm gave the same (a stream on host memory, say).

@@ -38,7 +38,9 @@ struct HostSemaphore::Impl {
   }
   backend::LocalRef counter;  ///< this transport's registration of the arena, found once
   uint64_t offset() const { return uint64_t{localSlot} * transport::SlotPool::kStride; }
-  uint64_t load() { return transport::Access::impl(*conn).transport->loadSignal(counter, offset()); }
+  uint64_t load() {
+    return transport::Access::impl(*conn).transport->loadSignal(counter, offset());
+  }
 };
 
 HostSemaphore::HostSemaphore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -98,7 +100,7 @@ void HostSemaphore::wait(double timeoutSeconds) {
       // A long wait (a batch of large writes): sleep until the transport's progress thread sees
       // the signal, waking every few milliseconds for the liveness check and the deadline.
       tr.waitSignal(I.counter, I.offset(), I.expected,
-                           std::min(kBlockSlice, std::max(deadline.remaining(), 0.0)));
+                    std::min(kBlockSlice, std::max(deadline.remaining(), 0.0)));
       continue;
     }
     I.conn->progress();
@@ -124,7 +126,8 @@ std::vector<std::shared_ptr<HostSemaphore>> Context::createSemaphores(
     s->pool = I.pool(std::string(c->transport()), *this);
     s->localSlot = s->pool->acquire(I.rank);
     const auto& arena = s->pool->arena;
-    s->counter = {arena.data(), arena.size(), arena.kind(), transport::Access::impl(arena)->localFor(c->transport())};
+    s->counter = {arena.data(), arena.size(), arena.kind(),
+                  transport::Access::impl(arena)->localFor(c->transport())};
     s->expected = s->load();
     sems.push_back(std::move(s));
   }

@@ -27,8 +27,8 @@
 #include <strata/backend/module.hpp>
 #include <strata/error.hpp>
 
-#include "base/dynload.hpp"
 #include "backends/transport/nvlink/nvlink_records.hpp"
+#include "base/dynload.hpp"
 
 extern char** environ;
 

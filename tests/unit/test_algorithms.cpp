@@ -23,10 +23,10 @@ namespace {
 // Runs in a process without any launcher environment: a single-rank job.
 struct CleanEnv {
   CleanEnv() {
-    for (const char* v : {"STRATA_RANK", "STRATA_SIZE", "STRATA_ROOT", "STRATA_ROOT_FD",
-                          "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK",
-                          "PMIX_NAMESPACE", "PMIX_SERVER_URI4", "PMIX_SERVER_URI41",
-                          "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"}) {
+    for (const char* v :
+         {"STRATA_RANK", "STRATA_SIZE", "STRATA_ROOT", "STRATA_ROOT_FD", "SLURM_PROCID",
+          "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "PMIX_NAMESPACE", "PMIX_SERVER_URI4",
+          "PMIX_SERVER_URI41", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"}) {
       unsetenv(v);
     }
   }
@@ -193,8 +193,6 @@ BOOST_AUTO_TEST_CASE(enum_checks_are_by_value) {
     comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, static_cast<ReduceOp>(-1));
   });
   BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
-  e = expectError([&] {
-    comm->allGather(a.data(), b.data(), 1, static_cast<DataType>(42));
-  });
+  e = expectError([&] { comm->allGather(a.data(), b.data(), 1, static_cast<DataType>(42)); });
   BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
 }

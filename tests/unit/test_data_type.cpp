@@ -13,10 +13,9 @@ using strata::ReduceOp;
 
 namespace {
 
-const DataType kTypes[] = {DataType::Int8,    DataType::Uint8,   DataType::Int32,
-                           DataType::Uint32,  DataType::Int64,   DataType::Uint64,
-                           DataType::Float16, DataType::BFloat16, DataType::Float32,
-                           DataType::Float64};
+const DataType kTypes[] = {
+    DataType::Int8,   DataType::Uint8,   DataType::Int32,    DataType::Uint32,  DataType::Int64,
+    DataType::Uint64, DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
                          ReduceOp::Avg};
 

@@ -27,8 +27,8 @@ void printModules(strata::backend::ModuleKind kind, std::initializer_list<const 
     bool later = std::find_if(notYet.begin(), notYet.end(), [&](const char* n) {
                    return std::string_view(n) == name;
                  }) != notYet.end();
-    const char* what = m.info ? (m.path.empty() ? "built-in" : "module")
-                              : (later ? "absent" : "missing");
+    const char* what =
+        m.info ? (m.path.empty() ? "built-in" : "module") : (later ? "absent" : "missing");
     std::printf("  %-6s %-9s %s\n", name, what,
                 !m.info          ? m.error.c_str()
                 : m.path.empty() ? m.info->description
@@ -43,11 +43,11 @@ int listAlgorithms() {
   auto comm = strata::Communicator::create(config);
   if (comm->rank() != 0) return 0;
   auto groups = comm->context().hostGroups();
-  std::printf("Collective algorithms (%d rank%s on %zu host%s; auto takes, per call, the first "
-              "in this order that accepts it and prefers its size, else the first that accepts "
-              "it)\n",
-              comm->size(), comm->size() == 1 ? "" : "s", groups.size(),
-              groups.size() == 1 ? "" : "s");
+  std::printf(
+      "Collective algorithms (%d rank%s on %zu host%s; auto takes, per call, the first "
+      "in this order that accepts it and prefers its size, else the first that accepts "
+      "it)\n",
+      comm->size(), comm->size() == 1 ? "" : "s", groups.size(), groups.size() == 1 ? "" : "s");
   for (const auto& a : comm->algorithms()) {
     std::string ops;
     for (const auto& op : a.ops) ops += (ops.empty() ? "" : ", ") + op;

@@ -20,8 +20,8 @@
 #include <strata/memory.hpp>
 #include <strata/transport.hpp>
 
-#include "coll_data.hpp"
 #include "base/launcher.hpp"
+#include "coll_data.hpp"
 #include "mode.hpp"
 #include "report.hpp"
 #include "stats.hpp"
@@ -45,7 +45,7 @@ struct CollOptions {
   std::string memory = "host";
   std::string alloc = "malloc";
   std::string label = "strata";
-  std::string algorithm;  ///< -a: forced through collectives.<op>.algorithm
+  std::string algorithm;          ///< -a: forced through collectives.<op>.algorithm
   std::vector<std::string> argv;  // echoed in the header
 };
 

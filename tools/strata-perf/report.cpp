@@ -166,7 +166,8 @@ void Reporter::row(const CollRow& r) {
                "\"algbw\":{:.6f},\"busbw\":{:.6f},\"wrong\":{}}}\n",
                jsonString(label_), jsonString(r.op), nranks_, jsonString(backend_),
                jsonString(memory_), r.bytes, r.count, jsonString(r.type), jsonString(r.redop),
-               r.root, jsonString(r.algorithm), p == &r.inPlace ? "true" : "false", p->timeUs, p->algbw, p->busbw,
+               r.root, jsonString(r.algorithm), p == &r.inPlace ? "true" : "false", p->timeUs,
+               p->algbw, p->busbw,
                p->wrong < 0 ? std::string("null") : fmt::format("{}", p->wrong));
   }
   std::fflush(json_);

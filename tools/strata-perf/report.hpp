@@ -48,8 +48,8 @@ struct CollRow {
   size_t bytes = 0;
   size_t count = 0;
   std::string type;
-  std::string redop;  ///< "none" for the non-reducing ops
-  int root = -1;      ///< -1 except broadcast
+  std::string redop;      ///< "none" for the non-reducing ops
+  int root = -1;          ///< -1 except broadcast
   std::string algorithm;  ///< "host/twoshot": what the last measured call ran
   CollResult outOfPlace;
   CollResult inPlace;

@@ -39,8 +39,7 @@ class TestCopy final : public strata::backend::Algorithm {
 
 class TestBackend final : public strata::backend::CollectivesBackend {
  public:
-  explicit TestBackend(const strata::backend::CollectivesInit& init)
-      : algo_(init.topology.size) {}
+  explicit TestBackend(const strata::backend::CollectivesInit& init) : algo_(init.topology.size) {}
   std::string_view name() const noexcept override { return "testcoll"; }
   std::vector<BufferKind> memoryKinds() const override { return {BufferKind::Host}; }
   std::vector<strata::backend::Algorithm*> algorithms() override { return {&algo_}; }

@@ -16,13 +16,13 @@ namespace strata::config {
 enum class Type { String, Int, Double, Bool, Enum, Bytes };
 
 struct KeyInfo {
-  std::string_view key;           ///< "bootstrap.tcp.interface"
+  std::string_view key;  ///< "bootstrap.tcp.interface"
   Type type;
   std::string_view defaultValue;  ///< as text; "" = no value
   std::string_view choices;       ///< Enum: "auto|tcp|pmix|ucx"; Int/Double: optional range
                                   ///< "min..max", either side may be empty ("0..65535", "0..")
   std::string_view help;
-  bool mustMatch;                 ///< every rank must have the same value (agreement check)
+  bool mustMatch;  ///< every rank must have the same value (agreement check)
 };
 
 STRATA_API std::span<const KeyInfo> keys();

@@ -21,9 +21,7 @@ class Deadline {
     return d;
   }
   /// For configured timeouts, where 0 (or less) means "no deadline".
-  static Deadline fromTimeout(double seconds) {
-    return seconds > 0 ? after(seconds) : never();
-  }
+  static Deadline fromTimeout(double seconds) { return seconds > 0 ? after(seconds) : never(); }
   static Deadline never() {
     Deadline d;
     d.never_ = true;

@@ -30,9 +30,9 @@ STRATA_API void write(Level level, std::string_view subsystem, std::string_view 
 }  // namespace strata::log
 
 // Formats only when the level is enabled.
-#define STRATA_LOG(level, subsystem, ...)                                              \
-  do {                                                                                 \
-    if (::strata::log::enabled(::strata::log::Level::level)) {                         \
+#define STRATA_LOG(level, subsystem, ...)                                                     \
+  do {                                                                                        \
+    if (::strata::log::enabled(::strata::log::Level::level)) {                                \
       ::strata::log::write(::strata::log::Level::level, subsystem, fmt::format(__VA_ARGS__)); \
-    }                                                                                  \
+    }                                                                                         \
   } while (0)

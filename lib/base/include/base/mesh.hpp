@@ -42,11 +42,11 @@ struct Options {
   int rank = 0;
   int size = 1;
   std::string secret;
-  double timeout = 30;           ///< seconds per blocking call; <= 0 means no deadline
-  double handshakeTimeout = 5;   ///< an accepted connection must authenticate within it
+  double timeout = 30;          ///< seconds per blocking call; <= 0 means no deadline
+  double handshakeTimeout = 5;  ///< an accepted connection must authenticate within it
   uint64_t maxMessage = 1ull << 30;
-  int spinUs = 0;                ///< poll without sleeping this long before blocking
-  bool spinYield = false;        ///< sched_yield() between spinning polls (oversubscribed hosts)
+  int spinUs = 0;          ///< poll without sleeping this long before blocking
+  bool spinYield = false;  ///< sched_yield() between spinning polls (oversubscribed hosts)
 };
 
 /// How long a waiting call spins, from bootstrap.spin_us (-1 = auto) and the number of ranks

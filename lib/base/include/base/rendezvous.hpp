@@ -26,14 +26,14 @@ namespace strata::rendezvous {
 inline constexpr uint16_t kRejectKind = 9;
 
 struct Options {
-  std::string backend;    ///< "tcp": for messages, and the backend of a REJECT
-  std::string root;       ///< the rendezvous address, for messages
+  std::string backend;  ///< "tcp": for messages, and the backend of a REJECT
+  std::string root;     ///< the rendezvous address, for messages
   std::string secret;
   int size = 1;
-  uint16_t helloKind = 0;  ///< the check-in record kind this backend expects
-  double connectTimeout = 60;    ///< the whole rendezvous; <= 0: no deadline
-  double handshakeTimeout = 5;   ///< per connection; <= 0: no deadline
-  size_t maxRecord = 4096;       ///< largest check-in body
+  uint16_t helloKind = 0;       ///< the check-in record kind this backend expects
+  double connectTimeout = 60;   ///< the whole rendezvous; <= 0: no deadline
+  double handshakeTimeout = 5;  ///< per connection; <= 0: no deadline
+  size_t maxRecord = 4096;      ///< largest check-in body
   /// Log refused connections at debug instead of warn: for a server that expects some, like a
   /// ucx rank 0 on strata-run's socket, where every ucx rank's first UCX attempt lands.
   bool quietRejects = false;
@@ -52,9 +52,10 @@ STRATA_API std::vector<net::Fd> collect(
 /// and throws Error to fail the job with that message. Then `reply(rank)` gives each rank its
 /// reply record. Throws Timeout (naming the missing ranks) or the error of `onCheckIn`, after
 /// every connected rank was sent a REJECT.
-STRATA_API void serve(int listenFd, const Options& options,
-                      const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
-                      const std::function<std::vector<uint8_t>(int rank)>& reply);
+STRATA_API void serve(
+    int listenFd, const Options& options,
+    const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
+    const std::function<std::vector<uint8_t>(int rank)>& reply);
 
 /// Ranks 1..size-1. Connects (retrying until connectTimeout), authenticates as `rank`, sends
 /// `hello` and returns rank 0's reply record (its kind is the backend's; a REJECT is thrown as
