@@ -32,7 +32,7 @@ executable('consumer', 'consumer.cpp', dependencies: strata)
 # Must not compile: dependency('strata') gives the public headers only.
 executable('internals', 'internals.cpp', dependencies: strata, build_by_default: false)
 MESON
-echo '#include "config_keys.hpp"' >"$work/parent/internals.cpp"
+echo '#include "base/config_keys.hpp"' >"$work/parent/internals.cpp"
 
 cd "$work/parent" || fail "cd"
 "$meson" setup build >setup.log 2>&1 || { cat setup.log; fail "meson setup of the parent project failed"; }
@@ -47,7 +47,7 @@ ninja -C build -j "${STRATA_BUILD_JOBS:-2}" "${targets[@]}" >build.log 2>&1 ||
   { tail -n 40 build.log; fail "building ${targets[*]} failed"; }
 
 out=$(ninja -C build internals 2>&1) && fail "dependency('strata') reaches strata's internal headers"
-grep -q 'config_keys.hpp: No such file' <<<"$out" || { echo "$out"; fail "the internals check failed for another reason"; }
+grep -q 'base/config_keys.hpp: No such file' <<<"$out" || { echo "$out"; fail "the internals check failed for another reason"; }
 
 consumer_one_rank build/consumer
 # The pmix module is the subproject's own (built above when pmix was found).
