@@ -64,7 +64,7 @@ struct MemoryChannel {
   /// Consumes one pending signal if there is one; never blocks.
   STRATA_HOST_DEVICE bool poll() { return device::pollSignal(inbound, expected); }
   /// Spins until a signal arrives (and consumes it); false after maxSpins polls (< 0: none).
-  /// Host code waits with a deadline and a backoff instead (collectives/host).
+  /// Host code waits with a deadline and a backoff instead (the host collectives engine).
   STRATA_HOST_DEVICE bool wait(int64_t maxSpins = -1) {
     return device::spinWaitSignal(inbound, expected, maxSpins);
   }

@@ -1,7 +1,7 @@
 #pragma once
 
 // The collectives plugin SDK. A collectives backend serves the Communicator's calls on some
-// kinds of memory with a set of algorithms. The host backend (collectives/host) is built in; a
+// kinds of memory with a set of algorithms. The host backend is built in; a
 // CUDA backend is a module (strata-collectives-<name>.so, see module.hpp) registered the same
 // way.
 //
