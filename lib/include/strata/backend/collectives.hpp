@@ -1,9 +1,8 @@
 #pragma once
 
 // The collectives plugin SDK. A collectives backend serves the Communicator's calls on some
-// kinds of memory with a set of algorithms. The host backend is built in; a
-// CUDA backend is a module (strata-collectives-<name>.so, see module.hpp) registered the same
-// way.
+// kinds of memory with a set of algorithms. The host backend is built in; a CUDA backend is a
+// module (strata-collectives-<name>.so, see module.hpp) registered the same way.
 //
 // Per call, the Communicator validates the arguments (counts, buffers, roots, overlaps),
 // classifies each buffer's memory, and builds a CollectiveRequest. It then picks the algorithm:
