@@ -4,7 +4,9 @@
 // boundary (docs/wire-format.md). Decoders throw Error(ProtocolError) on bad magic, unknown
 // versions or kinds, lengths past the limit, truncated input and trailing bytes.
 
+#include <bit>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -26,16 +28,24 @@ inline constexpr size_t kRecordHeaderSize = 12;
 template <typename T>
 inline void storeLe(void* at, T value) noexcept {
   static_assert(std::is_integral_v<T>);
-  auto* p = static_cast<uint8_t*>(at);
   auto v = static_cast<std::make_unsigned_t<T>>(value);
-  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(at, &v, sizeof v);  // one store: this is the wire's byte order already
+  } else {
+    auto* p = static_cast<uint8_t*>(at);
+    for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+  }
 }
 template <typename T>
 inline T loadLe(const void* at) noexcept {
   static_assert(std::is_integral_v<T>);
-  const auto* p = static_cast<const uint8_t*>(at);
   std::make_unsigned_t<T> v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i);
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, at, sizeof v);
+  } else {
+    const auto* p = static_cast<const uint8_t*>(at);
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i);
+  }
   return static_cast<T>(v);
 }
 
