@@ -65,6 +65,26 @@ std::string kib(size_t bytes) {
   return bytes % 1024 == 0 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes);
 }
 
+/// allGather, reduceScatter, broadcast and allToAll through the slots or by single copy.
+void runGatherLike(Engine& e, const CollectiveRequest& r, bool singleCopy, const char* name) {
+  switch (r.op) {
+    case CollectiveOp::AllGather:
+      return allGather(e, r.send, r.recv, r.count, r.type, singleCopy);
+    case CollectiveOp::ReduceScatter:
+      return reduceScatter(e, r.send, r.recv, r.count, r.type, r.redop, singleCopy);
+    case CollectiveOp::Broadcast:
+      return broadcast(e, r.send, r.recv, r.count, r.type, r.root, singleCopy);
+    case CollectiveOp::AllToAll:
+      return allToAll(e, r.send, r.recv, r.count, r.type, singleCopy);
+    case CollectiveOp::AllReduce:
+    case CollectiveOp::Send:
+    case CollectiveOp::Recv:
+      break;
+  }
+  throw Error(ErrorCode::Internal,
+              fmt::format("{} was asked to run {}", name, backend::toString(r.op)));
+}
+
 class HostAlgorithm : public backend::Algorithm {
  public:
   HostAlgorithm(Shared& shared, std::string name) : s_(shared), name_(std::move(name)) {}
@@ -159,23 +179,10 @@ class SingleCopy final : public HostAlgorithm {
   }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) {
-      switch (r.op) {
-        case CollectiveOp::AllReduce:
-          return allReduceSingleCopy(e, r.send, r.recv, r.count, r.type, r.redop);
-        case CollectiveOp::AllGather:
-          return allGather(e, r.send, r.recv, r.count, r.type, true);
-        case CollectiveOp::ReduceScatter:
-          return reduceScatter(e, r.send, r.recv, r.count, r.type, r.redop, true);
-        case CollectiveOp::Broadcast:
-          return broadcast(e, r.send, r.recv, r.count, r.type, r.root, true);
-        case CollectiveOp::AllToAll:
-          return allToAll(e, r.send, r.recv, r.count, r.type, true);
-        case CollectiveOp::Send:
-        case CollectiveOp::Recv:
-          break;
+      if (r.op == CollectiveOp::AllReduce) {
+        return allReduceSingleCopy(e, r.send, r.recv, r.count, r.type, r.redop);
       }
-      throw Error(ErrorCode::Internal,
-                  fmt::format("host/singlecopy was asked to run {}", backend::toString(r.op)));
+      runGatherLike(e, r, true, "host/singlecopy");
     });
   }
 };
@@ -196,24 +203,9 @@ class Direct final : public HostAlgorithm {
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) {
-      switch (r.op) {
-        case CollectiveOp::AllGather:
-          return allGather(e, r.send, r.recv, r.count, r.type, false);
-        case CollectiveOp::ReduceScatter:
-          return reduceScatter(e, r.send, r.recv, r.count, r.type, r.redop, false);
-        case CollectiveOp::Broadcast:
-          return broadcast(e, r.send, r.recv, r.count, r.type, r.root, false);
-        case CollectiveOp::AllToAll:
-          return allToAll(e, r.send, r.recv, r.count, r.type, false);
-        case CollectiveOp::Send:
-          return send(e, r.send, r.count, r.type, r.peer);
-        case CollectiveOp::Recv:
-          return recv(e, r.recv, r.count, r.type, r.peer);
-        case CollectiveOp::AllReduce:
-          break;
-      }
-      throw Error(ErrorCode::Internal,
-                  fmt::format("host/direct was asked to run {}", backend::toString(r.op)));
+      if (r.op == CollectiveOp::Send) return send(e, r.send, r.count, r.type, r.peer);
+      if (r.op == CollectiveOp::Recv) return recv(e, r.recv, r.count, r.type, r.peer);
+      runGatherLike(e, r, false, "host/direct");
     });
   }
 };
