@@ -47,12 +47,12 @@ MemoryKind RegisteredMemory::kind() const noexcept {
 void* RegisteredMemory::hostPointer() const noexcept {
   if (!impl_ || impl_->kind != MemoryKind::Host) return nullptr;
   if (impl_->local) return impl_->data;
-  return impl_->remote ? impl_->remote->mappedPointer() : nullptr;
+  return impl_->remote ? impl_->remote->hostPointer() : nullptr;
 }
 void* RegisteredMemory::devicePointer() const noexcept {
   if (!impl_ || impl_->kind != MemoryKind::Cuda) return nullptr;
   if (impl_->local) return impl_->data;
-  return impl_->remote ? impl_->remote->mappedPointer() : nullptr;
+  return impl_->remote ? impl_->remote->devicePointer() : nullptr;
 }
 bool RegisteredMemory::isLocal() const noexcept { return impl_ && impl_->local; }
 int RegisteredMemory::rank() const noexcept { return impl_ ? impl_->rank : -1; }

@@ -192,7 +192,7 @@ int childImport(char** argv) {
   auto flag = t->importMemory(owner, flagDesc, 8, MemoryKind::Cuda);
   std::vector<uint8_t> got(bytes), want(bytes);
   fillPattern(want, seedIn);
-  CUDA_OK(cudaMemcpy(got.data(), data->mappedPointer(), bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got.data(), data->devicePointer(), bytes, cudaMemcpyDeviceToHost));
   if (got != want) {
     std::fprintf(stderr, "child: the owner's pattern differs through the IPC mapping\n");
     return 2;
@@ -359,7 +359,7 @@ BOOST_AUTO_TEST_CASE(register_and_import_in_process) {
     BOOST_TEST(d.deviceUuid != nvlink::Uuid{});
     auto self = peerInfo(0, getpid());
     auto imp = t->importMemory(self, reg->descriptor(), 65536, MemoryKind::Cuda);
-    BOOST_TEST(imp->mappedPointer() == static_cast<void*>(buf.c() + 4096));
+    BOOST_TEST(imp->devicePointer() == static_cast<void*>(buf.c() + 4096));
     BOOST_TEST(t->stats().imports == 1u);
 
     // Wrong owner pid, truncated record, wrong kind, too many bytes: all refused.

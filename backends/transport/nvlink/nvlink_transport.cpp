@@ -113,7 +113,7 @@ class NvlinkRemoteMemory final : public backend::RemoteMemory {
     --counters_->imports;
   }
 
-  void* mappedPointer() const noexcept override { return static_cast<char*>(base_) + offset_; }
+  void* devicePointer() const noexcept override { return static_cast<char*>(base_) + offset_; }
 
  private:
   Mapping mapping_;
@@ -236,7 +236,7 @@ class NvlinkConnection final : public backend::TransportConnection {
 
  private:
   char* remotePointer(const backend::RemoteRef& dst, const char* op) const {
-    void* p = dst.memory ? dst.memory->mappedPointer() : nullptr;
+    void* p = dst.memory ? dst.memory->devicePointer() : nullptr;
     if (!p || dst.kind != MemoryKind::Cuda) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("nvlink: {} to rank {}: the destination is not CUDA memory "

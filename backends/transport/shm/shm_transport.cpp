@@ -189,7 +189,7 @@ class ShmRemoteMemory final : public RemoteMemory {
     if (mapBase_ != nullptr) munmap(mapBase_, mapLength_);
     counters_->imports.fetch_sub(1, std::memory_order_relaxed);
   }
-  void* mappedPointer() const noexcept override { return data_; }
+  void* hostPointer() const noexcept override { return data_; }
 
   char* data() const noexcept { return data_; }
   int rank() const noexcept { return rank_; }

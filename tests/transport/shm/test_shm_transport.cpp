@@ -344,7 +344,7 @@ BOOST_AUTO_TEST_CASE(in_process_import_write_and_signal) {
   auto local = t->registerMemory(buf.data(), buf.size, MemoryKind::Host, &a);
   auto desc = local->descriptor();
   auto remote = t->importMemory(peerOf(0, getpid()), desc, buf.size, MemoryKind::Host);
-  BOOST_TEST(remote->mappedPointer() == static_cast<void*>(buf.data()));
+  BOOST_TEST(remote->hostPointer() == static_cast<void*>(buf.data()));
   auto conn = t->connect(peerOf(0, getpid()), t->endpoint());
   conn->checkPeer();
 
@@ -362,7 +362,7 @@ BOOST_AUTO_TEST_CASE(in_process_import_write_and_signal) {
   auto ulocal = t->registerMemory(user.data(), user.size(), MemoryKind::Host, nullptr);
   auto uremote =
       t->importMemory(peerOf(0, getpid()), ulocal->descriptor(), user.size(), MemoryKind::Host);
-  BOOST_TEST(uremote->mappedPointer() == static_cast<void*>(user.data()));
+  BOOST_TEST(uremote->hostPointer() == static_cast<void*>(user.data()));
 
   BOOST_TEST(t->stats().registrations == 2u);
   BOOST_TEST(t->stats().imports == 2u);
@@ -421,7 +421,7 @@ BOOST_AUTO_TEST_CASE(fork_import_writes_at_odd_offsets) {
   pid_t child = runChild([&] {
     auto ct = makeTransport(1);
     auto remote = ct->importMemory(peerOf(0, parent), desc, total, MemoryKind::Host);
-    check(remote->mappedPointer() != nullptr, "mapped pointer");
+    check(remote->hostPointer() != nullptr, "mapped pointer");
     auto conn = ct->connect(peerOf(0, parent), endpoint);
     std::vector<char> src(64 * kMiB + 16);
     RemoteRef dst{total, MemoryKind::Host, remote.get()};
@@ -462,7 +462,7 @@ size_t roundBytes(uint64_t round) {
 void writerRounds(Transport& t, TransportConnection& conn, RemoteMemory& remote, size_t total,
                   uint64_t rounds) {
   std::vector<char> src(kMaxRoundBytes);
-  char* mapped = static_cast<char*>(remote.mappedPointer());
+  char* mapped = static_cast<char*>(remote.hostPointer());
   check(mapped != nullptr, "writer mapping");
   RemoteRef dst{total, MemoryKind::Host, &remote};
   for (uint64_t round = 1; round <= rounds; ++round) {
@@ -544,7 +544,7 @@ BOOST_AUTO_TEST_CASE(user_memory_process_vm_writev) {
   pid_t child = runChild([&] {
     auto ct = makeTransport(1);
     auto remote = ct->importMemory(peerOf(0, parent), desc, user.size(), MemoryKind::Host);
-    check(remote->mappedPointer() == nullptr, "user memory of another process is not mapped");
+    check(remote->hostPointer() == nullptr, "user memory of another process is not mapped");
     auto conn = ct->connect(peerOf(0, parent), endpoint);
     std::vector<char> src(3 * kMiB + 64);
     fill(src.data(), src.size(), 9);

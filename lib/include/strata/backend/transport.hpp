@@ -61,8 +61,13 @@ class LocalMemory {
 class RemoteMemory {
  public:
   virtual ~RemoteMemory() = default;
-  /// A pointer this process may load from and store to (shm mappings, NVLink IPC), or nullptr.
-  virtual void* mappedPointer() const noexcept { return nullptr; }
+  /// Host memory of the peer mapped into this process, which the CPU may load from and store
+  /// to (shm), or nullptr.
+  virtual void* hostPointer() const noexcept { return nullptr; }
+  /// Device memory of the peer mapped into this process (CUDA IPC over NVLink or PCIe), for
+  /// device code and CUDA copies only, or nullptr. Separate from hostPointer() so that host
+  /// code can never memcpy into an IPC device pointer.
+  virtual void* devicePointer() const noexcept { return nullptr; }
 };
 
 /// A local buffer for write(): its address and this transport's registration of it.
