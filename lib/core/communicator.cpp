@@ -234,7 +234,11 @@ void Communicator::Impl::resolveForced(const Config& config) {
     return out;
   };
   std::string global = config::getString(config, "collectives.algorithm");
-  bool globalUsed = global == "auto";
+  // The global name must exist for some op, whether or not per-op keys override it there.
+  bool globalKnown = global == "auto";
+  for (CollectiveOp op : kOps) {
+    for (const auto& c : ops[static_cast<size_t>(op)].candidates) globalKnown |= matches(c, global);
+  }
   for (CollectiveOp op : kOps) {
     OpTable& t = ops[static_cast<size_t>(op)];
     std::string key(opKey(op));
@@ -258,11 +262,10 @@ void Communicator::Impl::resolveForced(const Config& config) {
                               "name for {} (choices: auto, {})",
                               key, name, backend::toString(op), choices(op)));
     }
-    if (!perOp) globalUsed = true;
     t.forced = found;
     t.forcedBy = fmt::format("{} = {}", perOp ? key : "collectives.algorithm", name);
   }
-  if (!globalUsed) {
+  if (!globalKnown) {
     std::set<std::string> all;
     for (CollectiveOp op : kOps) {
       for (const auto& c : ops[static_cast<size_t>(op)].candidates) {

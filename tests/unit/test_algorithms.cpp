@@ -95,6 +95,25 @@ BOOST_AUTO_TEST_CASE(the_global_key_forces_the_ops_that_have_the_name) {
   BOOST_TEST(listed);
 }
 
+// A per-op key wins over the global one for its op; the global name still counts as known even
+// when every op that has it is overridden, and "auto" per op undoes the global key.
+BOOST_AUTO_TEST_CASE(per_op_keys_override_the_global_key) {
+  Config c = base();
+  c.set("collectives.algorithm", "twoshot");
+  c.set("collectives.allreduce.algorithm", "oneshot");
+  auto comm = Communicator::create(c);
+  std::vector<float> a(1 << 16, 1.0f), b(1 << 16, 0.0f);
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum);
+  BOOST_TEST(comm->lastAlgorithm() == "host/oneshot");
+
+  Config d = base();
+  d.set("collectives.algorithm", "singlecopy");
+  d.set("collectives.allgather.algorithm", "auto");
+  auto comm2 = Communicator::create(d);
+  comm2->allGather(a.data(), b.data(), 16, DataType::Float32);
+  BOOST_TEST(comm2->lastAlgorithm() == "host/direct");  // auto: no single copy at one rank
+}
+
 BOOST_AUTO_TEST_CASE(auto_selection_follows_the_documented_order) {
   auto comm = Communicator::create(base());
   std::vector<double> a(16, 2.0), b(16, 0.0);
