@@ -87,14 +87,14 @@ struct Communicator::Impl {
   // Declared after context: destroyed before it.
   std::vector<std::unique_ptr<CollectivesBackend>> backends;
   std::array<OpTable, kOpSlots> ops;
-  /// Memory kind -> why no loaded backend serves it (for the NotSupported message).
+  /// Why the cuda module is not loaded (for the NotSupported message on device memory).
   std::string cudaMissing;
-  /// Held for a whole call: broken and lastAlgorithm are read and written under it.
+  /// Held for a whole call: broken and last are read and written under it.
   mutable std::mutex mu;
   /// Set by the first error while data moved: the pair counters may be out of step, so every
   /// later call fails at once instead of mixing up data.
   std::optional<Error> broken;
-  std::string lastAlgorithm;
+  const Candidate* last = nullptr;  ///< what the last call chose
 
   void loadBackends(const Config& config);
   void resolveForced(const Config& config);
@@ -282,6 +282,22 @@ void Communicator::Impl::resolveForced(const Config& config) {
   }
 }
 
+namespace {
+
+/// Why the candidate cannot run the request (empty: it can): its backend does not serve the
+/// buffers' memory, or the algorithm says why not.
+std::string whyNot(const Candidate& c, const CollectiveRequest& r) {
+  for (BufferKind k : {r.sendKind, r.recvKind}) {
+    if ((c.kinds & kindBit(k)) == 0) {
+      return fmt::format("backend {} does not serve {} memory", c.backend->name(),
+                         backend::toString(k));
+    }
+  }
+  return c.algorithm->unsuitable(r);
+}
+
+}  // namespace
+
 const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const char* what) const {
   const OpTable& t = ops[static_cast<size_t>(r.op)];
   const uint32_t need = kindBit(r.sendKind) | kindBit(r.recvKind);
@@ -297,12 +313,7 @@ const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const ch
                        kinds, r.stream.handle ? ", on a CUDA stream" : "");
   };
   if (t.forced) {
-    std::string why =
-        (t.forced->kinds & need) != need
-            ? fmt::format("backend {} does not serve {} memory", t.forced->backend->name(),
-                          backend::toString((t.forced->kinds & kindBit(r.sendKind)) ? r.recvKind
-                                                                                    : r.sendKind))
-            : t.forced->algorithm->unsuitable(r);
+    std::string why = whyNot(*t.forced, r);
     if (!why.empty()) {
       throw Error(ErrorCode::NotSupported,
                   fmt::format("{}: {} (forced by {}) cannot run it: {}", describeCall(),
@@ -332,24 +343,15 @@ const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const ch
                       cudaMissing.empty() ? std::string() : fmt::format(" ({})", cudaMissing)));
     }
   }
-  std::vector<std::string> reasons;
-  for (const auto& c : t.candidates) {
-    std::string why =
-        (c.kinds & need) != need ? "does not serve this memory" : c.algorithm->unsuitable(r);
-    reasons.push_back(fmt::format("{}: {}", c.fullName, why));
-  }
-  // One reason when every algorithm gave the same (a stream on host memory, say).
+  std::string text;
   std::set<std::string> distinct;
   for (const auto& c : t.candidates) {
-    distinct.insert((c.kinds & need) != need ? "does not serve this memory"
-                                             : c.algorithm->unsuitable(r));
+    std::string why = whyNot(c, r);
+    text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", c.fullName, why);
+    distinct.insert(std::move(why));
   }
-  std::string text;
-  if (distinct.size() == 1) {
-    text = *distinct.begin();
-  } else {
-    for (const auto& s : reasons) text += (text.empty() ? "" : "; ") + s;
-  }
+  // One reason when every algorithm gave the same (a stream on host memory, say).
+  if (distinct.size() == 1) text = *distinct.begin();
   throw Error(ErrorCode::NotSupported,
               fmt::format("{}: no algorithm can run it ({})", describeCall(), text));
 }
@@ -363,7 +365,7 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
                 broken->peer());
   }
   const Candidate& c = select(r, what);  // NotSupported leaves the communicator usable
-  lastAlgorithm = c.fullName;
+  last = &c;
   try {
     c.algorithm->run(r);
   } catch (const Error& e) {
@@ -411,7 +413,7 @@ Context& Communicator::context() {
 
 std::string Communicator::lastAlgorithm() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->lastAlgorithm;
+  return impl_->last ? impl_->last->fullName : std::string();
 }
 
 std::vector<Communicator::AlgorithmInfo> Communicator::algorithms() const {

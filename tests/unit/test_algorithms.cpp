@@ -5,11 +5,12 @@
 #define BOOST_TEST_MODULE algorithms
 #include <boost/test/unit_test.hpp>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <strata/strata.hpp>
+
+#include "tests/harness/single_rank.hpp"
 
 using strata::Communicator;
 using strata::Config;
@@ -17,39 +18,19 @@ using strata::DataType;
 using strata::Error;
 using strata::ErrorCode;
 using strata::ReduceOp;
+using strata::testing::expectError;
 
 namespace {
 
 // Runs in a process without any launcher environment: a single-rank job.
-struct CleanEnv {
-  CleanEnv() {
-    for (const char* v :
-         {"STRATA_RANK", "STRATA_SIZE", "STRATA_ROOT", "STRATA_ROOT_FD", "SLURM_PROCID",
-          "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "PMIX_NAMESPACE", "PMIX_SERVER_URI4",
-          "PMIX_SERVER_URI41", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"}) {
-      unsetenv(v);
-    }
-  }
-};
-BOOST_TEST_GLOBAL_FIXTURE(CleanEnv);
+using strata::testing::SingleRankEnv;
+BOOST_TEST_GLOBAL_FIXTURE(SingleRankEnv);
 
 Config base() {
   Config c;
   c.set("bootstrap.backend", "tcp");
   c.set("module.path", TEST_MODULE_DIR);
   return c;
-}
-
-template <typename F>
-Error expectError(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    BOOST_TEST_MESSAGE(e.what());
-    return e;
-  }
-  BOOST_FAIL("expected a strata::Error");
-  return Error(ErrorCode::Internal, "unreachable");
 }
 
 bool has(const std::string& text, const std::string& part) {

@@ -9,11 +9,13 @@
 #include <strata/strata.hpp>
 
 #include "bootstrap/registry.hpp"
+#include "tests/harness/single_rank.hpp"
 
 using strata::Config;
 using strata::Error;
 using strata::ErrorCode;
 namespace reg = strata::bootstrap;
+using strata::testing::expectError;
 
 namespace {
 
@@ -24,28 +26,8 @@ Config withModules() {
 }
 
 // Runs in a process without any launcher environment: a single-rank job.
-struct CleanEnv {
-  CleanEnv() {
-    for (const char* v : {"STRATA_RANK", "STRATA_SIZE", "STRATA_ROOT", "STRATA_ROOT_FD",
-                          "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK",
-                          "PMIX_NAMESPACE", "PMIX_SERVER_URI4", "PMIX_SERVER_URI41",
-                          "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"}) {
-      unsetenv(v);
-    }
-  }
-};
-BOOST_TEST_GLOBAL_FIXTURE(CleanEnv);
-
-template <class F>
-Error expectError(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  BOOST_FAIL("expected a strata::Error");
-  return Error(ErrorCode::Internal, "unreachable");
-}
+using strata::testing::SingleRankEnv;
+BOOST_TEST_GLOBAL_FIXTURE(SingleRankEnv);
 
 }  // namespace
 
