@@ -42,14 +42,12 @@ struct Shared {
     }
   }
 
-  /// What every host algorithm needs: CPU-accessible buffers and no stream.
-  std::string hostOnly(const CollectiveRequest& r) const {
+  /// What every host algorithm needs beyond host memory (the Communicator asks only about
+  /// requests whose buffers are of the kinds memoryKinds() lists): no stream.
+  std::string noStream(const CollectiveRequest& r) const {
     if (r.stream.handle) {
       return "a CUDA stream was given; host algorithms complete before they return and take "
              "none";
-    }
-    for (BufferKind k : {r.sendKind, r.recvKind}) {
-      if (k == BufferKind::CudaDevice) return "a buffer is CUDA device memory";
     }
     return "";
   }
@@ -106,7 +104,7 @@ class OneShot final : public HostAlgorithm {
         "(collectives.oneshot_max_bytes x (2/N)^2 above 2 ranks)",
         kib(s_.oneshotMax));
   }
-  std::string unsuitable(const CollectiveRequest& r) const override { return s_.hostOnly(r); }
+  std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest& r) const override { return r.bytes() <= s_.oneshotMax; }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) { allReduceOneShot(e, r.send, r.recv, r.count, r.type, r.redop); });
@@ -123,7 +121,7 @@ class Hierarchical final : public HostAlgorithm {
            "the same number (> 1) on each; auto takes it above the oneshot limit";
   }
   std::string unsuitable(const CollectiveRequest& r) const override {
-    std::string why = s_.hostOnly(r);
+    std::string why = s_.noStream(r);
     if (why.empty() && !hierarchicalLayout(*s_.engine)) {
       why = "needs ranks on several hosts with the same number (> 1) on each";
     }
@@ -145,7 +143,7 @@ class TwoShot final : public HostAlgorithm {
            "phases overlapping chunk by chunk (bandwidth-optimal); host memory, any layout; "
            "auto's choice above the oneshot limit on one host";
   }
-  std::string unsuitable(const CollectiveRequest& r) const override { return s_.hostOnly(r); }
+  std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) { allReduceTwoShot(e, r.send, r.recv, r.count, r.type, r.redop); });
@@ -169,7 +167,7 @@ class SingleCopy final : public HostAlgorithm {
         kib(s_.engine->singleCopyMinBytes()));
   }
   std::string unsuitable(const CollectiveRequest& r) const override {
-    std::string why = s_.hostOnly(r);
+    std::string why = s_.noStream(r);
     return why.empty() ? s_.singleCopyMissing() : why;
   }
   bool prefers(const CollectiveRequest& r) const override {
@@ -199,7 +197,7 @@ class Direct final : public HostAlgorithm {
     return "every rank sends each peer what it needs through the shared slots (pipelined "
            "chunks); host memory, any layout; auto's choice where single copy is not taken";
   }
-  std::string unsuitable(const CollectiveRequest& r) const override { return s_.hostOnly(r); }
+  std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) {
