@@ -416,6 +416,11 @@ std::string Communicator::lastAlgorithm() const {
   return impl_->last ? impl_->last->fullName : std::string();
 }
 
+std::string Communicator::lastLaunch() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last ? impl_->last->algorithm->launchShape() : std::string();
+}
+
 std::vector<Communicator::AlgorithmInfo> Communicator::algorithms() const {
   std::vector<AlgorithmInfo> out;
   for (auto& be : impl_->backends) {

@@ -93,6 +93,9 @@ class STRATA_API Communicator {
   std::vector<AlgorithmInfo> algorithms() const;
   /// "backend/name" of the algorithm the last call chose (empty before the first).
   std::string lastAlgorithm() const;
+  /// How the last call's algorithm launched its kernel ("grid 8 block 512"); empty for host
+  /// algorithms and before the first call.
+  std::string lastLaunch() const;
 
   /// recv[i] = op over ranks of send[i], count elements; in place when send == recv.
   void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,

@@ -124,6 +124,9 @@ class Algorithm {
   virtual bool prefers(const CollectiveRequest& request) const = 0;
   /// Runs the call; every rank runs the same algorithm for the same call.
   virtual void run(const CollectiveRequest& request) = 0;
+  /// How its last run() launched, for tools ("grid 8 block 512" for a kernel); empty for
+  /// algorithms that launch nothing.
+  virtual std::string launchShape() const { return {}; }
 };
 
 /// A backend: its algorithms and the memory they serve, set up on one Context.
