@@ -1,7 +1,9 @@
 #pragma once
 
 // Building blocks shared by host threads (g++) and CUDA kernels (nvcc): the STRATA_HOST_DEVICE
-// marker, system-scope atomics on 64-bit words and a spin pause.
+// marker, system-scope atomics on 64-bit words, the volatile 8- and 16-byte accesses LL packets
+// are made of, a clock and a spin pause. Each has a PTX (or libcu++) body for the GPU and a host
+// twin with the same ordering, so code built on them runs in host threads too (cuda-emu).
 
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,8 @@
 
 #if defined(__CUDA_ARCH__)
 #include <cuda/atomic>
+#else
+#include <chrono>
 #endif
 
 namespace strata::device {
@@ -49,6 +53,125 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t fetchAdd(uint64_t* word, uint64
 #endif
 }
 
+/// Adds value to a word another process (or GPU) waits on, after every earlier store of this
+/// thread: one release reduction at system scope, no separate fence (red.release.sys).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void redAddRelease(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+#else
+  __atomic_fetch_add(word, value, __ATOMIC_RELEASE);
+#endif
+}
+
+/// The same without ordering (barriers whose callers order their data otherwise).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void redAddRelaxed(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+#else
+  __atomic_fetch_add(word, value, __ATOMIC_RELAXED);
+#endif
+}
+
+/// Relaxed load of a word another process writes (no ordering of later loads).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadRelaxed(const uint64_t* word) {
+#if defined(__CUDA_ARCH__)
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
+  return v;
+#else
+  return __atomic_load_n(word, __ATOMIC_RELAXED);
+#endif
+}
+
+/// One 8-byte store that a reader sees whole or not at all (an LL8 packet: 4 data + 4 flag
+/// bytes). No ordering: the flag inside the word is the synchronisation.
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeWord(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+#else
+  __atomic_store_n(word, value, __ATOMIC_RELAXED);
+#endif
+}
+
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadWord(const uint64_t* word) {
+#if defined(__CUDA_ARCH__)
+  uint64_t v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
+  return v;
+#else
+  return __atomic_load_n(word, __ATOMIC_RELAXED);
+#endif
+}
+
+/// One 16-byte store of two 8-byte halves (an LL16 packet): each half is seen whole, the two
+/// halves independently (one v4.u32 store on the GPU, two 8-byte stores on the host).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeWordPair(uint64_t* words, uint64_t lo,
+                                                           uint64_t hi) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(words),
+               "r"(static_cast<uint32_t>(lo)), "r"(static_cast<uint32_t>(lo >> 32)),
+               "r"(static_cast<uint32_t>(hi)), "r"(static_cast<uint32_t>(hi >> 32))
+               : "memory");
+#else
+  __atomic_store_n(words, lo, __ATOMIC_RELAXED);
+  __atomic_store_n(words + 1, hi, __ATOMIC_RELAXED);
+#endif
+}
+
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void loadWordPair(const uint64_t* words, uint64_t& lo,
+                                                          uint64_t& hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t a, b, c, d;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+               : "l"(words)
+               : "memory");
+  lo = (static_cast<uint64_t>(b) << 32) | a;
+  hi = (static_cast<uint64_t>(d) << 32) | c;
+#else
+  lo = __atomic_load_n(words, __ATOMIC_RELAXED);
+  hi = __atomic_load_n(words + 1, __ATOMIC_RELAXED);
+#endif
+}
+
+/// 16-byte vector load and store of ordinary data (ordered by a semaphore, not by themselves):
+/// 16-byte aligned addresses only.
+struct alignas(16) Vec16 {
+  uint64_t lo, hi;
+};
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Vec16 loadVec16(const void* p) {
+#if defined(__CUDA_ARCH__)
+  uint4 v = *static_cast<const uint4*>(p);
+  return {(static_cast<uint64_t>(v.y) << 32) | v.x, (static_cast<uint64_t>(v.w) << 32) | v.z};
+#else
+  Vec16 v;
+  __builtin_memcpy(&v, p, 16);
+  return v;
+#endif
+}
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeVec16(void* p, Vec16 v) {
+#if defined(__CUDA_ARCH__)
+  *static_cast<uint4*>(p) = make_uint4(static_cast<uint32_t>(v.lo), static_cast<uint32_t>(v.lo >> 32),
+                                       static_cast<uint32_t>(v.hi), static_cast<uint32_t>(v.hi >> 32));
+#else
+  __builtin_memcpy(p, &v, 16);
+#endif
+}
+
+/// Nanoseconds of a clock that runs during a kernel (%globaltimer) or on the host (steady);
+/// only differences mean anything.
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t nowNs() {
+#if defined(__CUDA_ARCH__)
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#else
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+#endif
+}
+
 /// A full fence for stores that must be visible to other processes before a later flag
 /// (non-temporal stores on the host, system scope on the GPU).
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void fenceSystem() {
@@ -59,9 +182,12 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void fenceSystem() {
 #endif
 }
 
-/// One step of a spin loop: a pause instruction on x86, nothing elsewhere.
+/// One step of a spin loop: a pause instruction on x86, a short sleep on the GPU (sm_70+), so
+/// a spinning warp leaves its issue slots to others.
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void spinPause() {
-#if !defined(__CUDA_ARCH__) && defined(__x86_64__)
+#if defined(__CUDA_ARCH__)
+  __nanosleep(32);
+#elif defined(__x86_64__)
   __builtin_ia32_pause();
 #endif
 }

@@ -1,0 +1,365 @@
+#pragma once
+
+// What every CUDA collectives kernel shares: the arguments a launch gets by value, the layout of
+// the scratch buffer each rank exposes to its peers, the element arithmetic (every type, every
+// op, folded in rank order), and the bounded waits that report to the abort record.
+//
+// Kernel bodies are templates over a thread context Ctx with:
+//   uint32_t thread(), threads(), block(), blocks();  // CUDA's threadIdx.x, blockDim.x, ...
+//   void sync();                                      // __syncthreads()
+//   bool syncAnd(bool);                               // __syncthreads_and()
+//   void spin();                                      // one step of a wait loop
+// so the same code runs as CUDA kernels (context.cuh) and in host threads (tests/cuda-emu).
+// Everything that crosses threads goes through <strata/device.hpp>'s leaf primitives, which
+// have host twins.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <strata/device.hpp>
+#include <strata/device_channel.hpp>
+
+#include "base/float16.hpp"
+
+#if defined(__CUDACC__)
+#define STRATA_UNROLL _Pragma("unroll")
+#else
+#define STRATA_UNROLL
+#endif
+
+namespace strata::cuda {
+
+using device::AbortRecord;
+using device::EpochFlag;
+
+/// Ranks of one host a kernel serves, and blocks a launch may use (sizes of the state arrays).
+constexpr int kMaxRanks = 8;
+constexpr int kMaxBlocks = 32;
+
+/// Per-block state in this rank's device memory; it survives launches and graph replays.
+struct BlockState {
+  uint64_t epoch;                 ///< launches of packet kernels so far (the flag source)
+  uint64_t expected[kMaxRanks];   ///< semaphore counts consumed, per peer
+};
+
+/// Element types, as the module dispatches them (DataType order).
+enum class ElemType : int32_t { Int8, Uint8, Int32, Uint32, Int64, Uint64, Half, BFloat16, Float, Double };
+/// Reductions (ReduceOp order).
+enum class RedOp : int32_t { Sum, Prod, Min, Max, Avg };
+
+/// The scratch buffer of one rank, as offsets (the same on every rank):
+///   [semaphores: kMaxBlocks x kMaxRanks counters, raised by peers]
+///   [acks: 2 parities x kMaxBlocks x kMaxRanks LL8 packets]
+///   [packets: 2 parities x packetHalf bytes]   (double buffered by flag parity)
+///   [staging: staging bytes]                  (direct algorithms, ready/done handshakes)
+struct ScratchLayout {
+  static constexpr uint64_t kSemaphores = 0;
+  static constexpr uint64_t kAcks = kSemaphores + kMaxBlocks * kMaxRanks * 8;
+  static constexpr uint64_t kPackets = kAcks + 2 * kMaxBlocks * kMaxRanks * 8;
+  uint64_t packetHalf = 0;  ///< bytes per parity; a multiple of 256
+  uint64_t staging = 0;     ///< bytes; a multiple of 256
+
+  STRATA_HOST_DEVICE uint64_t stagingOffset() const { return kPackets + 2 * packetHalf; }
+  STRATA_HOST_DEVICE uint64_t total() const { return stagingOffset() + staging; }
+  /// Bytes of one peer's packet slot: a parity half holds two areas of nranks slots.
+  STRATA_HOST_DEVICE uint64_t slotBytes(int nranks) const {
+    return (packetHalf / (2 * static_cast<uint64_t>(nranks))) & ~uint64_t{15};
+  }
+  STRATA_HOST_DEVICE static constexpr uint64_t alignUp(uint64_t v, uint64_t a) {
+    return (v + a - 1) / a * a;
+  }
+};
+
+/// Everything a launch needs, passed by value (__grid_constant__ on the GPU). Nothing in it
+/// changes between graph replays: counts and flags live in BlockState and the scratch.
+struct KernelArgs {
+  int32_t rank = 0;
+  int32_t nranks = 1;
+  int32_t peer = -1;  ///< broadcast root, send/recv peer
+  RedOp op = RedOp::Sum;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint64_t count = 0;     ///< elements, as the request counts them
+  uint64_t elemSize = 1;  ///< bytes per element
+  char* scratch[kMaxRanks] = {};  ///< every rank's scratch, mapped here ([rank]: this rank's)
+  BlockState* state = nullptr;    ///< this rank's, kMaxBlocks entries
+  AbortRecord* abort = nullptr;   ///< mapped host memory
+  uint64_t timeoutNs = 0;         ///< per wait, from the kernel's start
+  ScratchLayout layout;
+
+  STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }
+};
+
+// ---- element arithmetic -----------------------------------------------------------------
+
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+using collectives::bf16ToFloat;
+using collectives::floatToBf16;
+using collectives::floatToHalf;
+using collectives::halfToFloat;
+
+/// The accumulator of an element type: fp32 for the 16-bit floats, the type itself otherwise.
+template <class T>
+struct Arith {
+  using Acc = T;
+  STRATA_HOST_DEVICE static Acc load(T v) { return v; }
+  STRATA_HOST_DEVICE static T store(Acc a) { return a; }
+};
+template <>
+struct Arith<Half> {
+  using Acc = float;
+  STRATA_HOST_DEVICE static Acc load(Half v) { return halfToFloat(v.bits); }
+  STRATA_HOST_DEVICE static Half store(Acc a) { return Half{floatToHalf(a)}; }
+};
+template <>
+struct Arith<BFloat16> {
+  using Acc = float;
+  STRATA_HOST_DEVICE static Acc load(BFloat16 v) { return bf16ToFloat(v.bits); }
+  STRATA_HOST_DEVICE static BFloat16 store(Acc a) { return BFloat16{floatToBf16(a)}; }
+};
+
+/// a op b; integers wrap (computed unsigned), floats in the accumulator type.
+template <class A>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE A combine(RedOp op, A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    switch (op) {
+      case RedOp::Prod:
+        return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+      case RedOp::Min:
+        return b < a ? b : a;
+      case RedOp::Max:
+        return a < b ? b : a;
+      default:  // Sum, Avg
+        return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+    }
+  } else {
+    switch (op) {
+      case RedOp::Prod:
+        return a * b;
+      case RedOp::Min:
+        return b < a ? b : a;
+      case RedOp::Max:
+        return a < b ? b : a;
+      default:
+        return a + b;
+    }
+  }
+}
+
+/// The elements of one 8-byte word, folded over ranks in rank order.
+template <class T>
+struct WordFold {
+  static_assert(8 % sizeof(T) == 0);
+  static constexpr int kLanes = 8 / sizeof(T);
+  using Acc = typename Arith<T>::Acc;
+  Acc acc[kLanes] = {};
+
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void init(uint64_t word) {
+    T lanes[kLanes];
+    __builtin_memcpy(lanes, &word, 8);
+STRATA_UNROLL
+    for (int i = 0; i < kLanes; ++i) acc[i] = Arith<T>::load(lanes[i]);
+  }
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void add(RedOp op, uint64_t word) {
+    T lanes[kLanes];
+    __builtin_memcpy(lanes, &word, 8);
+STRATA_UNROLL
+    for (int i = 0; i < kLanes; ++i) acc[i] = combine(op, acc[i], Arith<T>::load(lanes[i]));
+  }
+  /// The result word (Avg: the sum divided by nranks, truncating for integers).
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t finish(RedOp op, int nranks) const {
+    T lanes[kLanes];
+STRATA_UNROLL
+    for (int i = 0; i < kLanes; ++i) {
+      Acc a = acc[i];
+      if (op == RedOp::Avg) a = static_cast<Acc>(a / static_cast<Acc>(nranks));
+      lanes[i] = Arith<T>::store(a);
+    }
+    uint64_t word;
+    __builtin_memcpy(&word, lanes, 8);
+    return word;
+  }
+};
+
+// ---- bounded loads and stores of 8- and 16-byte units -----------------------------------------
+
+/// Bytes [off, off + 8) of src, zero past end (src needs no alignment).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadUnit8(const void* src, uint64_t off,
+                                                           uint64_t end) {
+  const char* p = static_cast<const char*>(src) + off;
+  if (off + 8 <= end && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    return *reinterpret_cast<const uint64_t*>(p);
+  }
+  uint64_t w = 0;
+  for (uint64_t i = 0; i < 8 && off + i < end; ++i) {
+    w |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  }
+  return w;
+}
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeUnit8(void* dst, uint64_t off, uint64_t end,
+                                                        uint64_t w) {
+  char* p = static_cast<char*>(dst) + off;
+  if (off + 8 <= end && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    *reinterpret_cast<uint64_t*>(p) = w;
+    return;
+  }
+  for (uint64_t i = 0; i < 8 && off + i < end; ++i) p[i] = static_cast<char>(w >> (8 * i));
+}
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 loadUnit16(const void* src, uint64_t off,
+                                                                 uint64_t end) {
+  const char* p = static_cast<const char*>(src) + off;
+  if (off + 16 <= end && (reinterpret_cast<uintptr_t>(p) & 15) == 0) return device::loadVec16(p);
+  return {loadUnit8(src, off, end), off + 8 < end ? loadUnit8(src, off + 8, end) : 0};
+}
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeUnit16(void* dst, uint64_t off, uint64_t end,
+                                                         device::Vec16 v) {
+  char* p = static_cast<char*>(dst) + off;
+  if (off + 16 <= end && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    device::storeVec16(p, v);
+    return;
+  }
+  storeUnit8(dst, off, end, v.lo);
+  if (off + 8 < end) storeUnit8(dst, off + 8, end, v.hi);
+}
+
+// ---- waits ----------------------------------------------------------------------------------
+
+/// Bounded waiting for one thread: polls pred, every 256 polls checks the abort record (another
+/// block gave up) and the deadline (this one gives up and reports).
+struct Waiter {
+  const KernelArgs* args;
+  uint64_t deadline;
+
+  template <class Ctx, class Pred>
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool until(Ctx& ctx, int peer, uint64_t want,
+                                                     Pred pred) const {
+    for (uint32_t i = 1;; ++i) {
+      uint64_t seen = 0;
+      if (pred(seen)) return true;
+      if ((i & 255u) == 0) {
+        if (args->abort->raised()) return false;
+        if (device::nowNs() > deadline) {
+          args->abort->report(AbortRecord::Timeout, ctx.block(), peer, want, seen);
+          return false;
+        }
+      }
+      ctx.spin();
+    }
+  }
+
+  /// One packet from peer; data set when it arrived.
+  template <class Packet, class Data, class Ctx>
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool packet(Ctx& ctx, const Packet* p, uint32_t flag,
+                                                      int peer, Data& data) const {
+    return until(ctx, peer, flag, [&](uint64_t& seen) {
+      if (p->tryRead(flag, data)) return true;
+      seen = device::loadWord(reinterpret_cast<const uint64_t*>(p)) >> 32;
+      return false;
+    });
+  }
+};
+
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Waiter makeWaiter(const KernelArgs& a) {
+  return Waiter{&a, device::nowNs() + a.timeoutNs};
+}
+
+/// The semaphore block `block` of this rank shares with peer: the peer raises our counter
+/// (our scratch), we raise theirs (their scratch, mapped here).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::DeviceSemaphore semaphore(const KernelArgs& a,
+                                                                          uint32_t block,
+                                                                          int peer) {
+  const uint64_t mine = ScratchLayout::kSemaphores + (block * kMaxRanks + peer) * 8;
+  const uint64_t theirs = ScratchLayout::kSemaphores + (block * kMaxRanks + a.rank) * 8;
+  device::DeviceSemaphore s;
+  s.inbound = reinterpret_cast<uint64_t*>(a.scratch[a.rank] + mine);
+  s.remoteInbound = reinterpret_cast<uint64_t*>(a.scratch[peer] + theirs);
+  s.expected = &a.state[block].expected[peer];
+  return s;
+}
+
+/// Block barrier with some peers (all ranks, or one peer when only is >= 0): every thread's
+/// earlier stores reach the peers before they pass it. False (in every thread) when a wait
+/// failed.
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool peerBarrier(Ctx& ctx, const KernelArgs& a,
+                                                         const Waiter& w, int only = -1) {
+  ctx.sync();
+  bool ok = true;
+  for (uint32_t q = ctx.thread(); q < static_cast<uint32_t>(a.nranks) && ok; q += ctx.threads()) {
+    const int peer = static_cast<int>(q);
+    if (peer == a.rank || (only >= 0 && peer != only)) continue;
+    const auto s = semaphore(a, ctx.block(), peer);
+    s.signal();
+    const uint64_t target = s.next();
+    ok = w.until(ctx, peer, target, [&](uint64_t& seen) {
+      if (s.arrived(target)) return true;
+      seen = device::loadRelaxed(s.inbound);
+      return false;
+    });
+  }
+  return ctx.syncAnd(ok);
+}
+
+/// One signal to peer, from one thread after the block's stores (the other side waits with
+/// waitSignal): the send side of a handshake.
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void signalPeer(Ctx& ctx, const KernelArgs& a, int peer) {
+  ctx.sync();
+  if (ctx.thread() == 0) semaphore(a, ctx.block(), peer).signal();
+}
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool waitSignal(Ctx& ctx, const KernelArgs& a,
+                                                        const Waiter& w, int peer) {
+  bool ok = true;
+  if (ctx.thread() == 0) {
+    const auto s = semaphore(a, ctx.block(), peer);
+    const uint64_t target = s.next();
+    ok = w.until(ctx, peer, target, [&](uint64_t& seen) {
+      if (s.arrived(target)) return true;
+      seen = device::loadRelaxed(s.inbound);
+      return false;
+    });
+  }
+  return ctx.syncAnd(ok);
+}
+
+/// The epoch of this launch's packet kernels (all state entries are equal: every packet launch
+/// advances every entry once).
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE EpochFlag beginEpoch(Ctx& ctx, const KernelArgs& a) {
+  return EpochFlag::of(a.state[ctx.block()].epoch + 1);
+}
+/// After the block's last packet: advances the entries this block owns (block, block + blocks,
+/// ...) so that a later launch with another grid size sees the same epoch in every block.
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void endEpoch(Ctx& ctx, const KernelArgs& a) {
+  ctx.sync();  // every thread has read the epoch
+  if (ctx.thread() == 0) {
+    const uint64_t next = a.state[ctx.block()].epoch + 1;
+    for (uint32_t b = ctx.block(); b < static_cast<uint32_t>(kMaxBlocks); b += ctx.blocks()) {
+      a.state[b].epoch = next;
+    }
+  }
+}
+
+/// Units [first, ...) with stride of the whole grid: the same unit goes to the same thread in
+/// every phase of a kernel (which makes in-place calls safe).
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t gridThread(Ctx& ctx) {
+  return static_cast<uint64_t>(ctx.block()) * ctx.threads() + ctx.thread();
+}
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t gridThreads(Ctx& ctx) {
+  return static_cast<uint64_t>(ctx.blocks()) * ctx.threads();
+}
+
+}  // namespace strata::cuda

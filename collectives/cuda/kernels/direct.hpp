@@ -1,0 +1,208 @@
+#pragma once
+
+// Direct algorithms: bandwidth-bound sizes. Each rank copies its input, a chunk at a time, into
+// its staging area (scratch that every peer maps), and peers read it with 16-byte loads. Every
+// chunk is bracketed by block-level handshakes on semaphores (common.hpp: peerBarrier): "staged"
+// before anyone reads, "read" before the staging is reused, so the staging is never double
+// buffered and needs no flags. Chunks are split over the blocks, and within a block's slice over
+// the ranks (the reduce-scatter owner of each piece); block b only ever reads what block b of a
+// peer wrote, so blocks never wait for each other.
+
+#include "common.hpp"
+#include "packets.hpp"
+
+namespace strata::cuda {
+
+/// The slice [begin, end) of a chunk that this block handles: the same region of the staging in
+/// every chunk (per = chunk / blocks), cut short in a last, partial chunk of `units` units. A
+/// block must never touch staging another block of a peer may still read.
+struct Slice {
+  uint64_t begin = 0, end = 0;
+  template <class Ctx>
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE static Slice of(Ctx& ctx, uint64_t chunk,
+                                                          uint64_t units) {
+    const uint64_t per = (chunk + ctx.blocks() - 1) / ctx.blocks();
+    Slice s;
+    s.begin = per * ctx.block() < units ? per * ctx.block() : units;
+    s.end = s.begin + per < units ? s.begin + per : units;
+    return s;
+  }
+  /// Owner r's part of the slice.
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Slice part(int r, int n) const {
+    const uint64_t len = end - begin, per = (len + n - 1) / n;
+    Slice s;
+    s.begin = begin + (per * r < len ? per * r : len);
+    s.end = s.begin + per < end ? s.begin + per : end;
+    return s;
+  }
+};
+
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE char* staging(const KernelArgs& a, int rank) {
+  return a.scratch[rank] + a.layout.stagingOffset();
+}
+
+/// allReduce, reduce-scatter then all-gather by direct loads and stores through the staging,
+/// pipelined in chunks of the staging size.
+template <class T, class Ctx>
+STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
+  const uint64_t chunk = a.layout.staging / 16;
+  char* mine = staging(a, a.rank);
+  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
+    const Slice slice = Slice::of(ctx, chunk, cu);
+    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+      device::storeVec16(mine + i * 16, loadUnit16(a.send, (c0 + i) * 16, bytes));
+    }
+    if (!peerBarrier(ctx, a, w)) return;  // staged
+    const Slice own = slice.part(a.rank, a.nranks);
+    for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
+      WordFold<T> lo, hi;
+      for (int r = 0; r < a.nranks; ++r) {
+        const device::Vec16 v = device::loadVec16(staging(a, r) + i * 16);
+        if (r == 0) {
+          lo.init(v.lo);
+          hi.init(v.hi);
+        } else {
+          lo.add(a.op, v.lo);
+          hi.add(a.op, v.hi);
+        }
+      }
+      const device::Vec16 out{lo.finish(a.op, a.nranks), hi.finish(a.op, a.nranks)};
+      device::storeVec16(mine + i * 16, out);
+      storeUnit16(a.recv, (c0 + i) * 16, bytes, out);
+    }
+    if (!peerBarrier(ctx, a, w)) return;  // reduced
+    for (int k = 1; k < a.nranks; ++k) {
+      const int s = (a.rank + k) % a.nranks;
+      const Slice part = slice.part(s, a.nranks);
+      const char* theirs = staging(a, s);
+      for (uint64_t i = part.begin + ctx.thread(); i < part.end; i += ctx.threads()) {
+        storeUnit16(a.recv, (c0 + i) * 16, bytes, device::loadVec16(theirs + i * 16));
+      }
+    }
+    if (!peerBarrier(ctx, a, w)) return;  // read: the staging may be reused
+  }
+}
+
+/// reduceScatter through the staging: each rank stages all n blocks of a chunk, owner r folds
+/// block r from every rank's staging.
+template <class T, class Ctx>
+STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
+  const uint64_t chunk = a.layout.staging / 16 / a.nranks;
+  const char* in = static_cast<const char*>(a.send);
+  char* mine = staging(a, a.rank);
+  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
+    const Slice slice = Slice::of(ctx, chunk, cu);
+    for (int s = 0; s < a.nranks; ++s) {
+      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+        device::storeVec16(mine + (s * chunk + i) * 16, loadUnit16(in + s * bytes, (c0 + i) * 16, bytes));
+      }
+    }
+    if (!peerBarrier(ctx, a, w)) return;
+    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+      WordFold<T> lo, hi;
+      for (int r = 0; r < a.nranks; ++r) {
+        const device::Vec16 v = device::loadVec16(staging(a, r) + (a.rank * chunk + i) * 16);
+        if (r == 0) {
+          lo.init(v.lo);
+          hi.init(v.hi);
+        } else {
+          lo.add(a.op, v.lo);
+          hi.add(a.op, v.hi);
+        }
+      }
+      storeUnit16(a.recv, (c0 + i) * 16, bytes,
+                  device::Vec16{lo.finish(a.op, a.nranks), hi.finish(a.op, a.nranks)});
+    }
+    if (!peerBarrier(ctx, a, w)) return;
+  }
+}
+
+/// allGather, broadcast, allToAll through the staging. What rank q stages for rank r sits at
+/// block r of q's staging for allToAll (chunk = staging / n), at offset 0 otherwise.
+template <class Ctx>
+STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
+  const bool perPeer = k == CopyKind::AllToAll;
+  const uint64_t chunk = a.layout.staging / 16 / (perPeer ? a.nranks : 1);
+  // Broadcast: the root meets every peer, a peer only the root.
+  const int only = k == CopyKind::Broadcast && a.rank != a.peer ? a.peer : -1;
+  char* mine = staging(a, a.rank);
+  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
+    const Slice slice = Slice::of(ctx, chunk, cu);
+    for (int q = 0; q < a.nranks; ++q) {
+      const char* src = copySource(k, a, q);
+      if (q == a.rank || src == nullptr) continue;
+      const uint64_t base = perPeer ? q * chunk : 0;
+      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+        device::storeVec16(mine + (base + i) * 16, loadUnit16(src, (c0 + i) * 16, bytes));
+      }
+      if (!perPeer) break;  // the same bytes for every peer
+    }
+    {
+      const char* src = copySource(k, a, a.rank);
+      char* dst = copyTarget(k, a, a.rank);
+      if (src != nullptr && dst != nullptr && src != dst) {
+        for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+          storeUnit16(dst, (c0 + i) * 16, bytes, loadUnit16(src, (c0 + i) * 16, bytes));
+        }
+      }
+    }
+    if (!peerBarrier(ctx, a, w, only)) return;  // staged
+    for (int k2 = 1; k2 < a.nranks; ++k2) {
+      const int q = (a.rank + k2) % a.nranks;
+      char* dst = copyTarget(k, a, q);
+      if (dst == nullptr) continue;
+      const char* theirs = staging(a, q) + (perPeer ? a.rank * chunk * 16 : 0);
+      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+        storeUnit16(dst, (c0 + i) * 16, bytes, device::loadVec16(theirs + i * 16));
+      }
+    }
+    if (!peerBarrier(ctx, a, w, only)) return;  // read
+  }
+}
+
+/// send: stage a chunk, signal the receiver, wait until it has read the chunk.
+template <class Ctx>
+STRATA_HOST_DEVICE void sendDirect(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
+  const uint64_t chunk = a.layout.staging / 16;
+  char* mine = staging(a, a.rank);
+  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
+    const Slice slice = Slice::of(ctx, chunk, cu);
+    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+      device::storeVec16(mine + i * 16, loadUnit16(a.send, (c0 + i) * 16, bytes));
+    }
+    signalPeer(ctx, a, a.peer);
+    if (!waitSignal(ctx, a, w, a.peer)) return;
+  }
+}
+
+/// recv: wait for a staged chunk of the sender, copy it out, tell the sender.
+template <class Ctx>
+STRATA_HOST_DEVICE void recvDirect(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
+  const uint64_t chunk = a.layout.staging / 16;
+  const char* theirs = staging(a, a.peer);
+  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
+    const Slice slice = Slice::of(ctx, chunk, cu);
+    if (!waitSignal(ctx, a, w, a.peer)) return;
+    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+      storeUnit16(a.recv, (c0 + i) * 16, bytes, device::loadVec16(theirs + i * 16));
+    }
+    signalPeer(ctx, a, a.peer);
+  }
+}
+
+}  // namespace strata::cuda

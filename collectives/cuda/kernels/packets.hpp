@@ -1,0 +1,276 @@
+#pragma once
+
+// Packet (LL) algorithms: latency-bound sizes. Data travels as LL8 or LL16 packets written
+// straight into the peers' scratch; a reader spins on each packet's flag, so there is no
+// semaphore and no fence on the way. Flags come from the per-block epoch (common.hpp), and the
+// packet scratch is double buffered by the epoch's parity: a rank can be one call ahead of a
+// peer (it cannot finish call k+1 before every peer has started it, hence finished call k), so
+// call k+1 writes the other half while the peer may still read call k's.
+//
+// Slots: in a parity half, area 0 holds nranks slots (slot q: what rank q sent here), area 1
+// another nranks (the two-shot's results). Each slot is layout.slotBytes(nranks) bytes.
+
+#include "common.hpp"
+
+namespace strata::cuda {
+
+using device::LL16Packet;
+using device::LL8Packet;
+
+/// Packets peer q writes for this rank (or this rank for q: pass q's scratch), area 0 or 1.
+template <class Packet>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Packet* packetSlot(const KernelArgs& a, char* scratch,
+                                                           uint32_t parity, int area, int slot) {
+  const uint64_t off = ScratchLayout::kPackets + parity * a.layout.packetHalf +
+                       (static_cast<uint64_t>(area) * a.nranks + slot) * a.layout.slotBytes(a.nranks);
+  return reinterpret_cast<Packet*>(scratch + off);
+}
+
+/// An 8-byte unit as two LL8 packets (index 2u and 2u + 1).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void putUnitLL8(LL8Packet* slot, uint64_t u, uint64_t w,
+                                                        uint32_t flag) {
+  slot[2 * u].write(static_cast<uint32_t>(w), flag);
+  slot[2 * u + 1].write(static_cast<uint32_t>(w >> 32), flag);
+}
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool readUnitLL8(Ctx& ctx, const Waiter& w,
+                                                         const LL8Packet* slot, uint64_t u,
+                                                         uint32_t flag, int peer, uint64_t& out) {
+  uint32_t lo = 0, hi = 0;
+  if (!w.packet(ctx, slot + 2 * u, flag, peer, lo)) return false;
+  if (!w.packet(ctx, slot + 2 * u + 1, flag, peer, hi)) return false;
+  out = (static_cast<uint64_t>(hi) << 32) | lo;
+  return true;
+}
+
+/// allReduce, one shot: every rank sends its whole input to every peer as LL8 packets; each
+/// rank folds all inputs in rank order. One packet hop; for the smallest sizes.
+template <class T, class Ctx>
+STRATA_HOST_DEVICE void allReduceOneShot(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const EpochFlag ef = beginEpoch(ctx, a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 7) / 8;
+  const uint64_t first = gridThread(ctx), stride = gridThreads(ctx);
+  char* self = a.scratch[a.rank];
+  for (uint64_t u = first; u < units; u += stride) {
+    const uint64_t v = loadUnit8(a.send, u * 8, bytes);
+    for (int i = 1; i < a.nranks; ++i) {
+      const int q = (a.rank + i) % a.nranks;  // spread the writes over the peers
+      putUnitLL8(packetSlot<LL8Packet>(a, a.scratch[q], ef.parity, 0, a.rank), u, v, ef.flag);
+    }
+  }
+  bool ok = true;
+  for (uint64_t u = first; u < units && ok; u += stride) {
+    WordFold<T> f;
+    for (int r = 0; r < a.nranks && ok; ++r) {
+      uint64_t v = 0;
+      if (r == a.rank) {
+        v = loadUnit8(a.send, u * 8, bytes);
+      } else {
+        ok = readUnitLL8(ctx, w, packetSlot<LL8Packet>(a, self, ef.parity, 0, r), u, ef.flag, r, v);
+      }
+      if (r == 0) {
+        f.init(v);
+      } else {
+        f.add(a.op, v);
+      }
+    }
+    if (ok) storeUnit8(a.recv, u * 8, bytes, f.finish(a.op, a.nranks));
+  }
+  if (!ctx.syncAnd(ok)) return;
+  endEpoch(ctx, a);
+}
+
+/// allReduce, two shot: rank s owns segment s; every rank sends segment s to its owner as LL16
+/// packets (a reduce-scatter), the owner folds in rank order and sends the result to every peer
+/// as LL16 packets (an all-gather). Two hops, each rank moves 2/n of the data.
+template <class T, class Ctx>
+STRATA_HOST_DEVICE void allReduceTwoShot(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const EpochFlag ef = beginEpoch(ctx, a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 7) / 8;
+  const uint64_t seg = (units + a.nranks - 1) / a.nranks;
+  const uint64_t first = gridThread(ctx), stride = gridThreads(ctx);
+  char* self = a.scratch[a.rank];
+  for (uint64_t u = first; u < units; u += stride) {
+    const int s = static_cast<int>(u / seg);
+    if (s == a.rank) continue;
+    packetSlot<LL16Packet>(a, a.scratch[s], ef.parity, 0, a.rank)[u - s * seg].write(
+        loadUnit8(a.send, u * 8, bytes), ef.flag);
+  }
+  bool ok = true;
+  const uint64_t mineEnd = (a.rank + 1) * seg < units ? (a.rank + 1) * seg : units;
+  for (uint64_t u = first; u < units && ok; u += stride) {
+    if (u < a.rank * seg || u >= mineEnd) continue;
+    const uint64_t i = u - a.rank * seg;
+    WordFold<T> f;
+    for (int r = 0; r < a.nranks && ok; ++r) {
+      uint64_t v = 0;
+      if (r == a.rank) {
+        v = loadUnit8(a.send, u * 8, bytes);
+      } else {
+        ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + i, ef.flag, r, v);
+      }
+      if (r == 0) {
+        f.init(v);
+      } else {
+        f.add(a.op, v);
+      }
+    }
+    if (!ok) break;
+    const uint64_t result = f.finish(a.op, a.nranks);
+    storeUnit8(a.recv, u * 8, bytes, result);
+    for (int k = 1; k < a.nranks; ++k) {
+      const int q = (a.rank + k) % a.nranks;
+      packetSlot<LL16Packet>(a, a.scratch[q], ef.parity, 1, a.rank)[i].write(result, ef.flag);
+    }
+  }
+  for (uint64_t u = first; u < units && ok; u += stride) {
+    const int s = static_cast<int>(u / seg);
+    if (s == a.rank) continue;
+    uint64_t v = 0;
+    ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 1, s) + (u - s * seg), ef.flag,
+                  s, v);
+    if (ok) storeUnit8(a.recv, u * 8, bytes, v);
+  }
+  if (!ctx.syncAnd(ok)) return;
+  endEpoch(ctx, a);
+}
+
+/// reduceScatter with LL16 packets: block s of every rank's input goes to rank s, which folds in
+/// rank order into its output.
+template <class T, class Ctx>
+STRATA_HOST_DEVICE void reduceScatterPackets(Ctx& ctx, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const EpochFlag ef = beginEpoch(ctx, a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 7) / 8;
+  const uint64_t first = gridThread(ctx), stride = gridThreads(ctx);
+  const char* in = static_cast<const char*>(a.send);
+  char* self = a.scratch[a.rank];
+  for (uint64_t u = first; u < units; u += stride) {
+    for (int k = 1; k < a.nranks; ++k) {
+      const int s = (a.rank + k) % a.nranks;
+      packetSlot<LL16Packet>(a, a.scratch[s], ef.parity, 0, a.rank)[u].write(
+          loadUnit8(in + s * bytes, u * 8, bytes), ef.flag);
+    }
+  }
+  bool ok = true;
+  for (uint64_t u = first; u < units && ok; u += stride) {
+    WordFold<T> f;
+    for (int r = 0; r < a.nranks && ok; ++r) {
+      uint64_t v = 0;
+      if (r == a.rank) {
+        v = loadUnit8(in + a.rank * bytes, u * 8, bytes);
+      } else {
+        ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + u, ef.flag, r, v);
+      }
+      if (r == 0) {
+        f.init(v);
+      } else {
+        f.add(a.op, v);
+      }
+    }
+    if (ok) storeUnit8(a.recv, u * 8, bytes, f.finish(a.op, a.nranks));
+  }
+  if (!ctx.syncAnd(ok)) return;
+  endEpoch(ctx, a);
+}
+
+/// The copy operations, with the bytes each rank sends and where each lands.
+enum class CopyKind : int32_t { AllGather, Broadcast, AllToAll };
+
+/// What this rank sends to rank `to` (nullptr: nothing); a.peer is broadcast's root.
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE const char* copySource(CopyKind k, const KernelArgs& a,
+                                                               int to) {
+  const char* s = static_cast<const char*>(a.send);
+  switch (k) {
+    case CopyKind::AllGather:
+      return s;
+    case CopyKind::Broadcast:
+      return a.rank == a.peer ? s : nullptr;
+    case CopyKind::AllToAll:
+      return s + to * a.bytes();
+  }
+  return nullptr;
+}
+/// Where this rank puts what rank `from` sends (nullptr: nothing).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE char* copyTarget(CopyKind k, const KernelArgs& a,
+                                                         int from) {
+  char* r = static_cast<char*>(a.recv);
+  switch (k) {
+    case CopyKind::AllGather:
+    case CopyKind::AllToAll:
+      return r + from * a.bytes();
+    case CopyKind::Broadcast:
+      return from == a.peer ? r : nullptr;
+  }
+  return nullptr;
+}
+
+/// This rank's own block: a local copy, none when in place.
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void copyOwn(Ctx& ctx, CopyKind k, const KernelArgs& a) {
+  const char* src = copySource(k, a, a.rank);
+  char* dst = copyTarget(k, a, a.rank);
+  if (src == nullptr || dst == nullptr || src == dst) return;
+  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
+  for (uint64_t u = gridThread(ctx); u < units; u += gridThreads(ctx)) {
+    storeUnit16(dst, u * 16, bytes, loadUnit16(src, u * 16, bytes));
+  }
+}
+
+/// allGather, broadcast, allToAll with LL8 packets: each rank writes what a peer gets into the
+/// peer's slot for it; each rank unpacks its slots. Broadcast's root gets an ack packet from
+/// every peer at the end (it receives nothing else, so without them it could run two calls
+/// ahead and overwrite packets a peer has not read).
+template <class Ctx>
+STRATA_HOST_DEVICE void copyPackets(Ctx& ctx, CopyKind k, const KernelArgs& a) {
+  const Waiter w = makeWaiter<Ctx>(a);
+  const EpochFlag ef = beginEpoch(ctx, a);
+  const uint64_t bytes = a.bytes(), units = (bytes + 7) / 8;
+  const uint64_t first = gridThread(ctx), stride = gridThreads(ctx);
+  char* self = a.scratch[a.rank];
+  for (int i = 1; i < a.nranks; ++i) {
+    const int q = (a.rank + i) % a.nranks;
+    const char* src = copySource(k, a, q);
+    if (src == nullptr) continue;
+    LL8Packet* slot = packetSlot<LL8Packet>(a, a.scratch[q], ef.parity, 0, a.rank);
+    for (uint64_t u = first; u < units; u += stride) {
+      putUnitLL8(slot, u, loadUnit8(src, u * 8, bytes), ef.flag);
+    }
+  }
+  copyOwn(ctx, k, a);
+  bool ok = true;
+  for (int i = 1; i < a.nranks && ok; ++i) {
+    const int q = (a.rank + a.nranks - i) % a.nranks;
+    char* dst = copyTarget(k, a, q);
+    if (dst == nullptr) continue;
+    const LL8Packet* slot = packetSlot<LL8Packet>(a, self, ef.parity, 0, q);
+    for (uint64_t u = first; u < units && ok; u += stride) {
+      uint64_t v = 0;
+      ok = readUnitLL8(ctx, w, slot, u, ef.flag, q, v);
+      if (ok) storeUnit8(dst, u * 8, bytes, v);
+    }
+  }
+  if (!ctx.syncAnd(ok)) return;
+  if (k == CopyKind::Broadcast) {
+    auto ack = [&](char* scratch, int from) {
+      return reinterpret_cast<LL8Packet*>(
+          scratch + ScratchLayout::kAcks +
+          ((static_cast<uint64_t>(ef.parity) * kMaxBlocks + ctx.block()) * kMaxRanks + from) * 8);
+    };
+    if (a.rank != a.peer) {
+      if (ctx.thread() == 0) ack(a.scratch[a.peer], a.rank)->write(0, ef.flag);
+    } else {
+      for (uint32_t q = ctx.thread(); q < static_cast<uint32_t>(a.nranks) && ok; q += ctx.threads()) {
+        if (static_cast<int>(q) == a.rank) continue;
+        uint32_t v = 0;
+        ok = w.packet(ctx, ack(self, static_cast<int>(q)), ef.flag, static_cast<int>(q), v);
+      }
+      if (!ctx.syncAnd(ok)) return;
+    }
+  }
+  endEpoch(ctx, a);
+}
+
+}  // namespace strata::cuda

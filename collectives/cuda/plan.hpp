@@ -1,0 +1,108 @@
+#pragma once
+
+// Host-side planning shared by the module and the host emulation: the scratch layout for a
+// configuration, and which kernel, grid and block serve a call. No CUDA here.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels/kernels.hpp"
+
+namespace strata::cuda {
+
+/// The collectives.cuda.* keys, parsed.
+struct Tuning {
+  uint64_t oneShotMax = 16 << 10;   ///< allReduce bytes per rank up to which one-shot LL8 runs
+  uint64_t twoShotMax = 2 << 20;    ///< ... two-shot LL16 (above: direct)
+  uint64_t packetsMax = 64 << 10;   ///< other ops: bytes per rank and peer for LL8
+  uint64_t staging = 8 << 20;       ///< bytes of the staging area (direct algorithms' chunk)
+  uint32_t maxBlocks = 16;
+  uint32_t threads = 512;
+};
+
+/// A layout big enough for the packet thresholds at nranks (both parities).
+inline ScratchLayout layoutFor(const Tuning& t, int nranks) {
+  const uint64_t n = static_cast<uint64_t>(nranks);
+  // Slot bytes needed: one-shot 16 B of LL8 per 8 data bytes; two-shot 16 B of LL16 per 8 data
+  // bytes of a 1/n segment; copies like one-shot; reduce-scatter like two-shot with the whole
+  // per-rank block.
+  const uint64_t seg = ScratchLayout::alignUp((t.twoShotMax + n - 1) / n, 8);
+  const uint64_t slot = std::max({2 * ScratchLayout::alignUp(t.oneShotMax, 8), 2 * seg,
+                                  2 * ScratchLayout::alignUp(t.packetsMax, 8)});
+  ScratchLayout l;
+  l.packetHalf = ScratchLayout::alignUp(2 * n * slot, 256);
+  l.staging = ScratchLayout::alignUp(std::max<uint64_t>(t.staging, 16 * n * 16), 256);
+  return l;
+}
+
+/// Whether a packet kernel's per-slot data fits the layout.
+inline bool fitsPackets(KernelId id, uint64_t bytes, int nranks, const ScratchLayout& l) {
+  const uint64_t units = (bytes + 7) / 8, slot = l.slotBytes(nranks);
+  switch (id) {
+    case KernelId::AllReduceTwoShot:
+      return ((units + nranks - 1) / nranks) * 16 <= slot;
+    case KernelId::ReduceScatterPackets:
+      return units * 16 <= slot;  // bytes: one block
+    default:
+      return units * 16 <= slot;  // LL8: two packets per 8 bytes
+  }
+}
+
+/// Grid and block for a kernel and the bytes per rank it moves.
+struct Shape {
+  uint32_t blocks = 1;
+  uint32_t threads = 1;
+};
+
+inline Shape shapeFor(KernelId id, uint64_t bytes, int nranks, const Tuning& t,
+                      const ScratchLayout& l) {
+  const uint64_t threads = std::max<uint32_t>(t.threads, 32);
+  uint64_t work;  // units one thread handles once
+  if (usesPackets(id)) {
+    work = (bytes + 7) / 8;
+  } else {
+    uint64_t chunk = l.staging / 16;
+    if (id == KernelId::AllToAllDirect || id == KernelId::ReduceScatterDirect) chunk /= nranks;
+    work = std::min<uint64_t>((bytes + 15) / 16, chunk);
+  }
+  Shape s;
+  s.threads = static_cast<uint32_t>(threads);
+  s.blocks = static_cast<uint32_t>(
+      std::clamp<uint64_t>((work + threads - 1) / threads, 1, std::min<uint32_t>(t.maxBlocks, kMaxBlocks)));
+  return s;
+}
+
+inline std::string toString(KernelId id) {
+  switch (id) {
+    case KernelId::AllReduceOneShot:
+      return "allreduce-oneshot-ll8";
+    case KernelId::AllReduceTwoShot:
+      return "allreduce-twoshot-ll16";
+    case KernelId::AllReduceDirect:
+      return "allreduce-direct";
+    case KernelId::ReduceScatterPackets:
+      return "reducescatter-ll16";
+    case KernelId::ReduceScatterDirect:
+      return "reducescatter-direct";
+    case KernelId::AllGatherPackets:
+      return "allgather-ll8";
+    case KernelId::AllGatherDirect:
+      return "allgather-direct";
+    case KernelId::BroadcastPackets:
+      return "broadcast-ll8";
+    case KernelId::BroadcastDirect:
+      return "broadcast-direct";
+    case KernelId::AllToAllPackets:
+      return "alltoall-ll8";
+    case KernelId::AllToAllDirect:
+      return "alltoall-direct";
+    case KernelId::Send:
+      return "send-direct";
+    case KernelId::Recv:
+      return "recv-direct";
+  }
+  return "unknown";
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,153 @@
+#pragma once
+
+// The host emulation of the CUDA collectives' kernels: ranks as groups of host threads in one
+// process, each rank with its own scratch (which every rank "maps": it is plain memory here),
+// block state and abort record. A launch runs every participating rank's grid at once (so
+// kernels that wait on each other are co-resident, as on a GPU), blocks as groups of threads
+// with a std::barrier for __syncthreads. The thread context adds random yields at every sync
+// and spin, and can make one rank slow.
+
+#include <atomic>
+#include <barrier>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "collectives/cuda/kernels/kernels.hpp"
+
+namespace strata::cuda::emu {
+
+struct Block {
+  explicit Block(uint32_t threads) : bar(threads) {}
+  std::barrier<> bar;
+  std::atomic<bool> fail{false};
+};
+
+class Thread {
+ public:
+  Thread(uint32_t t, uint32_t nt, uint32_t b, uint32_t nb, Block* blk, uint64_t seed, bool slow)
+      : t_(t), nt_(nt), b_(b), nb_(nb), blk_(blk), rng_(seed | 1), slow_(slow) {}
+  uint32_t thread() const { return t_; }
+  uint32_t threads() const { return nt_; }
+  uint32_t block() const { return b_; }
+  uint32_t blocks() const { return nb_; }
+  void sync() {
+    jitter();
+    blk_->bar.arrive_and_wait();
+  }
+  bool syncAnd(bool ok) {
+    if (!ok) blk_->fail.store(true, std::memory_order_relaxed);
+    sync();
+    const bool all = !blk_->fail.load(std::memory_order_relaxed);
+    sync();  // nobody sets fail for a later syncAnd before everyone read it
+    return all;
+  }
+  void spin() {
+    jitter();
+    std::this_thread::yield();
+  }
+
+ private:
+  void jitter() {
+    rng_ ^= rng_ << 13;
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    if (slow_ && (rng_ & 3) == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else if ((rng_ & 15) == 0) {
+      std::this_thread::yield();
+    }
+  }
+  uint32_t t_, nt_, b_, nb_;
+  Block* blk_;
+  uint64_t rng_;
+  bool slow_;
+};
+
+/// One rank's memory: scratch (zeroed, 256-byte aligned), block state, abort record.
+struct Rank {
+  explicit Rank(uint64_t bytes)
+      : scratch(static_cast<char*>(std::aligned_alloc(256, ScratchLayout::alignUp(bytes, 256)))) {
+    std::memset(scratch, 0, bytes);
+    std::memset(state, 0, sizeof(state));
+    std::memset(&abort, 0, sizeof(abort));
+  }
+  ~Rank() { std::free(scratch); }
+  Rank(const Rank&) = delete;
+  Rank& operator=(const Rank&) = delete;
+  char* scratch;
+  BlockState state[kMaxBlocks];
+  AbortRecord abort;
+};
+
+/// What one rank launches.
+struct Launch {
+  bool run = false;
+  KernelId id = KernelId::AllReduceOneShot;
+  ElemType type = ElemType::Float;
+  KernelArgs args;
+  uint32_t blocks = 1, threads = 4;
+};
+
+class World {
+ public:
+  World(int nranks, ScratchLayout layout, uint64_t timeoutNs, uint64_t seed = 1)
+      : n_(nranks), layout_(layout), timeoutNs_(timeoutNs), seed_(seed) {
+    for (int r = 0; r < n_; ++r) ranks_.push_back(std::make_unique<Rank>(layout.total()));
+  }
+  int size() const { return n_; }
+  Rank& rank(int r) { return *ranks_[r]; }
+  const ScratchLayout& layout() const { return layout_; }
+  /// Arguments with this rank's memory filled in.
+  KernelArgs args(int r) const {
+    KernelArgs a;
+    a.rank = r;
+    a.nranks = n_;
+    for (int q = 0; q < n_; ++q) a.scratch[q] = ranks_[q]->scratch;
+    a.state = ranks_[r]->state;
+    a.abort = &ranks_[r]->abort;
+    a.timeoutNs = timeoutNs_;
+    a.layout = layout_;
+    return a;
+  }
+  /// Sets every block's epoch (flags near the 32-bit wrap).
+  void setEpoch(uint64_t e) {
+    for (auto& r : ranks_) {
+      for (auto& s : r->state) s.epoch = e;
+    }
+  }
+  /// Runs every launch with run set, all at once; returns when all are done. slowRank's threads
+  /// sleep now and then.
+  void launch(std::vector<Launch>& launches, int slowRank = -1) {
+    std::vector<std::unique_ptr<Block>> blocks;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r) {
+      Launch& l = launches[r];
+      if (!l.run) continue;
+      for (uint32_t b = 0; b < l.blocks; ++b) {
+        blocks.push_back(std::make_unique<Block>(l.threads));
+        Block* blk = blocks.back().get();
+        for (uint32_t t = 0; t < l.threads; ++t) {
+          const uint64_t seed = seed_++ * 0x9e3779b97f4a7c15ull;
+          threads.emplace_back([&l, t, b, blk, seed, slow = r == slowRank] {
+            Thread ctx(t, l.threads, b, l.blocks, blk, seed, slow);
+            runKernelDynamic(l.id, l.type, ctx, l.args);
+          });
+        }
+      }
+    }
+    for (auto& t : threads) t.join();
+  }
+
+ private:
+  int n_;
+  ScratchLayout layout_;
+  uint64_t timeoutNs_;
+  uint64_t seed_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+};
+
+}  // namespace strata::cuda::emu

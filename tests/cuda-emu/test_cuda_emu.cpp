@@ -1,0 +1,470 @@
+// cuda-emu: the CUDA collectives' kernel bodies (collectives/cuda/kernels/) run in host threads:
+// every algorithm, N = 2..8 ranks, several blocks and threads, every type and op, odd counts, in
+// place and out of place, one slow rank, random yields, back-to-back calls that switch algorithms
+// and sizes, flags started near the 32-bit wrap. Every result is compared bit for bit with a
+// reference folded in rank order. See docs/collectives-cuda.md.
+//
+// STRATA_EMU_QUICK=1 runs smaller sweeps (the ThreadSanitizer build uses it).
+
+#define BOOST_TEST_MODULE cuda_emu
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/float16.hpp"
+#include "collectives/cuda/plan.hpp"
+#include "tests/cuda-emu/emu.hpp"
+
+using namespace strata::cuda;
+using strata::cuda::emu::Launch;
+using strata::cuda::emu::World;
+
+namespace {
+
+bool quick() {
+  const char* q = std::getenv("STRATA_EMU_QUICK");
+  return q != nullptr && *q == '1';
+}
+
+constexpr uint64_t kTimeoutNs = 20'000'000'000ull;  // generous: 2 cores, up to 128 threads
+
+/// A small layout so that chunking and slot limits are exercised with small buffers.
+ScratchLayout smallLayout(int n) {
+  Tuning t;
+  t.oneShotMax = 1024;
+  t.twoShotMax = 4096;
+  t.packetsMax = 1024;
+  t.staging = 2048;
+  return layoutFor(t, n);
+}
+
+size_t elemSize(ElemType t) {
+  switch (t) {
+    case ElemType::Int8:
+    case ElemType::Uint8:
+      return 1;
+    case ElemType::Half:
+    case ElemType::BFloat16:
+      return 2;
+    case ElemType::Int32:
+    case ElemType::Uint32:
+    case ElemType::Float:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
+                           ElemType::Int64, ElemType::Uint64, ElemType::Half,  ElemType::BFloat16,
+                           ElemType::Float, ElemType::Double};
+const RedOp kOps[] = {RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg};
+
+/// Random elements: any bits for integers, small values with fractions for floats (so sums and
+/// products round, and NaNs stay rare).
+std::vector<char> randomData(std::mt19937_64& rng, ElemType t, size_t count) {
+  std::vector<char> out(count * elemSize(t));
+  std::uniform_real_distribution<float> real(-3.0f, 3.0f);
+  for (size_t i = 0; i < count; ++i) {
+    char* p = out.data() + i * elemSize(t);
+    if (t == ElemType::Float) {
+      float v = real(rng);
+      std::memcpy(p, &v, 4);
+    } else if (t == ElemType::Double) {
+      double v = static_cast<double>(real(rng)) / 3.0;
+      std::memcpy(p, &v, 8);
+    } else if (t == ElemType::Half) {
+      uint16_t h = strata::collectives::floatToHalf(real(rng));
+      std::memcpy(p, &h, 2);
+    } else if (t == ElemType::BFloat16) {
+      uint16_t h = strata::collectives::floatToBf16(real(rng));
+      std::memcpy(p, &h, 2);
+    } else {
+      uint64_t v = rng();
+      std::memcpy(p, &v, elemSize(t));
+    }
+  }
+  return out;
+}
+
+/// The reference: element i of every rank's input folded in rank order, written independently of
+/// the kernels' WordFold (integers wrap, 16-bit floats accumulate in fp32 and round once).
+template <class T, class A>
+A fold(RedOp op, A acc, A v) {
+  switch (op) {
+    case RedOp::Prod:
+      if constexpr (std::is_integral_v<A>) {
+        return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) *
+                              static_cast<std::make_unsigned_t<A>>(v));
+      } else {
+        return acc * v;
+      }
+    case RedOp::Min:
+      return v < acc ? v : acc;
+    case RedOp::Max:
+      return acc < v ? v : acc;
+    default:
+      if constexpr (std::is_integral_v<A>) {
+        return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) +
+                              static_cast<std::make_unsigned_t<A>>(v));
+      } else {
+        return acc + v;
+      }
+  }
+}
+
+template <class T>
+void referenceTyped(RedOp op, const std::vector<const char*>& in, size_t count, char* out) {
+  const int n = static_cast<int>(in.size());
+  for (size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      auto load = [](const char* p) {
+        uint16_t b;
+        std::memcpy(&b, p, 2);
+        return std::is_same_v<T, Half> ? strata::collectives::halfToFloat(b)
+                                       : strata::collectives::bf16ToFloat(b);
+      };
+      float acc = load(in[0] + i * 2);
+      for (int r = 1; r < n; ++r) acc = fold<T, float>(op, acc, load(in[r] + i * 2));
+      if (op == RedOp::Avg) acc = acc / static_cast<float>(n);
+      uint16_t b = std::is_same_v<T, Half> ? strata::collectives::floatToHalf(acc)
+                                           : strata::collectives::floatToBf16(acc);
+      std::memcpy(out + i * 2, &b, 2);
+    } else {
+      T acc, v;
+      std::memcpy(&acc, in[0] + i * sizeof(T), sizeof(T));
+      for (int r = 1; r < n; ++r) {
+        std::memcpy(&v, in[r] + i * sizeof(T), sizeof(T));
+        acc = fold<T, T>(op, acc, v);
+      }
+      if (op == RedOp::Avg) acc = static_cast<T>(acc / static_cast<T>(n));
+      std::memcpy(out + i * sizeof(T), &acc, sizeof(T));
+    }
+  }
+}
+
+void reference(ElemType t, RedOp op, const std::vector<const char*>& in, size_t count, char* out) {
+  withElemType(t, [&]<class T>() { referenceTyped<T>(op, in, count, out); });
+}
+
+std::string describe(KernelId id, ElemType t, RedOp op, int n, size_t count, bool inPlace) {
+  return toString(id) + " type " + std::to_string(static_cast<int>(t)) + " op " +
+         std::to_string(static_cast<int>(op)) + " n " + std::to_string(n) + " count " +
+         std::to_string(count) + (inPlace ? " in place" : "");
+}
+
+/// Checks that no rank reported an abort.
+void expectNoAbort(World& w, const std::string& what) {
+  for (int r = 0; r < w.size(); ++r) {
+    const auto& ab = w.rank(r).abort;
+    BOOST_REQUIRE_MESSAGE(ab.code == 0, what << ": rank " << r << " aborted (block " << ab.block
+                                             << ", peer " << ab.peer << ", expected "
+                                             << ab.expected << ", seen " << ab.seen << ")");
+  }
+}
+
+Shape emuShape(std::mt19937_64& rng) {
+  Shape s;
+  s.blocks = 1 + static_cast<uint32_t>(rng() % 3);
+  s.threads = 2 + static_cast<uint32_t>(rng() % 4);
+  return s;
+}
+
+/// Runs one collective (not send/recv) on every rank and compares every rank's output.
+/// Returns the number of wrong bytes (0 when right).
+size_t runCollective(World& w, KernelId id, ElemType t, RedOp op, size_t count, bool inPlace,
+                     int root, std::mt19937_64& rng, int slowRank = -1) {
+  const int n = w.size();
+  const size_t es = elemSize(t), bytes = count * es;
+  const bool isReduceScatter = id == KernelId::ReduceScatterPackets || id == KernelId::ReduceScatterDirect;
+  const bool isAllGather = id == KernelId::AllGatherPackets || id == KernelId::AllGatherDirect;
+  const bool isAllToAll = id == KernelId::AllToAllPackets || id == KernelId::AllToAllDirect;
+  const bool isBroadcast = id == KernelId::BroadcastPackets || id == KernelId::BroadcastDirect;
+  const size_t sendElems = isReduceScatter || isAllToAll ? count * n : count;
+  const size_t recvElems = isAllGather || isAllToAll ? count * n : count;
+  if (isAllToAll) inPlace = false;  // not allowed
+  std::vector<std::vector<char>> in(n), out(n), expect(n);
+  for (int r = 0; r < n; ++r) {
+    in[r] = randomData(rng, t, sendElems);
+    out[r] = randomData(rng, t, recvElems);  // garbage that must be overwritten
+  }
+  // Expected outputs.
+  for (int r = 0; r < n; ++r) {
+    expect[r].resize(recvElems * es);
+    if (id == KernelId::AllReduceOneShot || id == KernelId::AllReduceTwoShot ||
+        id == KernelId::AllReduceDirect) {
+      std::vector<const char*> ins;
+      for (int q = 0; q < n; ++q) ins.push_back(in[q].data());
+      reference(t, op, ins, count, expect[r].data());
+    } else if (isReduceScatter) {
+      std::vector<const char*> ins;
+      for (int q = 0; q < n; ++q) ins.push_back(in[q].data() + r * bytes);
+      reference(t, op, ins, count, expect[r].data());
+    } else if (isAllGather) {
+      for (int q = 0; q < n; ++q) std::memcpy(expect[r].data() + q * bytes, in[q].data(), bytes);
+    } else if (isAllToAll) {
+      for (int q = 0; q < n; ++q) {
+        std::memcpy(expect[r].data() + q * bytes, in[q].data() + r * bytes, bytes);
+      }
+    } else if (isBroadcast) {
+      std::memcpy(expect[r].data(), in[root].data(), bytes);
+    }
+  }
+  // In place: the input lives inside the output buffer.
+  std::vector<const void*> sendPtr(n);
+  for (int r = 0; r < n; ++r) {
+    sendPtr[r] = in[r].data();
+    if (!inPlace) continue;
+    if (isAllGather) {
+      std::memcpy(out[r].data() + r * bytes, in[r].data(), bytes);
+      sendPtr[r] = out[r].data() + r * bytes;
+    } else if (isReduceScatter) {
+      // recv == send + rank * count: the output is a window of the input.
+      sendPtr[r] = in[r].data();
+    } else {
+      std::memcpy(out[r].data(), in[r].data(), bytes);
+      sendPtr[r] = out[r].data();
+    }
+  }
+  std::vector<Launch> launches(n);
+  const Shape s = emuShape(rng);
+  for (int r = 0; r < n; ++r) {
+    Launch& l = launches[r];
+    l.run = true;
+    l.id = id;
+    l.type = t;
+    l.blocks = s.blocks;
+    l.threads = s.threads;
+    l.args = w.args(r);
+    l.args.op = op;
+    l.args.count = count;
+    l.args.elemSize = es;
+    l.args.peer = root;
+    l.args.send = sendPtr[r];
+    l.args.recv = inPlace && isReduceScatter ? in[r].data() + r * bytes : out[r].data();
+  }
+  const std::string what = describe(id, t, op, n, count, inPlace);
+  w.launch(launches, slowRank);
+  expectNoAbort(w, what);
+  size_t wrong = 0;
+  for (int r = 0; r < n; ++r) {
+    const char* got = inPlace && isReduceScatter ? in[r].data() + r * bytes : out[r].data();
+    for (size_t i = 0; i < expect[r].size(); ++i) wrong += got[i] != expect[r][i];
+  }
+  BOOST_CHECK_MESSAGE(wrong == 0, what << ": " << wrong << " wrong bytes");
+  return wrong;
+}
+
+const KernelId kReduceKernels[] = {KernelId::AllReduceOneShot, KernelId::AllReduceTwoShot,
+                                   KernelId::AllReduceDirect, KernelId::ReduceScatterPackets,
+                                   KernelId::ReduceScatterDirect};
+const KernelId kCopyKernels[] = {KernelId::AllGatherPackets, KernelId::AllGatherDirect,
+                                 KernelId::BroadcastPackets, KernelId::BroadcastDirect,
+                                 KernelId::AllToAllPackets,  KernelId::AllToAllDirect};
+
+/// The largest count a kernel takes in the small layout (packet kernels are bounded by their
+/// slots; direct ones by nothing: a few chunks).
+size_t maxCount(KernelId id, ElemType t, int n, const ScratchLayout& l) {
+  const size_t es = elemSize(t);
+  if (!usesPackets(id)) return 3 * l.staging / es + 7;
+  size_t c = 1;
+  while (fitsPackets(id, (c * 2) * es, n, l)) c *= 2;
+  return c;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_type_and_op_bit_identical) {
+  std::mt19937_64 rng(42);
+  const std::vector<int> sizes = quick() ? std::vector<int>{3} : std::vector<int>{2, 3, 5, 8};
+  for (int n : sizes) {
+    World w(n, smallLayout(n), kTimeoutNs, 100 + n);
+    for (KernelId id : kReduceKernels) {
+      for (ElemType t : kTypes) {
+        for (RedOp op : kOps) {
+          const size_t cap = maxCount(id, t, n, w.layout());
+          const size_t count = 1 + rng() % std::min<size_t>(cap, 301);
+          runCollective(w, id, t, op, count, rng() % 2 == 0, -1, rng);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(copy_operations_every_size_and_root) {
+  std::mt19937_64 rng(7);
+  for (int n = 2; n <= 8; ++n) {
+    if (quick() && n != 3) continue;
+    World w(n, smallLayout(n), kTimeoutNs, 200 + n);
+    for (KernelId id : kCopyKernels) {
+      for (ElemType t : {ElemType::Int8, ElemType::Half, ElemType::Double}) {
+        const size_t cap = maxCount(id, t, n, w.layout());
+        for (size_t count : {size_t{1}, size_t{7}, cap / 3 + 1, cap}) {
+          const int root = static_cast<int>(rng() % n);
+          runCollective(w, id, t, RedOp::Sum, count, rng() % 2 == 0, root, rng);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(send_recv_pairs_across_chunks) {
+  std::mt19937_64 rng(9);
+  for (int n : {2, 5, 8}) {
+    World w(n, smallLayout(n), kTimeoutNs, 300 + n);
+    for (size_t bytes : {size_t{1}, size_t{33}, size_t{4096 + 5}, size_t{3 * 2048 + 17}}) {
+      // Even ranks send to the next rank, which receives; an odd last rank idles.
+      std::vector<std::vector<char>> data(n), got(n);
+      std::vector<Launch> launches(n);
+      for (int r = 0; r + 1 < n; r += 2) {
+        data[r] = randomData(rng, ElemType::Uint8, bytes);
+        got[r + 1] = randomData(rng, ElemType::Uint8, bytes);
+        for (int side = 0; side < 2; ++side) {
+          Launch& l = launches[r + side];
+          l.run = true;
+          l.id = side == 0 ? KernelId::Send : KernelId::Recv;
+          l.type = ElemType::Uint8;
+          l.blocks = 1 + static_cast<uint32_t>(bytes % 3);
+          l.threads = 4;
+          l.args = w.args(r + side);
+          l.args.peer = side == 0 ? r + 1 : r;
+          l.args.count = bytes;
+          l.args.elemSize = 1;
+          l.args.send = data[r].data();
+          l.args.recv = got[r + 1].data();
+        }
+      }
+      w.launch(launches, static_cast<int>(rng() % n));
+      expectNoAbort(w, "send/recv");
+      for (int r = 0; r + 1 < n; r += 2) {
+        BOOST_CHECK_MESSAGE(data[r] == got[r + 1],
+                            "send/recv " << r << " -> " << r + 1 << " bytes " << bytes);
+      }
+    }
+  }
+}
+
+/// Back-to-back calls that switch algorithms, sizes and grids, with one slow rank, from epochs
+/// near the 32-bit wrap (and far past it): the flag and scratch scheme across calls.
+void randomSequence(int n, uint64_t startEpoch, int calls, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  World w(n, smallLayout(n), kTimeoutNs, seed);
+  w.setEpoch(startEpoch);
+  const int slow = static_cast<int>(rng() % n);
+  std::vector<KernelId> all(std::begin(kReduceKernels), std::end(kReduceKernels));
+  all.insert(all.end(), std::begin(kCopyKernels), std::end(kCopyKernels));
+  for (int c = 0; c < calls; ++c) {
+    const KernelId id = all[rng() % all.size()];
+    const ElemType t = kTypes[rng() % 10];
+    const RedOp op = kOps[rng() % 5];
+    const size_t cap = maxCount(id, t, n, w.layout());
+    const size_t count = 1 + rng() % cap;
+    runCollective(w, id, t, op, count, rng() % 2 == 0, static_cast<int>(rng() % n), rng, slow);
+  }
+  // Every packet kernel advanced every rank's and every block's epoch alike.
+  for (int r = 0; r < n; ++r) {
+    for (int b = 0; b < kMaxBlocks; ++b) {
+      BOOST_REQUIRE_EQUAL(w.rank(r).state[b].epoch, w.rank(0).state[0].epoch);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(random_sequences_switching_algorithms) {
+  const int calls = quick() ? 12 : 150;
+  for (int n = 2; n <= 8; ++n) randomSequence(n, 0, calls, 1000 + n);
+}
+
+BOOST_AUTO_TEST_CASE(flags_near_the_32_bit_wrap) {
+  const int calls = quick() ? 10 : 60;
+  randomSequence(4, 0xffffffffull - 5, calls, 77);
+  randomSequence(3, 0xfffffffeull * 3 - 4, calls, 78);  // the flag modulus wraps here
+  randomSequence(2, (1ull << 40) - 3, calls, 79);
+}
+
+BOOST_AUTO_TEST_CASE(epoch_flags_never_zero_and_differ_per_parity) {
+  for (uint64_t base : {uint64_t{0}, uint64_t{0xffffffffull - 4}, uint64_t{0xfffffffeull * 2 - 3},
+                        uint64_t{~uint64_t{0} - 8}}) {
+    for (uint64_t e = base; e < base + 8; ++e) {
+      const auto a = EpochFlag::of(e), b = EpochFlag::of(e + 2);
+      BOOST_CHECK_NE(a.flag, 0u);
+      BOOST_CHECK_NE(a.flag, b.flag);
+      BOOST_CHECK_EQUAL(a.parity, b.parity);
+      BOOST_CHECK_NE(a.parity, EpochFlag::of(e + 1).parity);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_rank_times_out_naming_it) {
+  for (KernelId id : {KernelId::AllReduceOneShot, KernelId::AllReduceDirect}) {
+    World w(3, smallLayout(3), 200'000'000ull);  // 0.2 s
+    std::vector<float> in(64, 1.0f), out0(64), out1(64);
+    std::vector<Launch> launches(3);
+    for (int r = 0; r < 2; ++r) {
+      Launch& l = launches[r];
+      l.run = true;
+      l.id = id;
+      l.type = ElemType::Float;
+      l.blocks = 2;
+      l.threads = 4;
+      l.args = w.args(r);
+      l.args.count = in.size();
+      l.args.elemSize = 4;
+      l.args.send = in.data();
+      l.args.recv = r == 0 ? out0.data() : out1.data();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    w.launch(launches);  // rank 2 never launches
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (int r = 0; r < 2; ++r) {
+      const auto& ab = w.rank(r).abort;
+      BOOST_CHECK_EQUAL(ab.code, static_cast<uint64_t>(AbortRecord::Timeout));
+      BOOST_CHECK_EQUAL(ab.peer, 2);
+    }
+    BOOST_CHECK_GE(s, 0.2);
+    BOOST_CHECK_LT(s, 10.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(semaphore_count_lives_in_memory) {
+  uint64_t inbound = 0, expected = 0;
+  strata::device::DeviceSemaphore s{&inbound, &inbound, &expected};
+  for (int i = 0; i < 3; ++i) {
+    auto copy = s;  // a by-value handle per "launch"
+    copy.signal();
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto copy = s;
+    BOOST_CHECK(copy.wait(10));
+  }
+  BOOST_CHECK_EQUAL(expected, 3u);
+  auto copy = s;
+  BOOST_CHECK(!copy.wait(10));  // no fourth signal
+}
+
+BOOST_AUTO_TEST_CASE(packets_round_trip_and_stale_flags_are_not_read) {
+  using strata::device::LL16Packet;
+  using strata::device::LL8Packet;
+  std::vector<uint64_t> src(33);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 0x0123456789abcdefull * (i + 1);
+  std::vector<LL8Packet> p8(66);
+  std::vector<LL16Packet> p16(33);
+  strata::device::putPackets(p8.data(), src.data(), src.size() * 8, 5, 0, 1);
+  strata::device::putPackets(p16.data(), src.data(), src.size() * 8, 5, 0, 1);
+  std::vector<uint64_t> a(33), b(33);
+  BOOST_CHECK(strata::device::unpackPackets(a.data(), p8.data(), 33 * 8, 5, 0, 1, 10));
+  BOOST_CHECK(strata::device::unpackPackets(b.data(), p16.data(), 33 * 8, 5, 0, 1, 10));
+  BOOST_CHECK(a == src);
+  BOOST_CHECK(b == src);
+  uint64_t v = 0;
+  BOOST_CHECK(!strata::device::readPacket(p16.data(), 3, 6u, 100, v));  // flag 5 is stale
+  // An LL16 packet whose halves carry different flags is not read (a torn packet).
+  p16[0].words[1] = (uint64_t{6} << 32) | 1;
+  BOOST_CHECK(!p16[0].tryRead(5, v));
+  BOOST_CHECK(!p16[0].tryRead(6, v));
+}
