@@ -2,9 +2,10 @@
 
 // The host emulation of the CUDA collectives' kernels: ranks as groups of host threads in one
 // process, each rank with its own scratch (which every rank "maps": it is plain memory here),
-// block state and abort record. A launch runs every participating rank's grid at once (so
-// kernels that wait on each other are co-resident, as on a GPU), blocks as groups of threads
-// with a std::barrier for __syncthreads. The thread context adds random yields at every sync
+// block state and abort record. Each rank runs its own sequence of launches in order, like a
+// CUDA stream, concurrently with the other ranks (so kernels that wait on each other are
+// co-resident, as on a GPU, and a rank can run calls ahead of another); blocks are groups of
+// threads with a std::barrier for __syncthreads. The thread context adds random yields at every sync
 // and spin, and can make one rank slow.
 
 #include <atomic>
@@ -119,28 +120,41 @@ class World {
       for (auto& s : r->state) s.epoch = e;
     }
   }
-  /// Runs every launch with run set, all at once; returns when all are done. slowRank's threads
-  /// sleep now and then.
-  void launch(std::vector<Launch>& launches, int slowRank = -1) {
-    std::vector<std::unique_ptr<Block>> blocks;
-    std::vector<std::thread> threads;
+  /// Runs a sequence of calls as streams do: each rank runs its launches in order (a launch
+  /// starts when its previous one finished), independently of the other ranks, so a fast rank
+  /// can be calls ahead of a slow one; blocks of one launch run at once. calls[c][r] is rank
+  /// r's launch of call c. slowRank's threads sleep now and then, and before each launch.
+  void run(const std::vector<std::vector<Launch>*>& calls, int slowRank = -1) {
+    std::vector<std::thread> drivers;
     for (int r = 0; r < n_; ++r) {
-      Launch& l = launches[r];
-      if (!l.run) continue;
-      for (uint32_t b = 0; b < l.blocks; ++b) {
-        blocks.push_back(std::make_unique<Block>(l.threads));
-        Block* blk = blocks.back().get();
-        for (uint32_t t = 0; t < l.threads; ++t) {
-          const uint64_t seed = seed_++ * 0x9e3779b97f4a7c15ull;
-          threads.emplace_back([&l, t, b, blk, seed, slow = r == slowRank] {
-            Thread ctx(t, l.threads, b, l.blocks, blk, seed, slow);
-            runKernelDynamic(l.id, l.type, ctx, l.args);
-          });
+      drivers.emplace_back([this, r, &calls, slowRank, seed = seed_ + 7919 * r] {
+        uint64_t s = seed;
+        for (auto* call : calls) {
+          Launch& l = (*call)[r];
+          if (!l.run) continue;
+          if (r == slowRank) std::this_thread::sleep_for(std::chrono::microseconds(100));
+          std::vector<std::unique_ptr<Block>> blocks;
+          std::vector<std::thread> threads;
+          for (uint32_t b = 0; b < l.blocks; ++b) {
+            blocks.push_back(std::make_unique<Block>(l.threads));
+            Block* blk = blocks.back().get();
+            for (uint32_t t = 0; t < l.threads; ++t) {
+              const uint64_t ts = ++s * 0x9e3779b97f4a7c15ull;
+              threads.emplace_back([&l, t, b, blk, ts, slow = r == slowRank] {
+                Thread ctx(t, l.threads, b, l.blocks, blk, ts, slow);
+                runKernelDynamic(l.id, l.type, ctx, l.args);
+              });
+            }
+          }
+          for (auto& t : threads) t.join();
         }
-      }
+      });
     }
-    for (auto& t : threads) t.join();
+    for (auto& d : drivers) d.join();
+    seed_ += 1000003;
   }
+  /// One call on every rank (launches[r]: rank r's; those without run set sit out).
+  void launch(std::vector<Launch>& launches, int slowRank = -1) { run({&launches}, slowRank); }
 
  private:
   int n_;

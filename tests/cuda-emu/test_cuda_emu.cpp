@@ -4,7 +4,8 @@
 // and sizes, flags started near the 32-bit wrap. Every result is compared bit for bit with a
 // reference folded in rank order. See docs/collectives-cuda.md.
 //
-// STRATA_EMU_QUICK=1 runs smaller sweeps (the ThreadSanitizer build uses it).
+// STRATA_EMU_QUICK=1 runs smaller sweeps (the ThreadSanitizer build uses it);
+// STRATA_EMU_TIMEOUT_MS sets the kernels' wait limit (default 20 s).
 
 #define BOOST_TEST_MODULE cuda_emu
 #include <boost/test/unit_test.hpp>
@@ -31,7 +32,11 @@ bool quick() {
   return q != nullptr && *q == '1';
 }
 
-constexpr uint64_t kTimeoutNs = 20'000'000'000ull;  // generous: 2 cores, up to 128 threads
+/// Per wait: generous (2 cores, up to 120 threads); STRATA_EMU_TIMEOUT_MS overrides.
+const uint64_t kTimeoutNs = [] {
+  const char* ms = std::getenv("STRATA_EMU_TIMEOUT_MS");
+  return ms != nullptr ? std::strtoull(ms, nullptr, 10) * 1'000'000ull : 20'000'000'000ull;
+}();
 
 /// A small layout so that chunking and slot limits are exercised with small buffers.
 ScratchLayout smallLayout(int n) {
@@ -175,25 +180,40 @@ Shape emuShape(std::mt19937_64& rng) {
   return s;
 }
 
-/// Runs one collective (not send/recv) on every rank and compares every rank's output.
-/// Returns the number of wrong bytes (0 when right).
-size_t runCollective(World& w, KernelId id, ElemType t, RedOp op, size_t count, bool inPlace,
-                     int root, std::mt19937_64& rng, int slowRank = -1) {
+/// One collective (not send/recv) on every rank: inputs, outputs, expected outputs, launches.
+struct Call {
+  std::vector<std::vector<char>> in, out, expect;
+  std::vector<Launch> launches;
+  std::string what;
+  bool inPlaceReduceScatter = false;
+  size_t bytes = 0;
+};
+
+std::unique_ptr<Call> prepare(World& w, KernelId id, ElemType t, RedOp op, size_t count,
+                              bool inPlace, int root, std::mt19937_64& rng) {
   const int n = w.size();
   const size_t es = elemSize(t), bytes = count * es;
-  const bool isReduceScatter = id == KernelId::ReduceScatterPackets || id == KernelId::ReduceScatterDirect;
+  const bool isReduceScatter =
+      id == KernelId::ReduceScatterPackets || id == KernelId::ReduceScatterDirect;
   const bool isAllGather = id == KernelId::AllGatherPackets || id == KernelId::AllGatherDirect;
   const bool isAllToAll = id == KernelId::AllToAllPackets || id == KernelId::AllToAllDirect;
   const bool isBroadcast = id == KernelId::BroadcastPackets || id == KernelId::BroadcastDirect;
   const size_t sendElems = isReduceScatter || isAllToAll ? count * n : count;
   const size_t recvElems = isAllGather || isAllToAll ? count * n : count;
   if (isAllToAll) inPlace = false;  // not allowed
-  std::vector<std::vector<char>> in(n), out(n), expect(n);
+  auto c = std::make_unique<Call>();
+  c->bytes = bytes;
+  c->inPlaceReduceScatter = inPlace && isReduceScatter;
+  auto& in = c->in;
+  auto& out = c->out;
+  auto& expect = c->expect;
+  in.resize(n);
+  out.resize(n);
+  expect.resize(n);
   for (int r = 0; r < n; ++r) {
     in[r] = randomData(rng, t, sendElems);
     out[r] = randomData(rng, t, recvElems);  // garbage that must be overwritten
   }
-  // Expected outputs.
   for (int r = 0; r < n; ++r) {
     expect[r].resize(recvElems * es);
     if (id == KernelId::AllReduceOneShot || id == KernelId::AllReduceTwoShot ||
@@ -215,26 +235,24 @@ size_t runCollective(World& w, KernelId id, ElemType t, RedOp op, size_t count, 
       std::memcpy(expect[r].data(), in[root].data(), bytes);
     }
   }
-  // In place: the input lives inside the output buffer.
+  // In place: the input lives inside the output buffer (reduceScatter: the output is a window
+  // of the input).
   std::vector<const void*> sendPtr(n);
   for (int r = 0; r < n; ++r) {
     sendPtr[r] = in[r].data();
-    if (!inPlace) continue;
+    if (!inPlace || isReduceScatter) continue;
     if (isAllGather) {
       std::memcpy(out[r].data() + r * bytes, in[r].data(), bytes);
       sendPtr[r] = out[r].data() + r * bytes;
-    } else if (isReduceScatter) {
-      // recv == send + rank * count: the output is a window of the input.
-      sendPtr[r] = in[r].data();
     } else {
       std::memcpy(out[r].data(), in[r].data(), bytes);
       sendPtr[r] = out[r].data();
     }
   }
-  std::vector<Launch> launches(n);
+  c->launches.resize(n);
   const Shape s = emuShape(rng);
   for (int r = 0; r < n; ++r) {
-    Launch& l = launches[r];
+    Launch& l = c->launches[r];
     l.run = true;
     l.id = id;
     l.type = t;
@@ -246,18 +264,31 @@ size_t runCollective(World& w, KernelId id, ElemType t, RedOp op, size_t count, 
     l.args.elemSize = es;
     l.args.peer = root;
     l.args.send = sendPtr[r];
-    l.args.recv = inPlace && isReduceScatter ? in[r].data() + r * bytes : out[r].data();
+    l.args.recv = c->inPlaceReduceScatter ? in[r].data() + r * bytes : out[r].data();
   }
-  const std::string what = describe(id, t, op, n, count, inPlace);
-  w.launch(launches, slowRank);
-  expectNoAbort(w, what);
+  c->what = describe(id, t, op, n, count, inPlace);
+  return c;
+}
+
+/// Compares every rank's output with the reference; the number of wrong bytes.
+size_t verify(const Call& c) {
   size_t wrong = 0;
-  for (int r = 0; r < n; ++r) {
-    const char* got = inPlace && isReduceScatter ? in[r].data() + r * bytes : out[r].data();
-    for (size_t i = 0; i < expect[r].size(); ++i) wrong += got[i] != expect[r][i];
+  for (size_t r = 0; r < c.expect.size(); ++r) {
+    const char* got =
+        c.inPlaceReduceScatter ? c.in[r].data() + r * c.bytes : c.out[r].data();
+    for (size_t i = 0; i < c.expect[r].size(); ++i) wrong += got[i] != c.expect[r][i];
   }
-  BOOST_CHECK_MESSAGE(wrong == 0, what << ": " << wrong << " wrong bytes");
+  BOOST_CHECK_MESSAGE(wrong == 0, c.what << ": " << wrong << " wrong bytes");
   return wrong;
+}
+
+/// Runs the calls back to back (each rank as its own stream) and checks every result.
+void runAll(World& w, std::vector<std::unique_ptr<Call>>& calls, int slowRank = -1) {
+  std::vector<std::vector<Launch>*> seq;
+  for (auto& c : calls) seq.push_back(&c->launches);
+  w.run(seq, slowRank);
+  expectNoAbort(w, calls.empty() ? std::string() : "a sequence ending with " + calls.back()->what);
+  for (auto& c : calls) verify(*c);
 }
 
 const KernelId kReduceKernels[] = {KernelId::AllReduceOneShot, KernelId::AllReduceTwoShot,
@@ -285,13 +316,15 @@ BOOST_AUTO_TEST_CASE(every_type_and_op_bit_identical) {
   for (int n : sizes) {
     World w(n, smallLayout(n), kTimeoutNs, 100 + n);
     for (KernelId id : kReduceKernels) {
+      std::vector<std::unique_ptr<Call>> calls;
       for (ElemType t : kTypes) {
         for (RedOp op : kOps) {
           const size_t cap = maxCount(id, t, n, w.layout());
           const size_t count = 1 + rng() % std::min<size_t>(cap, 301);
-          runCollective(w, id, t, op, count, rng() % 2 == 0, -1, rng);
+          calls.push_back(prepare(w, id, t, op, count, rng() % 2 == 0, -1, rng));
         }
       }
+      runAll(w, calls, static_cast<int>(rng() % n));
     }
   }
 }
@@ -302,13 +335,15 @@ BOOST_AUTO_TEST_CASE(copy_operations_every_size_and_root) {
     if (quick() && n != 3) continue;
     World w(n, smallLayout(n), kTimeoutNs, 200 + n);
     for (KernelId id : kCopyKernels) {
+      std::vector<std::unique_ptr<Call>> calls;
       for (ElemType t : {ElemType::Int8, ElemType::Half, ElemType::Double}) {
         const size_t cap = maxCount(id, t, n, w.layout());
         for (size_t count : {size_t{1}, size_t{7}, cap / 3 + 1, cap}) {
           const int root = static_cast<int>(rng() % n);
-          runCollective(w, id, t, RedOp::Sum, count, rng() % 2 == 0, root, rng);
+          calls.push_back(prepare(w, id, t, RedOp::Sum, count, rng() % 2 == 0, root, rng));
         }
       }
+      runAll(w, calls, static_cast<int>(rng() % n));
     }
   }
 }
@@ -358,14 +393,16 @@ void randomSequence(int n, uint64_t startEpoch, int calls, uint64_t seed) {
   const int slow = static_cast<int>(rng() % n);
   std::vector<KernelId> all(std::begin(kReduceKernels), std::end(kReduceKernels));
   all.insert(all.end(), std::begin(kCopyKernels), std::end(kCopyKernels));
+  std::vector<std::unique_ptr<Call>> seq;
   for (int c = 0; c < calls; ++c) {
     const KernelId id = all[rng() % all.size()];
     const ElemType t = kTypes[rng() % 10];
     const RedOp op = kOps[rng() % 5];
     const size_t cap = maxCount(id, t, n, w.layout());
     const size_t count = 1 + rng() % cap;
-    runCollective(w, id, t, op, count, rng() % 2 == 0, static_cast<int>(rng() % n), rng, slow);
+    seq.push_back(prepare(w, id, t, op, count, rng() % 2 == 0, static_cast<int>(rng() % n), rng));
   }
+  runAll(w, seq, slow);
   // Every packet kernel advanced every rank's and every block's epoch alike.
   for (int r = 0; r < n; ++r) {
     for (int b = 0; b < kMaxBlocks; ++b) {
