@@ -22,7 +22,7 @@
 
 #include "base/float16.hpp"
 
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #define STRATA_UNROLL _Pragma("unroll")
 #else
 #define STRATA_UNROLL
@@ -36,6 +36,8 @@ using device::EpochFlag;
 /// Ranks of one host a kernel serves, and blocks a launch may use (sizes of the state arrays).
 constexpr int kMaxRanks = 8;
 constexpr int kMaxBlocks = 32;
+/// Threads per block at most (the kernels' register budget: __launch_bounds__).
+constexpr int kMaxThreads = 512;
 
 /// Per-block state in this rank's device memory; it survives launches and graph replays.
 struct BlockState {
@@ -50,7 +52,7 @@ enum class RedOp : int32_t { Sum, Prod, Min, Max, Avg };
 
 /// The scratch buffer of one rank, as offsets (the same on every rank):
 ///   [semaphores: kMaxBlocks x kMaxRanks counters, raised by peers]
-///   [acks: 2 parities x kMaxBlocks x kMaxRanks LL8 packets]
+///   [presence: 2 parities x kMaxBlocks x kMaxRanks LL8 packets (broadcast)]
 ///   [packets: 2 parities x packetHalf bytes]   (double buffered by flag parity)
 ///   [staging: staging bytes]                  (direct algorithms, ready/done handshakes)
 struct ScratchLayout {
@@ -163,29 +165,40 @@ struct WordFold {
   Acc acc[kLanes] = {};
 
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void init(uint64_t word) {
-    T lanes[kLanes];
-    __builtin_memcpy(lanes, &word, 8);
-STRATA_UNROLL
-    for (int i = 0; i < kLanes; ++i) acc[i] = Arith<T>::load(lanes[i]);
+    STRATA_UNROLL
+    for (int i = 0; i < kLanes; ++i) acc[i] = Arith<T>::load(lane(word, i));
   }
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void add(RedOp op, uint64_t word) {
-    T lanes[kLanes];
-    __builtin_memcpy(lanes, &word, 8);
-STRATA_UNROLL
-    for (int i = 0; i < kLanes; ++i) acc[i] = combine(op, acc[i], Arith<T>::load(lanes[i]));
+    STRATA_UNROLL
+    for (int i = 0; i < kLanes; ++i) acc[i] = combine(op, acc[i], Arith<T>::load(lane(word, i)));
   }
   /// The result word (Avg: the sum divided by nranks, truncating for integers).
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t finish(RedOp op, int nranks) const {
-    T lanes[kLanes];
-STRATA_UNROLL
+    uint64_t word = 0;
+    STRATA_UNROLL
     for (int i = 0; i < kLanes; ++i) {
       Acc a = acc[i];
       if (op == RedOp::Avg) a = static_cast<Acc>(a / static_cast<Acc>(nranks));
-      lanes[i] = Arith<T>::store(a);
+      word |= bitsOf(Arith<T>::store(a)) << (8 * sizeof(T) * i);
     }
-    uint64_t word;
-    __builtin_memcpy(&word, lanes, 8);
     return word;
+  }
+
+ private:
+  // Lanes by shifts, not through a byte array: an array would live in local memory on the GPU.
+  using Bits = std::conditional_t<
+      sizeof(T) == 1, uint8_t,
+      std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE static T lane(uint64_t word, int i) {
+    const Bits b = static_cast<Bits>(word >> (8 * sizeof(T) * i));
+    T t;
+    __builtin_memcpy(&t, &b, sizeof(T));
+    return t;
+  }
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE static uint64_t bitsOf(T t) {
+    Bits b;
+    __builtin_memcpy(&b, &t, sizeof(T));
+    return b;
   }
 };
 

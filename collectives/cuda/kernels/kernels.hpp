@@ -59,7 +59,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void runKernel(Ctx& ctx, const KernelArg
 
 /// Calls f.template operator()<T>() with the element type of t.
 template <class F>
-STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void withElemType(ElemType t, F&& f) {
+inline void withElemType(ElemType t, F&& f) {  // host code: dispatch
   switch (t) {
     case ElemType::Int8:
       return f.template operator()<int8_t>();

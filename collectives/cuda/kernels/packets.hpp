@@ -220,9 +220,14 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void copyOwn(Ctx& ctx, CopyKind k, const
 }
 
 /// allGather, broadcast, allToAll with LL8 packets: each rank writes what a peer gets into the
-/// peer's slot for it; each rank unpacks its slots. Broadcast's root gets an ack packet from
-/// every peer at the end (it receives nothing else, so without them it could run two calls
-/// ahead and overwrite packets a peer has not read).
+/// peer's slot for it; each rank unpacks its slots.
+///
+/// The double buffering needs every packet kernel to receive something from every peer (then no
+/// rank finishes call k+1 before every peer has started it, hence finished call k). Broadcast's
+/// ranks receive only from the root, so each block also sends a presence packet to every peer
+/// at its start and waits for every peer's at its end. Without them a non-root could finish a
+/// broadcast while a third rank still reads the call before, and run into that rank's packets
+/// two calls ahead (the cuda-emu suite caught exactly that).
 template <class Ctx>
 STRATA_HOST_DEVICE void copyPackets(Ctx& ctx, CopyKind k, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
@@ -230,6 +235,16 @@ STRATA_HOST_DEVICE void copyPackets(Ctx& ctx, CopyKind k, const KernelArgs& a) {
   const uint64_t bytes = a.bytes(), units = (bytes + 7) / 8;
   const uint64_t first = gridThread(ctx), stride = gridThreads(ctx);
   char* self = a.scratch[a.rank];
+  auto presence = [&](char* scratch, int from) {
+    return reinterpret_cast<LL8Packet*>(
+        scratch + ScratchLayout::kAcks +
+        ((static_cast<uint64_t>(ef.parity) * kMaxBlocks + ctx.block()) * kMaxRanks + from) * 8);
+  };
+  if (k == CopyKind::Broadcast) {
+    for (uint32_t q = ctx.thread(); q < static_cast<uint32_t>(a.nranks); q += ctx.threads()) {
+      if (static_cast<int>(q) != a.rank) presence(a.scratch[q], a.rank)->write(0, ef.flag);
+    }
+  }
   for (int i = 1; i < a.nranks; ++i) {
     const int q = (a.rank + i) % a.nranks;
     const char* src = copySource(k, a, q);
@@ -252,24 +267,14 @@ STRATA_HOST_DEVICE void copyPackets(Ctx& ctx, CopyKind k, const KernelArgs& a) {
       if (ok) storeUnit8(dst, u * 8, bytes, v);
     }
   }
-  if (!ctx.syncAnd(ok)) return;
   if (k == CopyKind::Broadcast) {
-    auto ack = [&](char* scratch, int from) {
-      return reinterpret_cast<LL8Packet*>(
-          scratch + ScratchLayout::kAcks +
-          ((static_cast<uint64_t>(ef.parity) * kMaxBlocks + ctx.block()) * kMaxRanks + from) * 8);
-    };
-    if (a.rank != a.peer) {
-      if (ctx.thread() == 0) ack(a.scratch[a.peer], a.rank)->write(0, ef.flag);
-    } else {
-      for (uint32_t q = ctx.thread(); q < static_cast<uint32_t>(a.nranks) && ok; q += ctx.threads()) {
-        if (static_cast<int>(q) == a.rank) continue;
-        uint32_t v = 0;
-        ok = w.packet(ctx, ack(self, static_cast<int>(q)), ef.flag, static_cast<int>(q), v);
-      }
-      if (!ctx.syncAnd(ok)) return;
+    for (uint32_t q = ctx.thread(); q < static_cast<uint32_t>(a.nranks) && ok; q += ctx.threads()) {
+      if (static_cast<int>(q) == a.rank) continue;
+      uint32_t v = 0;
+      ok = w.packet(ctx, presence(self, static_cast<int>(q)), ef.flag, static_cast<int>(q), v);
     }
   }
+  if (!ctx.syncAnd(ok)) return;
   endEpoch(ctx, a);
 }
 
