@@ -1,10 +1,10 @@
-// The CUDA collectives' kernels: each (kernel id, element type) pair of kernels/kernels.hpp as
+// The CUDA collectives' kernels: each (kernel id, element type) pair of kernels.hpp as
 // its own __global__ function, run with the CUDA thread context. Built by nvcc for sm_80 and
 // sm_90 with spills and local memory as errors (meson.build).
 
 #include <cuda_runtime.h>
 
-#include "kernels/kernels.hpp"
+#include "kernels.hpp"
 #include "launch.hpp"
 
 namespace strata::cuda {
@@ -51,11 +51,14 @@ struct CudaThread {
     return ok;
 #endif
   }
-  STRATA_HOST_DEVICE void spin() { device::spinPause(); }
+  STRATA_HOST_DEVICE void spin() {
+    device::spinPause();
+  }
 };
 
 template <KernelId Id, class T>
-__global__ void __launch_bounds__(kMaxThreads, 1) collectiveKernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    collectiveKernel(const __grid_constant__ KernelArgs a) {
   CudaThread ctx;
   runKernel<Id, T>(ctx, a);
 }

@@ -7,16 +7,16 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/kernels.hpp"
+#include "kernels.hpp"
 
 namespace strata::cuda {
 
 /// The collectives.cuda.* keys, parsed.
 struct Tuning {
-  uint64_t oneShotMax = 16 << 10;   ///< allReduce bytes per rank up to which one-shot LL8 runs
-  uint64_t twoShotMax = 2 << 20;    ///< ... two-shot LL16 (above: direct)
-  uint64_t packetsMax = 64 << 10;   ///< other ops: bytes per rank and peer for LL8
-  uint64_t staging = 8 << 20;       ///< bytes of the staging area (direct algorithms' chunk)
+  uint64_t oneShotMax = 16 << 10;  ///< allReduce bytes per rank up to which one-shot LL8 runs
+  uint64_t twoShotMax = 2 << 20;   ///< ... two-shot LL16 (above: direct)
+  uint64_t packetsMax = 64 << 10;  ///< other ops: bytes per rank and peer for LL8
+  uint64_t staging = 8 << 20;      ///< bytes of the staging area (direct algorithms' chunk)
   uint32_t maxBlocks = 16;
   uint32_t threads = 512;
 };
@@ -68,8 +68,8 @@ inline Shape shapeFor(KernelId id, uint64_t bytes, int nranks, const Tuning& t,
   }
   Shape s;
   s.threads = static_cast<uint32_t>(threads);
-  s.blocks = static_cast<uint32_t>(
-      std::clamp<uint64_t>((work + threads - 1) / threads, 1, std::min<uint32_t>(t.maxBlocks, kMaxBlocks)));
+  s.blocks = static_cast<uint32_t>(std::clamp<uint64_t>(
+      (work + threads - 1) / threads, 1, std::min<uint32_t>(t.maxBlocks, kMaxBlocks)));
   return s;
 }
 

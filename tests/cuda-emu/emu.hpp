@@ -5,8 +5,8 @@
 // block state and abort record. Each rank runs its own sequence of launches in order, like a
 // CUDA stream, concurrently with the other ranks (so kernels that wait on each other are
 // co-resident, as on a GPU, and a rank can run calls ahead of another); blocks are groups of
-// threads with a std::barrier for __syncthreads. The thread context adds random yields at every sync
-// and spin, and can make one rank slow.
+// threads with a std::barrier for __syncthreads. The thread context adds random yields at every
+// sync and spin, and can make one rank slow.
 
 #include <atomic>
 #include <barrier>
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/cuda/kernels/kernels.hpp"
+#include "collectives/cuda/kernels.hpp"
 
 namespace strata::cuda::emu {
 

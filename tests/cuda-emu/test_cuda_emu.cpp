@@ -1,8 +1,8 @@
-// cuda-emu: the CUDA collectives' kernel bodies (collectives/cuda/kernels/) run in host threads:
-// every algorithm, N = 2..8 ranks, several blocks and threads, every type and op, odd counts, in
-// place and out of place, one slow rank, random yields, back-to-back calls that switch algorithms
-// and sizes, flags started near the 32-bit wrap. Every result is compared bit for bit with a
-// reference folded in rank order. See docs/collectives-cuda.md.
+// cuda-emu: the CUDA collectives' kernel bodies (collectives/cuda/kernel_*.hpp) run in host
+// threads: every algorithm, N = 2..8 ranks, several blocks and threads, every type and op, odd
+// counts, in place and out of place, one slow rank, random yields, back-to-back calls that switch
+// algorithms and sizes, flags started near the 32-bit wrap. Every result is compared bit for bit
+// with a reference folded in rank order. See docs/collectives-cuda.md.
 //
 // STRATA_EMU_QUICK=1 runs smaller sweeps (the ThreadSanitizer build uses it);
 // STRATA_EMU_TIMEOUT_MS sets the kernels' wait limit (default 20 s).
@@ -168,8 +168,8 @@ void expectNoAbort(World& w, const std::string& what) {
   for (int r = 0; r < w.size(); ++r) {
     const auto& ab = w.rank(r).abort;
     BOOST_REQUIRE_MESSAGE(ab.code == 0, what << ": rank " << r << " aborted (block " << ab.block
-                                             << ", peer " << ab.peer << ", expected "
-                                             << ab.expected << ", seen " << ab.seen << ")");
+                                             << ", peer " << ab.peer << ", expected " << ab.expected
+                                             << ", seen " << ab.seen << ")");
   }
 }
 
@@ -274,8 +274,7 @@ std::unique_ptr<Call> prepare(World& w, KernelId id, ElemType t, RedOp op, size_
 size_t verify(const Call& c) {
   size_t wrong = 0;
   for (size_t r = 0; r < c.expect.size(); ++r) {
-    const char* got =
-        c.inPlaceReduceScatter ? c.in[r].data() + r * c.bytes : c.out[r].data();
+    const char* got = c.inPlaceReduceScatter ? c.in[r].data() + r * c.bytes : c.out[r].data();
     for (size_t i = 0; i < c.expect[r].size(); ++i) wrong += got[i] != c.expect[r][i];
   }
   BOOST_CHECK_MESSAGE(wrong == 0, c.what << ": " << wrong << " wrong bytes");

@@ -92,8 +92,7 @@ int run(bool showConfig, bool onlyConfig) {
                 config.get("transport.intra_node").value_or("").c_str(),
                 config.get("transport.inter_node").value_or("").c_str());
     std::printf("\nCollectives backends (strata-info --algorithms lists their algorithms)\n");
-    // The CUDA collectives module is not part of this source tree yet: absent, not missing.
-    printModules(strata::backend::ModuleKind::Collectives, {"host", "cuda"}, config, {"cuda"});
+    printModules(strata::backend::ModuleKind::Collectives, {"host", "cuda"}, config);
     std::printf("\nbootstrap.backend = %s resolves to '%s' here\n",
                 config.get("bootstrap.backend").value_or("auto").c_str(),
                 strata::bootstrap::resolveBackendName(config).c_str());

@@ -151,8 +151,9 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Vec16 loadVec16(const void* p) {
 }
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeVec16(void* p, Vec16 v) {
 #if defined(__CUDA_ARCH__)
-  *static_cast<uint4*>(p) = make_uint4(static_cast<uint32_t>(v.lo), static_cast<uint32_t>(v.lo >> 32),
-                                       static_cast<uint32_t>(v.hi), static_cast<uint32_t>(v.hi >> 32));
+  *static_cast<uint4*>(p) =
+      make_uint4(static_cast<uint32_t>(v.lo), static_cast<uint32_t>(v.lo >> 32),
+                 static_cast<uint32_t>(v.hi), static_cast<uint32_t>(v.hi >> 32));
 #else
   __builtin_memcpy(p, &v, 16);
 #endif

@@ -187,16 +187,14 @@ struct AbortRecord {
     storeRelease(&code, what);
   }
   /// True once some thread reported (cheap enough to poll every few hundred spins).
-  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool raised() const {
-    return loadRelaxed(&claim) != 0;
-  }
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool raised() const { return loadRelaxed(&claim) != 0; }
 };
 
 /// A peer as one block of a kernel sees it: the peer's memory mapped here, the packet buffers
 /// both ways, and a semaphore.
 struct DeviceChannel {
-  char* remote = nullptr;  ///< the peer's memory (its scratch), mapped here
-  void* remotePackets = nullptr;  ///< where this rank writes packets for the peer
+  char* remote = nullptr;              ///< the peer's memory (its scratch), mapped here
+  void* remotePackets = nullptr;       ///< where this rank writes packets for the peer
   const void* localPackets = nullptr;  ///< where the peer writes packets for this rank
   DeviceSemaphore semaphore;
 
@@ -232,8 +230,7 @@ struct DeviceChannel {
   template <class Packet>
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool unpackPackets(void* dst, size_t packetOffset,
                                                              size_t bytes, uint32_t flag,
-                                                             uint32_t threadId,
-                                                             uint32_t numThreads,
+                                                             uint32_t threadId, uint32_t numThreads,
                                                              int64_t maxSpins) const {
     return device::unpackPackets(dst, static_cast<const Packet*>(localPackets) + packetOffset,
                                  bytes, flag, threadId, numThreads, maxSpins);

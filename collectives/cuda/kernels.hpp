@@ -4,9 +4,9 @@
 // types that the host emulation (tests/cuda-emu) calls. The module instantiates each (id, type)
 // pair as its own __global__ function (kernels.cu).
 
-#include "common.hpp"
-#include "direct.hpp"
-#include "packets.hpp"
+#include "kernel_common.hpp"
+#include "kernel_direct.hpp"
+#include "kernel_packets.hpp"
 
 namespace strata::cuda {
 
@@ -89,8 +89,8 @@ template <class Ctx>
 void runKernelDynamic(KernelId id, ElemType t, Ctx& ctx, const KernelArgs& a) {
   withElemType(t, [&]<class T>() {
     switch (id) {
-#define STRATA_CASE(X)                  \
-  case KernelId::X:                     \
+#define STRATA_CASE(X) \
+  case KernelId::X:    \
     return runKernel<KernelId::X, T>(ctx, a);
       STRATA_CASE(AllReduceOneShot)
       STRATA_CASE(AllReduceTwoShot)

@@ -8,8 +8,8 @@
 // the ranks (the reduce-scatter owner of each piece); block b only ever reads what block b of a
 // peer wrote, so blocks never wait for each other.
 
-#include "common.hpp"
-#include "packets.hpp"
+#include "kernel_common.hpp"
+#include "kernel_packets.hpp"
 
 namespace strata::cuda {
 
@@ -100,7 +100,8 @@ STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
     const Slice slice = Slice::of(ctx, chunk, cu);
     for (int s = 0; s < a.nranks; ++s) {
       for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-        device::storeVec16(mine + (s * chunk + i) * 16, loadUnit16(in + s * bytes, (c0 + i) * 16, bytes));
+        device::storeVec16(mine + (s * chunk + i) * 16,
+                           loadUnit16(in + s * bytes, (c0 + i) * 16, bytes));
       }
     }
     if (!peerBarrier(ctx, a, w)) return;

@@ -41,12 +41,23 @@ constexpr int kMaxThreads = 512;
 
 /// Per-block state in this rank's device memory; it survives launches and graph replays.
 struct BlockState {
-  uint64_t epoch;                 ///< launches of packet kernels so far (the flag source)
-  uint64_t expected[kMaxRanks];   ///< semaphore counts consumed, per peer
+  uint64_t epoch;                ///< launches of packet kernels so far (the flag source)
+  uint64_t expected[kMaxRanks];  ///< semaphore counts consumed, per peer
 };
 
 /// Element types, as the module dispatches them (DataType order).
-enum class ElemType : int32_t { Int8, Uint8, Int32, Uint32, Int64, Uint64, Half, BFloat16, Float, Double };
+enum class ElemType : int32_t {
+  Int8,
+  Uint8,
+  Int32,
+  Uint32,
+  Int64,
+  Uint64,
+  Half,
+  BFloat16,
+  Float,
+  Double
+};
 /// Reductions (ReduceOp order).
 enum class RedOp : int32_t { Sum, Prod, Min, Max, Avg };
 
@@ -82,8 +93,8 @@ struct KernelArgs {
   RedOp op = RedOp::Sum;
   const void* send = nullptr;
   void* recv = nullptr;
-  uint64_t count = 0;     ///< elements, as the request counts them
-  uint64_t elemSize = 1;  ///< bytes per element
+  uint64_t count = 0;             ///< elements, as the request counts them
+  uint64_t elemSize = 1;          ///< bytes per element
   char* scratch[kMaxRanks] = {};  ///< every rank's scratch, mapped here ([rank]: this rank's)
   BlockState* state = nullptr;    ///< this rank's, kMaxBlocks entries
   AbortRecord* abort = nullptr;   ///< mapped host memory
@@ -188,7 +199,8 @@ struct WordFold {
   // Lanes by shifts, not through a byte array: an array would live in local memory on the GPU.
   using Bits = std::conditional_t<
       sizeof(T) == 1, uint8_t,
-      std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+      std::conditional_t<sizeof(T) == 2, uint16_t,
+                         std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE static T lane(uint64_t word, int i) {
     const Bits b = static_cast<Bits>(word >> (8 * sizeof(T) * i));
     T t;

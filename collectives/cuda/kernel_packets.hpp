@@ -10,7 +10,7 @@
 // Slots: in a parity half, area 0 holds nranks slots (slot q: what rank q sent here), area 1
 // another nranks (the two-shot's results). Each slot is layout.slotBytes(nranks) bytes.
 
-#include "common.hpp"
+#include "kernel_common.hpp"
 
 namespace strata::cuda {
 
@@ -21,8 +21,9 @@ using device::LL8Packet;
 template <class Packet>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Packet* packetSlot(const KernelArgs& a, char* scratch,
                                                            uint32_t parity, int area, int slot) {
-  const uint64_t off = ScratchLayout::kPackets + parity * a.layout.packetHalf +
-                       (static_cast<uint64_t>(area) * a.nranks + slot) * a.layout.slotBytes(a.nranks);
+  const uint64_t off =
+      ScratchLayout::kPackets + parity * a.layout.packetHalf +
+      (static_cast<uint64_t>(area) * a.nranks + slot) * a.layout.slotBytes(a.nranks);
   return reinterpret_cast<Packet*>(scratch + off);
 }
 
@@ -129,8 +130,8 @@ STRATA_HOST_DEVICE void allReduceTwoShot(Ctx& ctx, const KernelArgs& a) {
     const int s = static_cast<int>(u / seg);
     if (s == a.rank) continue;
     uint64_t v = 0;
-    ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 1, s) + (u - s * seg), ef.flag,
-                  s, v);
+    ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 1, s) + (u - s * seg), ef.flag, s,
+                  v);
     if (ok) storeUnit8(a.recv, u * 8, bytes, v);
   }
   if (!ctx.syncAnd(ok)) return;

@@ -1,0 +1,449 @@
+// strata-collectives-cuda.so: collectives on CUDA device memory (docs/collectives-cuda.md).
+//
+// The backend is created with every Communicator (collective over its ranks). When every rank
+// has a CUDA device and all ranks share one host, it allocates each rank's scratch through the
+// Context (the nvlink transport: device memory, exported by CUDA IPC), maps every peer's, and
+// keeps per-block state in device memory and the abort record in mapped host memory. Otherwise
+// it serves nothing and says why (unsuitable()), so that host-memory use is unaffected.
+//
+// A call builds the kernel arguments and enqueues one kernel on the caller's stream; it does not
+// wait. A kernel that waits past transport.timeout writes the abort record and exits; the next
+// call turns the record into Timeout (or PeerLost when the peer process is gone), and the
+// Communicator is then unusable.
+
+#include <cuda_runtime.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <strata/backend/collectives.hpp>
+#include <strata/backend/module.hpp>
+#include <strata/bootstrap.hpp>
+#include <strata/error.hpp>
+#include <strata/memory.hpp>
+#include <strata/transport.hpp>
+#include <strata/version.hpp>
+
+#include "base/config_keys.hpp"
+#include "base/log.hpp"
+#include "launch.hpp"
+
+namespace strata::cuda {
+namespace {
+
+using backend::Algorithm;
+using backend::BufferKind;
+using backend::CollectiveOp;
+using backend::CollectiveRequest;
+
+constexpr const char* kLog = "cuda-coll";
+
+static_assert(static_cast<int>(DataType::Float16) == static_cast<int>(ElemType::Half));
+static_assert(static_cast<int>(DataType::BFloat16) == static_cast<int>(ElemType::BFloat16));
+static_assert(static_cast<int>(DataType::Float64) == static_cast<int>(ElemType::Double));
+static_assert(static_cast<int>(ReduceOp::Avg) == static_cast<int>(RedOp::Avg));
+
+Tuning readTuning(const Config& c) {
+  Tuning t;
+  t.oneShotMax = config::getBytes(c, "collectives.cuda.oneshot_max_bytes");
+  t.twoShotMax = config::getBytes(c, "collectives.cuda.twoshot_max_bytes");
+  t.packetsMax = config::getBytes(c, "collectives.cuda.packets_max_bytes");
+  t.staging = config::getBytes(c, "collectives.cuda.staging_bytes");
+  t.maxBlocks = static_cast<uint32_t>(config::getInt(c, "collectives.cuda.max_blocks"));
+  t.threads = static_cast<uint32_t>(config::getInt(c, "collectives.cuda.threads"));
+  return t;
+}
+
+std::string cudaWhy(const char* what, cudaError_t e) {
+  return fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/// Restores the caller's current device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+class CudaBackend;
+
+/// One family of kernels, one kernel per op.
+class CudaAlgorithm final : public Algorithm {
+ public:
+  enum class Family { OneShot, TwoShot, Direct };
+  CudaAlgorithm(CudaBackend& be, Family f) : be_(be), family_(f) {}
+
+  std::string_view name() const noexcept override {
+    switch (family_) {
+      case Family::OneShot:
+        return "oneshot-ll8";
+      case Family::TwoShot:
+        return "twoshot-ll16";
+      case Family::Direct:
+        break;
+    }
+    return "direct-staged";
+  }
+  std::vector<CollectiveOp> ops() const override {
+    switch (family_) {
+      case Family::OneShot:
+        return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::Broadcast,
+                CollectiveOp::AllToAll};
+      case Family::TwoShot:
+        return {CollectiveOp::AllReduce, CollectiveOp::ReduceScatter};
+      case Family::Direct:
+        break;
+    }
+    return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
+            CollectiveOp::Broadcast, CollectiveOp::AllToAll,  CollectiveOp::Send,
+            CollectiveOp::Recv};
+  }
+  std::string describe() const override;
+  std::string describeFamily(const Tuning& t) const;
+  std::string unsuitable(const CollectiveRequest& r) const override;
+  bool prefers(const CollectiveRequest& r) const override;
+  void run(const CollectiveRequest& r) override;
+  std::string launchShape() const override { return shape_; }
+
+  KernelId kernelFor(CollectiveOp op) const {
+    const bool packets = family_ != Family::Direct;
+    switch (op) {
+      case CollectiveOp::AllReduce:
+        return family_ == Family::OneShot   ? KernelId::AllReduceOneShot
+               : family_ == Family::TwoShot ? KernelId::AllReduceTwoShot
+                                            : KernelId::AllReduceDirect;
+      case CollectiveOp::ReduceScatter:
+        return packets ? KernelId::ReduceScatterPackets : KernelId::ReduceScatterDirect;
+      case CollectiveOp::AllGather:
+        return packets ? KernelId::AllGatherPackets : KernelId::AllGatherDirect;
+      case CollectiveOp::Broadcast:
+        return packets ? KernelId::BroadcastPackets : KernelId::BroadcastDirect;
+      case CollectiveOp::AllToAll:
+        return packets ? KernelId::AllToAllPackets : KernelId::AllToAllDirect;
+      case CollectiveOp::Send:
+        return KernelId::Send;
+      case CollectiveOp::Recv:
+        return KernelId::Recv;
+    }
+    return KernelId::AllReduceDirect;
+  }
+
+ private:
+  CudaBackend& be_;
+  Family family_;
+  std::string shape_;
+};
+
+class CudaBackend final : public backend::CollectivesBackend {
+ public:
+  explicit CudaBackend(const backend::CollectivesInit& init);
+  ~CudaBackend() override;
+  std::string_view name() const noexcept override { return "cuda"; }
+  std::vector<BufferKind> memoryKinds() const override { return {BufferKind::CudaDevice}; }
+  std::vector<Algorithm*> algorithms() override { return {&oneShot_, &twoShot_, &direct_}; }
+
+  /// Why nothing can run here (empty: ready).
+  const std::string& why() const { return why_; }
+  const Tuning& tuning() const { return tuning_; }
+  const ScratchLayout& layout() const { return base_.layout; }
+  int size() const { return size_; }
+  /// Enqueues the kernel; returns the launch shape.
+  std::string launch(KernelId id, const CollectiveRequest& r);
+
+ private:
+  /// Every rank says whether its step worked; returns the first rank that failed, or -1.
+  int agree(const std::string& localError);
+  std::string probeDevice();
+  std::string allocate();
+  std::string exchange();
+  void checkAbort() const;
+  void release() noexcept;
+
+  std::shared_ptr<Context> context_;
+  int rank_ = 0;
+  int size_ = 1;
+  int device_ = -1;
+  Tuning tuning_;
+  double timeoutSeconds_ = 30;
+  std::string why_;
+  RegisteredMemory scratch_;
+  std::vector<RegisteredMemory> peers_;
+  BlockState* state_ = nullptr;
+  AbortRecord* abortHost_ = nullptr;
+  KernelArgs base_;
+  CudaAlgorithm oneShot_{*this, CudaAlgorithm::Family::OneShot};
+  CudaAlgorithm twoShot_{*this, CudaAlgorithm::Family::TwoShot};
+  CudaAlgorithm direct_{*this, CudaAlgorithm::Family::Direct};
+};
+
+std::string CudaAlgorithm::describe() const {
+  const Tuning& t = be_.tuning();
+  const std::string off = be_.why().empty() ? "" : "; not available here: " + be_.why();
+  return describeFamily(t) + off;
+}
+
+std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
+  switch (family_) {
+    case Family::OneShot:
+      return fmt::format(
+          "device memory, one host: every rank writes its data to every peer as LL8 packets "
+          "(one hop); auto: allReduce up to {} B per rank, allGather/broadcast/allToAll up to "
+          "{} B",
+          t.oneShotMax, t.packetsMax);
+    case Family::TwoShot:
+      return fmt::format(
+          "device memory, one host: LL16 packets to each segment's owner, which folds and "
+          "sends the result back (two hops); auto: allReduce up to {} B per rank, "
+          "reduceScatter up to {} B",
+          t.twoShotMax, t.packetsMax);
+    case Family::Direct:
+      break;
+  }
+  return fmt::format(
+      "device memory, one host: staged in {} B chunks that peers read with 16-byte loads, "
+      "semaphore handshakes per chunk (reduce-scatter + all-gather for allReduce); every size",
+      t.staging);
+}
+
+std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
+  if (!be_.why().empty()) return be_.why();
+  const KernelId id = kernelFor(r.op);
+  if (usesPackets(id) && !fitsPackets(id, r.bytes(), be_.size(), be_.layout())) {
+    return fmt::format(
+        "{} B per rank do not fit its packet slots ({} B; "
+        "collectives.cuda.twoshot_max_bytes sizes them)",
+        r.bytes(), be_.layout().slotBytes(be_.size()));
+  }
+  return {};
+}
+
+bool CudaAlgorithm::prefers(const CollectiveRequest& r) const {
+  const Tuning& t = be_.tuning();
+  switch (family_) {
+    case Family::OneShot:
+      return r.op == CollectiveOp::AllReduce ? r.bytes() <= t.oneShotMax
+                                             : r.bytes() <= t.packetsMax;
+    case Family::TwoShot:
+      return r.op == CollectiveOp::AllReduce ? r.bytes() <= t.twoShotMax
+                                             : r.bytes() <= t.packetsMax;
+    case Family::Direct:
+      break;
+  }
+  return true;
+}
+
+void CudaAlgorithm::run(const CollectiveRequest& r) {
+  shape_ = be_.launch(kernelFor(r.op), r);
+}
+
+CudaBackend::CudaBackend(const backend::CollectivesInit& init)
+    : context_(init.context), rank_(init.topology.rank), size_(init.topology.size) {
+  tuning_ = readTuning(*init.config);
+  timeoutSeconds_ = config::getDouble(*init.config, "transport.timeout");
+  if (init.topology.hosts.size() != 1) {
+    why_ = "the ranks are on several hosts: the cuda module runs within one host so far";
+    return;
+  }
+  if (size_ > kMaxRanks) {
+    why_ = fmt::format("{} ranks on one host: the cuda module serves at most {}", size_, kMaxRanks);
+    return;
+  }
+  // Each step is local; the ranks then agree, so that all go on or none does.
+  std::string local = probeDevice();
+  int failed = agree(local);
+  if (failed < 0) {
+    local = allocate();
+    failed = agree(local);
+  }
+  if (failed < 0) {
+    local = exchange();
+    failed = agree(local);
+  }
+  if (failed >= 0) {
+    why_ = failed == rank_
+               ? local
+               : fmt::format("rank {} cannot use CUDA collectives (see its log)", failed);
+    STRATA_LOG(Debug, kLog, "cuda collectives disabled: {}", why_);
+    release();
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (abortHost_ != nullptr && abortHost_->code != 0) {
+    STRATA_LOG(Error, kLog,
+               "a cuda collective of this communicator timed out (rank {} waited for rank {}) "
+               "and was never reported by a later call",
+               rank_, abortHost_->peer);
+  }
+  release();
+}
+
+void CudaBackend::release() noexcept {
+  peers_.clear();
+  scratch_ = RegisteredMemory();
+  if (state_ != nullptr) cudaFree(state_);
+  if (abortHost_ != nullptr) cudaFreeHost(abortHost_);
+  state_ = nullptr;
+  abortHost_ = nullptr;
+}
+
+int CudaBackend::agree(const std::string& localError) {
+  std::vector<uint8_t> ok(static_cast<size_t>(size_));
+  ok[rank_] = localError.empty() ? 1 : 0;
+  context_->bootstrap().allGather(ok.data(), 1);
+  for (int r = 0; r < size_; ++r) {
+    if (!ok[r]) return r;
+  }
+  return -1;
+}
+
+std::string CudaBackend::probeDevice() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return cudaWhy("no usable CUDA device (cudaGetDeviceCount)", e);
+  if (count == 0) return "no CUDA device";
+  e = cudaGetDevice(&device_);
+  if (e != cudaSuccess) return cudaWhy("cudaGetDevice", e);
+  return {};
+}
+
+std::string CudaBackend::allocate() {
+  try {
+    DeviceGuard guard(device_);
+    base_.layout = layoutFor(tuning_, size_);
+    scratch_ = context_->allocate(base_.layout.total(), MemoryKind::Cuda);
+    cudaError_t e = cudaMemset(scratch_.data(), 0, base_.layout.total());
+    if (e == cudaSuccess)
+      e = cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(BlockState) * kMaxBlocks);
+    if (e == cudaSuccess) e = cudaMemset(state_, 0, sizeof(BlockState) * kMaxBlocks);
+    if (e == cudaSuccess) {
+      e = cudaHostAlloc(reinterpret_cast<void**>(&abortHost_), sizeof(AbortRecord),
+                        cudaHostAllocMapped);
+    }
+    if (e != cudaSuccess) return cudaWhy("allocating the collectives' scratch", e);
+    std::memset(abortHost_, 0, sizeof(AbortRecord));
+    void* dev = nullptr;
+    e = cudaHostGetDevicePointer(&dev, abortHost_, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // zeroed before any peer maps it
+    if (e != cudaSuccess) return cudaWhy("mapping the abort record", e);
+    base_.abort = static_cast<AbortRecord*>(dev);
+    base_.state = state_;
+    base_.rank = rank_;
+    base_.nranks = size_;
+    base_.timeoutNs = static_cast<uint64_t>(timeoutSeconds_ * 1e9);
+    base_.scratch[rank_] = static_cast<char*>(scratch_.data());
+    return {};
+  } catch (const Error& e) {
+    return fmt::format("allocating the collectives' scratch through the context: {}", e.what());
+  }
+}
+
+std::string CudaBackend::exchange() {
+  // Records differ in size: every rank learns the largest, then all pad to it.
+  std::vector<uint8_t> mine = scratch_.serialize();
+  std::vector<uint64_t> sizes(static_cast<size_t>(size_));
+  sizes[rank_] = mine.size();
+  context_->bootstrap().allGather(sizes.data(), sizeof(uint64_t));
+  const uint64_t most = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<uint8_t> all(most * size_);
+  std::copy(mine.begin(), mine.end(), all.begin() + most * rank_);
+  context_->bootstrap().allGather(all.data(), most);
+  try {
+    peers_.resize(static_cast<size_t>(size_));
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      if (sizes[q] > most) return fmt::format("rank {} sent a bad scratch record", q);
+      peers_[q] = RegisteredMemory::deserialize(
+          *context_, std::span<const uint8_t>(all.data() + most * q, sizes[q]), q);
+      void* p = peers_[q].devicePointer();
+      if (p == nullptr) {
+        return fmt::format(
+            "rank {}'s scratch is not mapped into this process (needs the nvlink "
+            "transport: transport.intra_node)",
+            q);
+      }
+      base_.scratch[q] = static_cast<char*>(p);
+    }
+  } catch (const Error& e) {
+    return fmt::format("mapping the peers' scratch: {}", e.what());
+  }
+  return {};
+}
+
+void CudaBackend::checkAbort() const {
+  if (abortHost_ == nullptr || __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == 0) return;
+  const int peer = static_cast<int>(abortHost_->peer);
+  const int32_t pid = peer >= 0 && peer < size_ ? context_->pid(peer) : 0;
+  const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+  throw Error(gone ? ErrorCode::PeerLost : ErrorCode::Timeout,
+              fmt::format("cuda collectives: a kernel of rank {} (block {}) waited for rank {} "
+                          "longer than transport.timeout = {} s (expected flag or count {}, saw "
+                          "{}){}; that collective's results are not valid and this communicator "
+                          "cannot be used any more",
+                          rank_, abortHost_->block, peer, timeoutSeconds_, abortHost_->expected,
+                          abortHost_->seen, gone ? ": the peer process has exited" : ""),
+              peer);
+}
+
+std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r) {
+  if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
+  checkAbort();
+  if (r.count == 0) return {};
+  KernelArgs a = base_;
+  a.op = static_cast<RedOp>(static_cast<int>(r.redop));
+  a.send = r.send;
+  a.recv = r.recv;
+  a.count = r.count;
+  a.elemSize = sizeOf(r.type);
+  a.peer = r.op == CollectiveOp::Broadcast ? r.root : r.peer;
+  const Shape s = shapeFor(id, r.bytes(), size_, tuning_, base_.layout);
+  DeviceGuard guard(device_);
+  const int e =
+      launchKernel(id, static_cast<ElemType>(static_cast<int>(r.type)), a, s, r.stream.handle);
+  if (e != 0) {
+    throw Error(ErrorCode::BackendError,
+                "cuda collectives: " + cudaWhy(fmt::format("launching {}", toString(id)).c_str(),
+                                               static_cast<cudaError_t>(e)));
+  }
+  return fmt::format("{} grid {} block {}", toString(id), s.blocks, s.threads);
+}
+
+std::unique_ptr<backend::CollectivesBackend> create(const backend::CollectivesInit& init) {
+  return std::make_unique<CudaBackend>(init);
+}
+
+}  // namespace
+}  // namespace strata::cuda
+
+extern "C" __attribute__((visibility("default"))) const strata::backend::ModuleInfo*
+strata_module_info() {
+  static const strata::backend::ModuleInfo info{
+      STRATA_MODULE_ABI_VERSION,
+      strata::backend::ModuleKind::Collectives,
+      "cuda",
+      STRATA_VERSION_STRING,
+      "collectives on CUDA device memory (LL8/LL16 packets, direct staged kernels)",
+      nullptr,
+      nullptr,
+      nullptr,
+      &strata::cuda::create,
+  };
+  return &info;
+}
