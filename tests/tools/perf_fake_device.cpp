@@ -59,6 +59,9 @@ void toDevice(void* device, const void* host, size_t bytes, void*) {
 void toHost(void* host, const void* device, size_t bytes, void*) {
   std::memcpy(host, device, bytes);
 }
+void zero(void* device, size_t bytes, void*) {
+  std::memset(device, 0, bytes);
+}
 void copyAsync(void* dst, const void* src, size_t bytes, void*) {
   std::memcpy(dst, src, bytes);
 }

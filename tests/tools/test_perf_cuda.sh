@@ -83,6 +83,10 @@ if [[ $fake == fake ]]; then
   out=$(timeout 120 "$run" -n 2 "$perf" sendrecv --memory cuda -b 8 -e 64 -n 2 -w 1 -z 1 2>&1) || fail "-z 1: $out"
   grep -q '^# Blocking Enabled: cudaStreamSynchronize after each collective$' <<<"$out" || fail "-z 1: no 'Blocking Enabled' line"
 
+  # -c 0: no staging buffers (nothing is prepared or checked), '#wrong' is N/A.
+  out=$(timeout 60 "$run" -n 2 "$perf" reducescatter --memory cuda -b 1K -e 1K -n 2 -w 1 -c 0 2>&1) || fail "-c 0: $out"
+  awk '$1 ~ /^[0-9]+$/ { print $9, $13 }' <<<"$out" | grep -qx 'N/A N/A' || { echo "$out"; fail "-c 0 should print N/A"; }
+
   # Every type and reduction through the staging buffers; one rank (sendrecv copies on the stream).
   out=$(timeout 300 "$run" -n 2 "$perf" allreduce --memory cuda -b 8 -e 1K -f 128 -n 1 -w 0 -d all -o all 2>&1)
   rc=$?

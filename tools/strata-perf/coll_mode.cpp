@@ -100,17 +100,21 @@ struct Target {
 
 // The buffers of one run. Host memory: from the heap (any user buffer) or from strata's
 // allocator, and the inputs are written and the results read in place. Device memory:
-// cudaMalloc'ed, with host staging buffers of the same size in which the inputs are written
+// cudaMalloc'ed and zeroed, with host staging buffers of the same size (only with -c 1: a sweep
+// to 8 GiB on 8 GPUs would otherwise hold 128 GiB of host memory) in which the inputs are written
 // (upload() copies them over) and into which a result is copied to be checked.
 class Buffers {
  public:
-  Buffers(Communicator& comm, const std::string& alloc, size_t bytes, Target target)
+  Buffers(Communicator& comm, const std::string& alloc, size_t bytes, Target target, bool check)
       : target_(target) {
     bytes = std::max<size_t>(bytes, 64);
     bytes_ = bytes;
     if (target_.device) {
       devSend_ = device::allocate(bytes);
       devRecv_ = device::allocate(bytes);
+      device::zero(devSend_, bytes, target_.stream);
+      device::zero(devRecv_, bytes, target_.stream);
+      if (!check) return;
     }
     if (alloc == "strata" && !target_.device) {
       sendMem_ = comm.context().allocate(bytes);
@@ -131,7 +135,6 @@ class Buffers {
     }
     std::memset(send_, 0, bytes);
     std::memset(recv_, 0, bytes);
-    upload(bytes);
   }
   ~Buffers() {
     device::release(devSend_);
@@ -143,7 +146,8 @@ class Buffers {
   /// Where the collectives read and write.
   std::byte* send() const { return static_cast<std::byte*>(target_.device ? devSend_ : send_); }
   std::byte* recv() const { return static_cast<std::byte*>(target_.device ? devRecv_ : recv_); }
-  /// Where the inputs are prepared: send() and recv() themselves for host memory.
+  /// Where the inputs are prepared: send() and recv() themselves for host memory; device
+  /// memory has them only with -c 1.
   std::byte* hostSend() const { return static_cast<std::byte*>(send_); }
   std::byte* hostRecv() const { return static_cast<std::byte*>(recv_); }
 
@@ -502,7 +506,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
     }
     const Target at{cuda, stream.get()};
     std::unique_ptr<Communicator> comm = Communicator::create(boot, config);
-    Buffers buf(*comm, opt.alloc, maxBytes, at);
+    Buffers buf(*comm, opt.alloc, maxBytes, at, opt.check != 0);
 
     RankRecord me;
     me.pid = static_cast<int32_t>(getpid());

@@ -43,6 +43,8 @@ void release(void* pointer) noexcept;
 /// ordered with the collectives on that stream.
 void toDevice(void* device, const void* host, size_t bytes, void* stream);
 void toHost(void* host, const void* device, size_t bytes, void* stream);
+/// cudaMemsetAsync(device, 0, bytes), then synchronize(stream).
+void zero(void* device, size_t bytes, void* stream);
 /// Device to device, enqueued on the stream (sendrecv with one rank).
 void copyAsync(void* dst, const void* src, size_t bytes, void* stream);
 

@@ -91,6 +91,11 @@ void toHost(void* host, const void* device, size_t bytes, void* stream) {
   synchronize(stream);
 }
 
+void zero(void* device, size_t bytes, void* stream) {
+  check(cudaMemsetAsync(device, 0, bytes, asStream(stream)), "cudaMemsetAsync");
+  synchronize(stream);
+}
+
 void copyAsync(void* dst, const void* src, size_t bytes, void* stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, asStream(stream)),
         "cudaMemcpyAsync (device to device)");

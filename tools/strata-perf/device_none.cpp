@@ -45,6 +45,9 @@ void toDevice(void*, const void*, size_t, void*) {
 void toHost(void*, const void*, size_t, void*) {
   unavailable();
 }
+void zero(void*, size_t, void*) {
+  unavailable();
+}
 void copyAsync(void*, const void*, size_t, void*) {
   unavailable();
 }
