@@ -159,16 +159,18 @@ void Reporter::row(const CollRow& r) {
   if (!json_) return;
   for (const CollResult* p : {&r.outOfPlace, &r.inPlace}) {
     if (!p->measured) continue;
-    fmt::print(json_,
-               "{{\"tool\":\"strata-perf\",\"label\":{},\"op\":{},\"nranks\":{},"
-               "\"backend\":{},\"memory\":{},\"size\":{},\"count\":{},\"type\":{},"
-               "\"redop\":{},\"root\":{},\"algorithm\":{},\"inplace\":{},\"time_us\":{:.3f},"
-               "\"algbw\":{:.6f},\"busbw\":{:.6f},\"wrong\":{}}}\n",
-               jsonString(label_), jsonString(r.op), nranks_, jsonString(backend_),
-               jsonString(memory_), r.bytes, r.count, jsonString(r.type), jsonString(r.redop),
-               r.root, jsonString(r.algorithm), p == &r.inPlace ? "true" : "false", p->timeUs,
-               p->algbw, p->busbw,
-               p->wrong < 0 ? std::string("null") : fmt::format("{}", p->wrong));
+    fmt::print(
+        json_,
+        "{{\"tool\":\"strata-perf\",\"label\":{},\"op\":{},\"nranks\":{},"
+        "\"backend\":{},\"memory\":{},\"size\":{},\"count\":{},\"type\":{},"
+        "\"redop\":{},\"root\":{},\"algorithm\":{},{}{}\"inplace\":{},\"time_us\":{:.3f},"
+        "\"algbw\":{:.6f},\"busbw\":{:.6f},\"wrong\":{}}}\n",
+        jsonString(label_), jsonString(r.op), nranks_, jsonString(backend_), jsonString(memory_),
+        r.bytes, r.count, jsonString(r.type), jsonString(r.redop), r.root, jsonString(r.algorithm),
+        r.launch.empty() ? std::string() : fmt::format("\"launch\":{},", jsonString(r.launch)),
+        graph_ > 0 ? fmt::format("\"graph\":{},", graph_) : std::string(),
+        p == &r.inPlace ? "true" : "false", p->timeUs, p->algbw, p->busbw,
+        p->wrong < 0 ? std::string("null") : fmt::format("{}", p->wrong));
   }
   std::fflush(json_);
 }

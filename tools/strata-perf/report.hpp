@@ -51,6 +51,7 @@ struct CollRow {
   std::string redop;      ///< "none" for the non-reducing ops
   int root = -1;          ///< -1 except broadcast
   std::string algorithm;  ///< "host/twoshot": what the last measured call ran
+  std::string launch;     ///< "grid 8 block 512": its kernel launch; empty for host algorithms
   CollResult outOfPlace;
   CollResult inPlace;
 };
@@ -75,11 +76,14 @@ class Reporter {
   /// Collective modes: "label" and "memory" of every JSON row.
   void setLabel(std::string label) { label_ = std::move(label); }
   void setMemory(std::string memory) { memory_ = std::move(memory); }
+  /// -G: launches of the CUDA graph per row; 0 (the default) adds no "graph" key.
+  void setGraph(int graph) { graph_ = graph; }
   /// nccl-tests' two-level column header (out-of-place | in-place).
   void collColumns();
   /// One table row and one JSON line per measured placement: "tool", "label", "op", "nranks",
   /// "backend" (the constructor's), "memory", "size", "count", "type", "redop", "root",
-  /// "inplace", "time_us", "algbw", "busbw", "wrong" (null when not checked).
+  /// "algorithm", "launch" (only when the algorithm launched a kernel), "graph" (only with
+  /// -G), "inplace", "time_us", "algbw", "busbw", "wrong" (null when not checked).
   void row(const CollRow& row);
   /// Bandwidth modes: a provider (or similar detail) added to every JSON row when not empty.
   void setProvider(std::string provider) { provider_ = std::move(provider); }
@@ -95,6 +99,7 @@ class Reporter {
   std::string provider_;
   std::string label_ = "strata";
   std::string memory_ = "host";
+  int graph_ = 0;
   int nranks_;
   std::FILE* table_;
   std::FILE* json_ = nullptr;
