@@ -168,6 +168,9 @@ class CudaBackend final : public backend::CollectivesBackend {
   std::string launch(KernelId id, const CollectiveRequest& r);
 
  private:
+  /// Throws InvalidConfig on every rank when some rank's collectives.cuda.* differ from rank 0's
+  /// (the scratch layout and the kernel choice derive from them). Collective.
+  void checkTuningAgrees();
   /// Every rank says whether its step worked; returns the first rank that failed, or -1.
   int agree(const std::string& localError);
   std::string probeDevice();
@@ -257,6 +260,7 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
     : context_(init.context), rank_(init.topology.rank), size_(init.topology.size) {
   tuning_ = readTuning(*init.config);
   timeoutSeconds_ = config::getDouble(*init.config, "transport.timeout");
+  checkTuningAgrees();
   if (init.topology.hosts.size() != 1) {
     why_ = "the ranks are on several hosts: the cuda module runs within one host so far";
     return;
@@ -302,6 +306,30 @@ void CudaBackend::release() noexcept {
   if (abortHost_ != nullptr) cudaFreeHost(abortHost_);
   state_ = nullptr;
   abortHost_ = nullptr;
+}
+
+void CudaBackend::checkTuningAgrees() {
+  const uint64_t mine[6] = {tuning_.oneShotMax, tuning_.twoShotMax, tuning_.packetsMax,
+                            tuning_.staging,    tuning_.maxBlocks,  tuning_.threads};
+  static const char* const kKeys[6] = {
+      "collectives.cuda.oneshot_max_bytes", "collectives.cuda.twoshot_max_bytes",
+      "collectives.cuda.packets_max_bytes", "collectives.cuda.staging_bytes",
+      "collectives.cuda.max_blocks",        "collectives.cuda.threads"};
+  std::vector<uint64_t> all(6 * static_cast<size_t>(size_));
+  std::copy(std::begin(mine), std::end(mine), all.begin() + 6 * rank_);
+  context_->bootstrap().allGather(all.data(), sizeof(mine));
+  for (int r = 1; r < size_; ++r) {
+    for (int k = 0; k < 6; ++k) {
+      if (all[6 * r + k] != all[k]) {
+        throw Error(ErrorCode::InvalidConfig,
+                    fmt::format("ranks disagree on {}: rank 0 has {}, rank {} has {}. Every rank "
+                                "must use the same value: check the STRATA_* environment and "
+                                "strata.toml on every node",
+                                kKeys[k], all[k], r, all[6 * r + k]),
+                    r);
+      }
+    }
+  }
 }
 
 int CudaBackend::agree(const std::string& localError) {

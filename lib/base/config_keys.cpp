@@ -160,31 +160,31 @@ constexpr KeyInfo kKeys[] = {
      "at N > 2 ranks the limit is this times (2/N)^2 (16 KiB at 4 ranks with the default).",
      true},
     {"collectives.cuda.oneshot_max_bytes", Type::Bytes, "16K", "",
-     "CUDA module: largest allReduce (bytes per rank) that auto runs with oneshot-ll8 (all pairs, "
+     "CUDA module (every rank must use the same collectives.cuda.* values: the module checks at create): largest allReduce (bytes per rank) that auto runs with oneshot-ll8 (all pairs, "
      "LL8 packets, one hop). 16 KiB is MSCCL++'s Hopper selector for 8 GPUs on NVSwitch "
      "(docs/collectives-cuda.md); not measured by strata yet.",
-     true},
+     false},
     {"collectives.cuda.twoshot_max_bytes", Type::Bytes, "2M", "",
      "CUDA module: largest allReduce that auto runs with twoshot-ll16 (LL16 packets, reduce-"
      "scatter + all-gather); above it, direct. 2 MiB is MSCCL++'s Hopper limit without NVLS. "
      "Also sizes the packet scratch (about 4x this, twice for the parity double buffer).",
-     true},
+     false},
     {"collectives.cuda.packets_max_bytes", Type::Bytes, "64K", "",
      "CUDA module: largest allGather, broadcast, allToAll (bytes per rank and peer) and "
      "reduceScatter (bytes per rank) that auto runs with LL packets; above it, direct.",
-     true},
+     false},
     {"collectives.cuda.staging_bytes", Type::Bytes, "8M", "",
      "CUDA module: bytes of each rank's staging area, the chunk the direct algorithms pipeline "
      "through (peers read it with 16-byte loads).",
-     true},
+     false},
     {"collectives.cuda.max_blocks", Type::Int, "16", "1..32",
      "CUDA module: most thread blocks a collective kernel launches (each block has its own flags "
      "and semaphores and works independently).",
-     true},
+     false},
     {"collectives.cuda.threads", Type::Int, "512", "32..512",
      "CUDA module: threads per block of the collective kernels (the kernels are compiled for at "
      "most 512).",
-     true},
+     false},
 
 };
 // END KEYS

@@ -14,7 +14,7 @@
 
 #include <strata/error.hpp>
 
-#include "device.hpp"
+#include "tools/strata-perf/device.hpp"
 
 namespace strata::perf::device {
 
