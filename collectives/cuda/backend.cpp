@@ -281,7 +281,7 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
     failed = agree(local);
   }
   if (failed >= 0) {
-    why_ = failed == rank_
+    why_ = !local.empty()
                ? local
                : fmt::format("rank {} cannot use CUDA collectives (see its log)", failed);
     STRATA_LOG(Debug, kLog, "cuda collectives disabled: {}", why_);
