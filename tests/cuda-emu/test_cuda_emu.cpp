@@ -2,7 +2,8 @@
 // threads: every algorithm, N = 2..8 ranks, several blocks and threads, every type and op, odd
 // counts, in place and out of place, one slow rank, random yields, back-to-back calls that switch
 // algorithms and sizes, flags started near the 32-bit wrap. Every result is compared bit for bit
-// with a reference folded in rank order. See docs/collectives-cuda.md.
+// with a reference folded in rank order (tests/harness/reference_fold.hpp, shared with
+// tests/gpu). See docs/collectives-cuda.md.
 //
 // STRATA_EMU_QUICK=1 runs smaller sweeps (the ThreadSanitizer build uses it);
 // STRATA_EMU_TIMEOUT_MS sets the kernels' wait limit (default 20 s).
@@ -17,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "base/float16.hpp"
 #include "collectives/cuda/plan.hpp"
 #include "tests/cuda-emu/emu.hpp"
+#include "tests/harness/reference_fold.hpp"
 
 using namespace strata::cuda;
 using strata::cuda::emu::Launch;
@@ -48,21 +49,31 @@ ScratchLayout smallLayout(int n) {
   return layoutFor(t, n);
 }
 
+// The reference fold and the random data are shared with tests/gpu (tests/harness/
+// reference_fold.hpp), over strata::DataType and strata::ReduceOp: ElemType and RedOp have their
+// order.
+static_assert(static_cast<int>(strata::DataType::Int8) == static_cast<int>(ElemType::Int8));
+static_assert(static_cast<int>(strata::DataType::Uint8) == static_cast<int>(ElemType::Uint8));
+static_assert(static_cast<int>(strata::DataType::Int32) == static_cast<int>(ElemType::Int32));
+static_assert(static_cast<int>(strata::DataType::Uint32) == static_cast<int>(ElemType::Uint32));
+static_assert(static_cast<int>(strata::DataType::Int64) == static_cast<int>(ElemType::Int64));
+static_assert(static_cast<int>(strata::DataType::Uint64) == static_cast<int>(ElemType::Uint64));
+static_assert(static_cast<int>(strata::DataType::Float16) == static_cast<int>(ElemType::Half));
+static_assert(static_cast<int>(strata::DataType::BFloat16) == static_cast<int>(ElemType::BFloat16));
+static_assert(static_cast<int>(strata::DataType::Float32) == static_cast<int>(ElemType::Float));
+static_assert(static_cast<int>(strata::DataType::Float64) == static_cast<int>(ElemType::Double));
+static_assert(static_cast<int>(strata::ReduceOp::Sum) == static_cast<int>(RedOp::Sum));
+static_assert(static_cast<int>(strata::ReduceOp::Prod) == static_cast<int>(RedOp::Prod));
+static_assert(static_cast<int>(strata::ReduceOp::Min) == static_cast<int>(RedOp::Min));
+static_assert(static_cast<int>(strata::ReduceOp::Max) == static_cast<int>(RedOp::Max));
+static_assert(static_cast<int>(strata::ReduceOp::Avg) == static_cast<int>(RedOp::Avg));
+
+strata::DataType toDataType(ElemType t) {
+  return static_cast<strata::DataType>(static_cast<int>(t));
+}
+
 size_t elemSize(ElemType t) {
-  switch (t) {
-    case ElemType::Int8:
-    case ElemType::Uint8:
-      return 1;
-    case ElemType::Half:
-    case ElemType::BFloat16:
-      return 2;
-    case ElemType::Int32:
-    case ElemType::Uint32:
-    case ElemType::Float:
-      return 4;
-    default:
-      return 8;
-  }
+  return strata::testing::elemSize(toDataType(t));
 }
 
 const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
@@ -70,91 +81,13 @@ const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, E
                            ElemType::Float, ElemType::Double};
 const RedOp kOps[] = {RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg};
 
-/// Random elements: any bits for integers, small values with fractions for floats (so sums and
-/// products round, and NaNs stay rare).
 std::vector<char> randomData(std::mt19937_64& rng, ElemType t, size_t count) {
-  std::vector<char> out(count * elemSize(t));
-  std::uniform_real_distribution<float> real(-3.0f, 3.0f);
-  for (size_t i = 0; i < count; ++i) {
-    char* p = out.data() + i * elemSize(t);
-    if (t == ElemType::Float) {
-      float v = real(rng);
-      std::memcpy(p, &v, 4);
-    } else if (t == ElemType::Double) {
-      double v = static_cast<double>(real(rng)) / 3.0;
-      std::memcpy(p, &v, 8);
-    } else if (t == ElemType::Half) {
-      uint16_t h = strata::collectives::floatToHalf(real(rng));
-      std::memcpy(p, &h, 2);
-    } else if (t == ElemType::BFloat16) {
-      uint16_t h = strata::collectives::floatToBf16(real(rng));
-      std::memcpy(p, &h, 2);
-    } else {
-      uint64_t v = rng();
-      std::memcpy(p, &v, elemSize(t));
-    }
-  }
-  return out;
-}
-
-/// The reference: element i of every rank's input folded in rank order, written independently of
-/// the kernels' WordFold (integers wrap, 16-bit floats accumulate in fp32 and round once).
-template <class T, class A>
-A fold(RedOp op, A acc, A v) {
-  switch (op) {
-    case RedOp::Prod:
-      if constexpr (std::is_integral_v<A>) {
-        return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) *
-                              static_cast<std::make_unsigned_t<A>>(v));
-      } else {
-        return acc * v;
-      }
-    case RedOp::Min:
-      return v < acc ? v : acc;
-    case RedOp::Max:
-      return acc < v ? v : acc;
-    default:
-      if constexpr (std::is_integral_v<A>) {
-        return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) +
-                              static_cast<std::make_unsigned_t<A>>(v));
-      } else {
-        return acc + v;
-      }
-  }
-}
-
-template <class T>
-void referenceTyped(RedOp op, const std::vector<const char*>& in, size_t count, char* out) {
-  const int n = static_cast<int>(in.size());
-  for (size_t i = 0; i < count; ++i) {
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      auto load = [](const char* p) {
-        uint16_t b;
-        std::memcpy(&b, p, 2);
-        return std::is_same_v<T, Half> ? strata::collectives::halfToFloat(b)
-                                       : strata::collectives::bf16ToFloat(b);
-      };
-      float acc = load(in[0] + i * 2);
-      for (int r = 1; r < n; ++r) acc = fold<T, float>(op, acc, load(in[r] + i * 2));
-      if (op == RedOp::Avg) acc = acc / static_cast<float>(n);
-      uint16_t b = std::is_same_v<T, Half> ? strata::collectives::floatToHalf(acc)
-                                           : strata::collectives::floatToBf16(acc);
-      std::memcpy(out + i * 2, &b, 2);
-    } else {
-      T acc, v;
-      std::memcpy(&acc, in[0] + i * sizeof(T), sizeof(T));
-      for (int r = 1; r < n; ++r) {
-        std::memcpy(&v, in[r] + i * sizeof(T), sizeof(T));
-        acc = fold<T, T>(op, acc, v);
-      }
-      if (op == RedOp::Avg) acc = static_cast<T>(acc / static_cast<T>(n));
-      std::memcpy(out + i * sizeof(T), &acc, sizeof(T));
-    }
-  }
+  return strata::testing::randomData(rng, toDataType(t), count);
 }
 
 void reference(ElemType t, RedOp op, const std::vector<const char*>& in, size_t count, char* out) {
-  withElemType(t, [&]<class T>() { referenceTyped<T>(op, in, count, out); });
+  strata::testing::reference(toDataType(t), static_cast<strata::ReduceOp>(static_cast<int>(op)), in,
+                             count, out);
 }
 
 std::string describe(KernelId id, ElemType t, RedOp op, int n, size_t count, bool inPlace) {
