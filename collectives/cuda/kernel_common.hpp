@@ -98,7 +98,7 @@ struct KernelArgs {
   char* scratch[kMaxRanks] = {};  ///< every rank's scratch, mapped here ([rank]: this rank's)
   BlockState* state = nullptr;    ///< this rank's, kMaxBlocks entries
   AbortRecord* abort = nullptr;   ///< mapped host memory
-  uint64_t timeoutNs = 0;         ///< per wait, from the kernel's start
+  uint64_t timeoutNs = 0;         ///< per wait, from the kernel's start (0: none)
   ScratchLayout layout;
 
   STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }
@@ -138,7 +138,8 @@ struct Arith<BFloat16> {
   STRATA_HOST_DEVICE static BFloat16 store(Acc a) { return BFloat16{floatToBf16(a)}; }
 };
 
-/// a op b; integers wrap (computed unsigned), floats in the accumulator type.
+/// a op b; integers wrap (computed unsigned), floats in the accumulator type; float min and max
+/// propagate NaN (the host backend's rule).
 template <class A>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE A combine(RedOp op, A a, A b) {
   if constexpr (std::is_integral_v<A>) {
@@ -157,10 +158,10 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE A combine(RedOp op, A a, A b) {
     switch (op) {
       case RedOp::Prod:
         return a * b;
-      case RedOp::Min:
-        return b < a ? b : a;
+      case RedOp::Min:  // NaN propagates, as in the host backend (collectives/host/reduce.hpp)
+        return (b < a || b != b) ? b : a;
       case RedOp::Max:
-        return a < b ? b : a;
+        return (b > a || b != b) ? b : a;
       default:
         return a + b;
     }
@@ -294,7 +295,8 @@ struct Waiter {
 
 template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Waiter makeWaiter(const KernelArgs& a) {
-  return Waiter{&a, device::nowNs() + a.timeoutNs};
+  // timeoutNs 0: no deadline (transport.timeout = 0).
+  return Waiter{&a, a.timeoutNs == 0 ? ~uint64_t{0} : device::nowNs() + a.timeoutNs};
 }
 
 /// The semaphore block `block` of this rank shares with peer: the peer raises our counter

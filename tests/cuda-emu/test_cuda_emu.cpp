@@ -368,6 +368,49 @@ BOOST_AUTO_TEST_CASE(epoch_flags_never_zero_and_differ_per_parity) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(float_min_and_max_propagate_nan_from_any_rank) {
+  std::mt19937_64 rng(5);
+  World w(3, smallLayout(3), kTimeoutNs, 55);
+  for (KernelId id : kReduceKernels) {
+    std::vector<std::unique_ptr<Call>> calls;
+    for (ElemType t : {ElemType::Float, ElemType::Double, ElemType::Half, ElemType::BFloat16}) {
+      for (RedOp op : {RedOp::Min, RedOp::Max}) {
+        auto c = prepare(w, id, t, op, 9, false, -1, rng);
+        // A quiet NaN in rank 1's and rank 2's inputs (first element of each block).
+        const size_t es = elemSize(t);
+        for (int r = 1; r < 3; ++r) {
+          for (size_t i = 0; i < c->in[r].size(); i += 9 * es) {
+            if (t == ElemType::Float) {
+              const uint32_t nan = 0x7fc00001u + r;
+              std::memcpy(c->in[r].data() + i, &nan, 4);
+            } else if (t == ElemType::Double) {
+              const uint64_t nan = 0x7ff8000000000001ull + r;
+              std::memcpy(c->in[r].data() + i, &nan, 8);
+            } else {
+              const uint16_t nan = t == ElemType::Half ? 0x7e01 : 0x7fc1;
+              std::memcpy(c->in[r].data() + i, &nan, 2);
+            }
+          }
+        }
+        // The expected outputs again, from the new inputs.
+        const bool rs = id == KernelId::ReduceScatterPackets || id == KernelId::ReduceScatterDirect;
+        for (int r = 0; r < 3; ++r) {
+          std::vector<const char*> ins;
+          for (int q = 0; q < 3; ++q) ins.push_back(c->in[q].data() + (rs ? r * 9 * es : 0));
+          reference(t, op, ins, 9, c->expect[r].data());
+          float first;
+          if (t == ElemType::Float) {
+            std::memcpy(&first, c->expect[r].data(), 4);
+            BOOST_REQUIRE(first != first);  // the reference propagates it too
+          }
+        }
+        calls.push_back(std::move(c));
+      }
+    }
+    runAll(w, calls);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_rank_times_out_naming_it) {
   for (KernelId id : {KernelId::AllReduceOneShot, KernelId::AllReduceDirect}) {
     World w(3, smallLayout(3), 200'000'000ull);  // 0.2 s

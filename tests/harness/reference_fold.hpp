@@ -83,10 +83,10 @@ A fold(ReduceOp op, A acc, A v) {
       } else {
         return acc * v;
       }
-    case ReduceOp::Min:
-      return v < acc ? v : acc;
+    case ReduceOp::Min:  // a NaN operand propagates (v != v is false for integers)
+      return (v < acc || v != v) ? v : acc;
     case ReduceOp::Max:
-      return acc < v ? v : acc;
+      return (v > acc || v != v) ? v : acc;
     default:  // Sum, Avg
       if constexpr (std::is_integral_v<A>) {
         return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) +

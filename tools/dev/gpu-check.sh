@@ -126,7 +126,8 @@ if [ ! -x "$BUILD/tests/gpu/test-nvlink" ]; then
 fi
 
 if [ "$ONLY" != coll ]; then
-step suite-gpu 300 meson test -C "$BUILD" --no-rebuild --suite gpu --print-errorlogs
+# test-cuda-collectives (suite gpu-collectives) runs in its own step below.
+step suite-gpu 300 meson test -C "$BUILD" --no-rebuild --suite gpu --no-suite gpu-collectives --print-errorlogs
 if [ "$FULL" = 1 ]; then
   step suite-transport 300 meson test -C "$BUILD" --no-rebuild --suite transport --print-errorlogs
 fi
@@ -185,7 +186,7 @@ fi
 
 NO_COLL="the CUDA collectives module was not built (see coll-build)"
 if [ $COLL = 1 ] && [ -x "$BUILD/$COLL_TEST" ]; then
-  step coll-test 150 "$BUILD/$COLL_TEST"
+  step coll-test 150 "$BUILD/$COLL_TEST" --timeout=140
 else
   skip coll-test "no $COLL_TEST in $BUILD"
 fi
@@ -208,7 +209,7 @@ for tool in memcheck racecheck synccheck; do
   elif [ $COLL = 0 ] || [ ! -x "$BUILD/$COLL_TEST" ]; then
     skip "san-$tool" "no $COLL_TEST in $BUILD"
   else
-    step "san-$tool" 75 compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/$COLL_TEST" --short
+    step "san-$tool" 75 compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/$COLL_TEST" --short --ranks=2 --timeout=65
   fi
 done
 

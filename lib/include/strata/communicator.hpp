@@ -116,7 +116,10 @@ class STRATA_API Communicator {
   /// recv. send and recv must not overlap.
   void allToAll(const void* send, void* recv, size_t countPerRank, DataType type,
                 Stream stream = {});
-  /// Point to point: matched in order with the peer's recv of the same count and type.
+  /// Point to point: matched in order with the peer's recv of the same count and type. On device
+  /// memory the send's kernel waits on its stream until the peer's recv has read the data (as
+  /// an ungrouped NCCL send), so a ring where every rank sends before it receives waits until
+  /// transport.timeout; on host memory that pattern works.
   void send(const void* buf, size_t count, DataType type, int peer, Stream stream = {});
   void recv(void* buf, size_t count, DataType type, int peer, Stream stream = {});
 
