@@ -215,6 +215,42 @@ struct WordFold {
   }
 };
 
+/// One 8-byte unit folded over the ranks in rank order: word(r, v) sets rank r's word and
+/// returns false when it did not arrive (then so does this, with out unset).
+template <class T, class Get>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool foldRanks(const KernelArgs& a, Get&& word,
+                                                       uint64_t& out) {
+  WordFold<T> f;
+  for (int r = 0; r < a.nranks; ++r) {
+    uint64_t v = 0;
+    if (!word(r, v)) return false;
+    if (r == 0) {
+      f.init(v);
+    } else {
+      f.add(a.op, v);
+    }
+  }
+  out = f.finish(a.op, a.nranks);
+  return true;
+}
+
+/// A 16-byte unit folded over the ranks in rank order (vec(r): rank r's, always present).
+template <class T, class Get>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 foldRanksVec(const KernelArgs& a, Get&& vec) {
+  WordFold<T> lo, hi;
+  for (int r = 0; r < a.nranks; ++r) {
+    const device::Vec16 v = vec(r);
+    if (r == 0) {
+      lo.init(v.lo);
+      hi.init(v.hi);
+    } else {
+      lo.add(a.op, v.lo);
+      hi.add(a.op, v.hi);
+    }
+  }
+  return {lo.finish(a.op, a.nranks), hi.finish(a.op, a.nranks)};
+}
+
 // ---- bounded loads and stores of 8- and 16-byte units -----------------------------------------
 
 /// Bytes [off, off + 8) of src, zero past end (src needs no alignment).
@@ -281,6 +317,18 @@ struct Waiter {
     }
   }
 
+  /// The next signal of semaphore s (from peer): one thread waits.
+  template <class Ctx>
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool semaphore(Ctx& ctx, const device::DeviceSemaphore& s,
+                                                         int peer) const {
+    const uint64_t target = s.next();
+    return until(ctx, peer, target, [&](uint64_t& seen) {
+      if (s.arrived(target)) return true;
+      seen = device::loadRelaxed(s.inbound);
+      return false;
+    });
+  }
+
   /// One packet from peer; data set when it arrived.
   template <class Packet, class Data, class Ctx>
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool packet(Ctx& ctx, const Packet* p, uint32_t flag,
@@ -326,12 +374,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool peerBarrier(Ctx& ctx, const KernelA
     if (peer == a.rank || (only >= 0 && peer != only)) continue;
     const auto s = semaphore(a, ctx.block(), peer);
     s.signal();
-    const uint64_t target = s.next();
-    ok = w.until(ctx, peer, target, [&](uint64_t& seen) {
-      if (s.arrived(target)) return true;
-      seen = device::loadRelaxed(s.inbound);
-      return false;
-    });
+    ok = w.semaphore(ctx, s, peer);
   }
   return ctx.syncAnd(ok);
 }
@@ -347,15 +390,7 @@ template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool waitSignal(Ctx& ctx, const KernelArgs& a,
                                                         const Waiter& w, int peer) {
   bool ok = true;
-  if (ctx.thread() == 0) {
-    const auto s = semaphore(a, ctx.block(), peer);
-    const uint64_t target = s.next();
-    ok = w.until(ctx, peer, target, [&](uint64_t& seen) {
-      if (s.arrived(target)) return true;
-      seen = device::loadRelaxed(s.inbound);
-      return false;
-    });
-  }
+  if (ctx.thread() == 0) ok = w.semaphore(ctx, semaphore(a, ctx.block(), peer), peer);
   return ctx.syncAnd(ok);
 }
 

@@ -58,18 +58,8 @@ STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
     if (!peerBarrier(ctx, a, w)) return;  // staged
     const Slice own = slice.part(a.rank, a.nranks);
     for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
-      WordFold<T> lo, hi;
-      for (int r = 0; r < a.nranks; ++r) {
-        const device::Vec16 v = device::loadVec16(staging(a, r) + i * 16);
-        if (r == 0) {
-          lo.init(v.lo);
-          hi.init(v.hi);
-        } else {
-          lo.add(a.op, v.lo);
-          hi.add(a.op, v.hi);
-        }
-      }
-      const device::Vec16 out{lo.finish(a.op, a.nranks), hi.finish(a.op, a.nranks)};
+      const device::Vec16 out =
+          foldRanksVec<T>(a, [&](int r) { return device::loadVec16(staging(a, r) + i * 16); });
       device::storeVec16(mine + i * 16, out);
       storeUnit16(a.recv, (c0 + i) * 16, bytes, out);
     }
@@ -106,19 +96,9 @@ STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
     }
     if (!peerBarrier(ctx, a, w)) return;
     for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-      WordFold<T> lo, hi;
-      for (int r = 0; r < a.nranks; ++r) {
-        const device::Vec16 v = device::loadVec16(staging(a, r) + (a.rank * chunk + i) * 16);
-        if (r == 0) {
-          lo.init(v.lo);
-          hi.init(v.hi);
-        } else {
-          lo.add(a.op, v.lo);
-          hi.add(a.op, v.hi);
-        }
-      }
-      storeUnit16(a.recv, (c0 + i) * 16, bytes,
-                  device::Vec16{lo.finish(a.op, a.nranks), hi.finish(a.op, a.nranks)});
+      storeUnit16(a.recv, (c0 + i) * 16, bytes, foldRanksVec<T>(a, [&](int r) {
+                    return device::loadVec16(staging(a, r) + (a.rank * chunk + i) * 16);
+                  }));
     }
     if (!peerBarrier(ctx, a, w)) return;
   }

@@ -62,21 +62,19 @@ STRATA_HOST_DEVICE void allReduceOneShot(Ctx& ctx, const KernelArgs& a) {
   }
   bool ok = true;
   for (uint64_t u = first; u < units && ok; u += stride) {
-    WordFold<T> f;
-    for (int r = 0; r < a.nranks && ok; ++r) {
-      uint64_t v = 0;
-      if (r == a.rank) {
-        v = loadUnit8(a.send, u * 8, bytes);
-      } else {
-        ok = readUnitLL8(ctx, w, packetSlot<LL8Packet>(a, self, ef.parity, 0, r), u, ef.flag, r, v);
-      }
-      if (r == 0) {
-        f.init(v);
-      } else {
-        f.add(a.op, v);
-      }
-    }
-    if (ok) storeUnit8(a.recv, u * 8, bytes, f.finish(a.op, a.nranks));
+    uint64_t out = 0;
+    ok = foldRanks<T>(
+        a,
+        [&](int r, uint64_t& v) {
+          if (r == a.rank) {
+            v = loadUnit8(a.send, u * 8, bytes);
+            return true;
+          }
+          return readUnitLL8(ctx, w, packetSlot<LL8Packet>(a, self, ef.parity, 0, r), u, ef.flag, r,
+                             v);
+        },
+        out);
+    if (ok) storeUnit8(a.recv, u * 8, bytes, out);
   }
   if (!ctx.syncAnd(ok)) return;
   endEpoch(ctx, a);
@@ -104,22 +102,18 @@ STRATA_HOST_DEVICE void allReduceTwoShot(Ctx& ctx, const KernelArgs& a) {
   for (uint64_t u = first; u < units && ok; u += stride) {
     if (u < a.rank * seg || u >= mineEnd) continue;
     const uint64_t i = u - a.rank * seg;
-    WordFold<T> f;
-    for (int r = 0; r < a.nranks && ok; ++r) {
-      uint64_t v = 0;
-      if (r == a.rank) {
-        v = loadUnit8(a.send, u * 8, bytes);
-      } else {
-        ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + i, ef.flag, r, v);
-      }
-      if (r == 0) {
-        f.init(v);
-      } else {
-        f.add(a.op, v);
-      }
-    }
+    uint64_t result = 0;
+    ok = foldRanks<T>(
+        a,
+        [&](int r, uint64_t& v) {
+          if (r == a.rank) {
+            v = loadUnit8(a.send, u * 8, bytes);
+            return true;
+          }
+          return w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + i, ef.flag, r, v);
+        },
+        result);
     if (!ok) break;
-    const uint64_t result = f.finish(a.op, a.nranks);
     storeUnit8(a.recv, u * 8, bytes, result);
     for (int k = 1; k < a.nranks; ++k) {
       const int q = (a.rank + k) % a.nranks;
@@ -157,21 +151,18 @@ STRATA_HOST_DEVICE void reduceScatterPackets(Ctx& ctx, const KernelArgs& a) {
   }
   bool ok = true;
   for (uint64_t u = first; u < units && ok; u += stride) {
-    WordFold<T> f;
-    for (int r = 0; r < a.nranks && ok; ++r) {
-      uint64_t v = 0;
-      if (r == a.rank) {
-        v = loadUnit8(in + a.rank * bytes, u * 8, bytes);
-      } else {
-        ok = w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + u, ef.flag, r, v);
-      }
-      if (r == 0) {
-        f.init(v);
-      } else {
-        f.add(a.op, v);
-      }
-    }
-    if (ok) storeUnit8(a.recv, u * 8, bytes, f.finish(a.op, a.nranks));
+    uint64_t out = 0;
+    ok = foldRanks<T>(
+        a,
+        [&](int r, uint64_t& v) {
+          if (r == a.rank) {
+            v = loadUnit8(in + a.rank * bytes, u * 8, bytes);
+            return true;
+          }
+          return w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + u, ef.flag, r, v);
+        },
+        out);
+    if (ok) storeUnit8(a.recv, u * 8, bytes, out);
   }
   if (!ctx.syncAnd(ok)) return;
   endEpoch(ctx, a);
