@@ -188,7 +188,7 @@ class CudaBackend final : public backend::CollectivesBackend {
   std::string why_;
   RegisteredMemory scratch_;
   std::vector<RegisteredMemory> peers_;
-  BlockState* state_ = nullptr;
+  RankState* state_ = nullptr;  ///< device memory
   AbortRecord* abortHost_ = nullptr;
   KernelArgs base_;
   CudaAlgorithm oneShot_{*this, CudaAlgorithm::Family::OneShot};
@@ -362,9 +362,8 @@ std::string CudaBackend::allocate() {
     cudaStream_t zero = nullptr;
     cudaError_t e = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMemsetAsync(scratch_.data(), 0, base_.layout.total(), zero);
-    if (e == cudaSuccess)
-      e = cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(BlockState) * kMaxBlocks);
-    if (e == cudaSuccess) e = cudaMemsetAsync(state_, 0, sizeof(BlockState) * kMaxBlocks, zero);
+    if (e == cudaSuccess) e = cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(RankState));
+    if (e == cudaSuccess) e = cudaMemsetAsync(state_, 0, sizeof(RankState), zero);
     if (e == cudaSuccess) e = cudaStreamSynchronize(zero);  // zeroed before any peer maps it
     if (zero != nullptr) cudaStreamDestroy(zero);
     if (e == cudaSuccess) {
@@ -377,7 +376,8 @@ std::string CudaBackend::allocate() {
     e = cudaHostGetDevicePointer(&dev, abortHost_, 0);
     if (e != cudaSuccess) return cudaWhy("mapping the abort record", e);
     base_.abort = static_cast<AbortRecord*>(dev);
-    base_.state = state_;
+    base_.state = state_->blocks;
+    base_.abortClaim = &state_->abortClaim;
     base_.rank = rank_;
     base_.nranks = size_;
     base_.timeoutNs = static_cast<uint64_t>(timeoutSeconds_ * 1e9);

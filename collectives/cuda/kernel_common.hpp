@@ -45,6 +45,12 @@ struct BlockState {
   uint64_t expected[kMaxRanks];  ///< semaphore counts consumed, per peer
 };
 
+/// This rank's device state: the blocks' state and the abort record's claim word.
+struct RankState {
+  BlockState blocks[kMaxBlocks];
+  uint64_t abortClaim;
+};
+
 /// Element types, as the module dispatches them (DataType order).
 enum class ElemType : int32_t {
   Int8,
@@ -93,12 +99,13 @@ struct KernelArgs {
   RedOp op = RedOp::Sum;
   const void* send = nullptr;
   void* recv = nullptr;
-  uint64_t count = 0;             ///< elements, as the request counts them
-  uint64_t elemSize = 1;          ///< bytes per element
-  char* scratch[kMaxRanks] = {};  ///< every rank's scratch, mapped here ([rank]: this rank's)
-  BlockState* state = nullptr;    ///< this rank's, kMaxBlocks entries
-  AbortRecord* abort = nullptr;   ///< mapped host memory
-  uint64_t timeoutNs = 0;         ///< per wait, from the kernel's start (0: none)
+  uint64_t count = 0;              ///< elements, as the request counts them
+  uint64_t elemSize = 1;           ///< bytes per element
+  char* scratch[kMaxRanks] = {};   ///< every rank's scratch, mapped here ([rank]: this rank's)
+  BlockState* state = nullptr;     ///< this rank's, kMaxBlocks entries
+  AbortRecord* abort = nullptr;    ///< mapped host memory
+  uint64_t* abortClaim = nullptr;  ///< device memory: who reported first
+  uint64_t timeoutNs = 0;          ///< per wait, from the kernel's start (0: none)
   ScratchLayout layout;
 
   STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }
@@ -307,9 +314,10 @@ struct Waiter {
       uint64_t seen = 0;
       if (pred(seen)) return true;
       if ((i & 255u) == 0) {
-        if (args->abort->raised()) return false;
+        if (AbortRecord::raised(args->abortClaim)) return false;
         if (device::nowNs() > deadline) {
-          args->abort->report(AbortRecord::Timeout, ctx.block(), peer, want, seen);
+          args->abort->report(args->abortClaim, AbortRecord::Timeout, ctx.block(), peer, want,
+                              seen);
           return false;
         }
       }

@@ -74,6 +74,7 @@ struct Rank {
       : scratch(static_cast<char*>(std::aligned_alloc(256, ScratchLayout::alignUp(bytes, 256)))) {
     std::memset(scratch, 0, bytes);
     std::memset(state, 0, sizeof(state));
+    abortClaim = 0;
     std::memset(&abort, 0, sizeof(abort));
   }
   ~Rank() { std::free(scratch); }
@@ -82,6 +83,7 @@ struct Rank {
   char* scratch;
   BlockState state[kMaxBlocks];
   AbortRecord abort;
+  uint64_t abortClaim;
 };
 
 /// What one rank launches.
@@ -110,6 +112,7 @@ class World {
     for (int q = 0; q < n_; ++q) a.scratch[q] = ranks_[q]->scratch;
     a.state = ranks_[r]->state;
     a.abort = &ranks_[r]->abort;
+    a.abortClaim = &ranks_[r]->abortClaim;
     a.timeoutNs = timeoutNs_;
     a.layout = layout_;
     return a;

@@ -165,29 +165,33 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool unpackPackets(void* dst, const Pack
   return true;
 }
 
-/// What a kernel reports when it gives up (mapped host memory: the host reads it while the
-/// kernel may still run). The first reporter wins the claim word; code is stored last.
+/// What a kernel reports when it gives up, in mapped host memory (the host reads it while the
+/// kernel may still run). The first reporter wins a claim word that lives in device memory (GPU
+/// atomics on mapped host memory are not atomic over PCIe); it stores the fields, then the code
+/// (release), so a host that sees the code sees the fields.
 struct AbortRecord {
   enum Code : uint32_t { None = 0, Timeout = 1 };
-  uint64_t claim;     ///< 0 until a thread claims the record
-  uint64_t code;      ///< Code, stored (release) after the fields
+  uint64_t code;      ///< Code, stored last
   int64_t block;      ///< the block that gave up
   int64_t peer;       ///< the peer it waited for
   uint64_t expected;  ///< the flag or count it waited for
   uint64_t seen;      ///< what it saw last
 
-  /// Records a timeout unless another thread already did; both return with the record set.
-  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void report(uint32_t what, int64_t blk, int64_t who,
-                                                      uint64_t want, uint64_t got) {
-    if (fetchAdd(&claim, 1) != 0) return;
+  /// Records a timeout unless another thread already claimed the record (claim: a device-memory
+  /// word, 0 until the first report).
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void report(uint64_t* claim, uint32_t what, int64_t blk,
+                                                      int64_t who, uint64_t want, uint64_t got) {
+    if (fetchAdd(claim, 1) != 0) return;
     block = blk;
     peer = who;
     expected = want;
     seen = got;
     storeRelease(&code, what);
   }
-  /// True once some thread reported (cheap enough to poll every few hundred spins).
-  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool raised() const { return loadRelaxed(&claim) != 0; }
+  /// True once some thread claimed the record (cheap enough to poll every few hundred spins).
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE static bool raised(const uint64_t* claim) {
+    return loadRelaxed(claim) != 0;
+  }
 };
 
 /// A peer as one block of a kernel sees it: the peer's memory mapped here, the packet buffers
