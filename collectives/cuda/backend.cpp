@@ -7,9 +7,9 @@
 // it serves nothing and says why (unsuitable()), so that host-memory use is unaffected.
 //
 // A call builds the kernel arguments and enqueues one kernel on the caller's stream; it does not
-// wait. A kernel that waits past transport.timeout writes the abort record and exits; the next
-// call turns the record into Timeout (or PeerLost when the peer process is gone), and the
-// Communicator is then unusable.
+// wait. A kernel that waits past transport.timeout writes the abort record and exits;
+// asyncError() turns the record into Timeout (or PeerLost when the peer process is gone), which
+// Communicator::asyncError() and the next call report; the Communicator is then unusable.
 
 #include <cuda_runtime.h>
 #include <signal.h>
@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -158,6 +159,8 @@ class CudaBackend final : public backend::CollectivesBackend {
   std::string_view name() const noexcept override { return "cuda"; }
   std::vector<BufferKind> memoryKinds() const override { return {BufferKind::CudaDevice}; }
   std::vector<Algorithm*> algorithms() override { return {&oneShot_, &twoShot_, &direct_}; }
+  /// The abort record as Timeout (or PeerLost when the peer process is gone).
+  std::optional<Error> asyncError() const override;
 
   /// Why nothing can run here (empty: ready).
   const std::string& why() const { return why_; }
@@ -176,7 +179,6 @@ class CudaBackend final : public backend::CollectivesBackend {
   std::string probeDevice();
   std::string allocate();
   std::string exchange();
-  void checkAbort() const;
   void release() noexcept;
 
   std::shared_ptr<Context> context_;
@@ -419,24 +421,26 @@ std::string CudaBackend::exchange() {
   return {};
 }
 
-void CudaBackend::checkAbort() const {
-  if (abortHost_ == nullptr || __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == 0) return;
+std::optional<Error> CudaBackend::asyncError() const {
+  if (abortHost_ == nullptr || __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == 0) {
+    return std::nullopt;
+  }
   const int peer = static_cast<int>(abortHost_->peer);
   const int32_t pid = peer >= 0 && peer < size_ ? context_->pid(peer) : 0;
   const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
-  throw Error(gone ? ErrorCode::PeerLost : ErrorCode::Timeout,
-              fmt::format("cuda collectives: a kernel of rank {} (block {}) waited for rank {} "
-                          "longer than transport.timeout = {} s (expected flag or count {}, saw "
-                          "{}){}; that collective's results are not valid and this communicator "
-                          "cannot be used any more",
-                          rank_, abortHost_->block, peer, timeoutSeconds_, abortHost_->expected,
-                          abortHost_->seen, gone ? ": the peer process has exited" : ""),
-              peer);
+  return Error(gone ? ErrorCode::PeerLost : ErrorCode::Timeout,
+               fmt::format("cuda collectives: a kernel of rank {} (block {}) waited for rank {} "
+                           "longer than transport.timeout = {} s (expected flag or count {}, saw "
+                           "{}){}; that collective's results are not valid and this communicator "
+                           "cannot be used any more",
+                           rank_, abortHost_->block, peer, timeoutSeconds_, abortHost_->expected,
+                           abortHost_->seen, gone ? ": the peer process has exited" : ""),
+               peer);
 }
 
 std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r) {
   if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
-  checkAbort();
+  if (auto e = asyncError()) throw *e;  // the Communicator asks first; a direct caller too
   if (r.count == 0) return {};
   KernelArgs a = base_;
   a.op = static_cast<RedOp>(static_cast<int>(r.redop));

@@ -93,8 +93,8 @@ struct Communicator::Impl {
   mutable std::mutex mu;
   /// Set by the first error while data moved: the pair counters may be out of step, so every
   /// later call fails at once instead of mixing up data.
-  std::optional<Error> broken;
-  const Candidate* last = nullptr;  ///< what the last call chose
+  mutable std::optional<Error> broken;  // asyncError() const may set it
+  const Candidate* last = nullptr;      ///< what the last call chose
 
   void loadBackends(const Config& config);
   void resolveForced(const Config& config);
@@ -358,6 +358,7 @@ const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const ch
 
 void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < backends.size() && !broken; ++i) broken = backends[i]->asyncError();
   if (broken) {
     throw Error(broken->code(),
                 fmt::format("{}: the communicator failed earlier and cannot be used: {}", what,
@@ -414,6 +415,18 @@ Context& Communicator::context() {
 std::string Communicator::lastAlgorithm() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->last ? impl_->last->fullName : std::string();
+}
+
+std::optional<Error> Communicator::asyncError() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->broken) return impl_->broken;
+  for (const auto& be : impl_->backends) {
+    if (auto e = be->asyncError()) {
+      impl_->broken = e;
+      return e;
+    }
+  }
+  return std::nullopt;
 }
 
 std::string Communicator::lastLaunch() const {

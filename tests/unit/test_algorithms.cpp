@@ -172,6 +172,26 @@ BOOST_AUTO_TEST_CASE(a_collectives_module_registers_like_a_built_in) {
   BOOST_TEST(plain->lastAlgorithm() == "host/direct");
 }
 
+BOOST_AUTO_TEST_CASE(an_asynchronous_error_is_reported_and_breaks_the_communicator) {
+  Config c = base();
+  c.set("collectives.modules", "testcoll");
+  auto comm = Communicator::create(c);
+  std::vector<int32_t> a{1, 2, 3}, b(3, 0);
+  BOOST_TEST(!comm->asyncError().has_value());
+  comm->allGather(a.data(), b.data(), a.size(), DataType::Int32);
+  setenv("STRATA_TESTCOLL_ASYNC_ERROR", "1", 1);
+  auto e = comm->asyncError();
+  unsetenv("STRATA_TESTCOLL_ASYNC_ERROR");
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST(static_cast<int>(e->code()) == static_cast<int>(ErrorCode::Timeout));
+  BOOST_TEST(e->peer() == 0);
+  // It sticks (the module no longer reports it), and the next call fails with it.
+  BOOST_TEST(comm->asyncError().has_value());
+  auto next = expectError([&] { comm->allGather(a.data(), b.data(), a.size(), DataType::Int32); });
+  BOOST_TEST(static_cast<int>(next.code()) == static_cast<int>(ErrorCode::Timeout));
+  BOOST_TEST(has(next.what(), "cannot be used"));
+}
+
 BOOST_AUTO_TEST_CASE(a_named_module_that_is_missing_fails_at_create) {
   Config c = base();
   c.set("collectives.modules", "nosuchcoll");

@@ -10,6 +10,7 @@
 
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
+#include <strata/error.hpp>
 #include <strata/export.hpp>
 
 namespace strata {
@@ -18,7 +19,18 @@ class Context;
 
 /// Element types of the collectives. Float16 is IEEE binary16, BFloat16 is bfloat16; both are
 /// reduced with fp32 accumulation.
-enum class DataType { Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64 };
+enum class DataType {
+  Int8,
+  Uint8,
+  Int32,
+  Uint32,
+  Int64,
+  Uint64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64
+};
 
 /// Reductions. Avg is NCCL's: the sum divided by the number of ranks (integer division,
 /// truncating, for integer types).
@@ -82,17 +94,23 @@ class STRATA_API Communicator {
 
   /// One algorithm of a loaded collectives backend (strata-info --algorithms).
   struct AlgorithmInfo {
-    std::string backend;              ///< "host"
-    std::string name;                 ///< "twoshot"
-    std::vector<std::string> ops;     ///< "allReduce", ...
-    std::string memory;               ///< memory kinds its backend serves: "host, cuda-host"
-    std::string description;          ///< what it accepts and when auto takes it
+    std::string backend;                 ///< "host"
+    std::string name;                    ///< "twoshot"
+    std::vector<std::string> ops;        ///< "allReduce", ...
+    std::string memory;                  ///< memory kinds its backend serves: "host, cuda-host"
+    std::string description;             ///< what it accepts and when auto takes it
     std::vector<std::string> forcedFor;  ///< ops for which the config forces it
   };
   /// Every algorithm of every loaded backend, in selection order.
   std::vector<AlgorithmInfo> algorithms() const;
   /// "backend/name" of the algorithm the last call chose (empty before the first).
   std::string lastAlgorithm() const;
+  /// Never blocks: the error of a call whose work failed after the call returned (a device
+  /// collective whose kernel gave up waiting for a peer: Timeout or PeerLost naming it), or of an
+  /// earlier call; nullopt while all is well. After an error the communicator is unusable. Poll
+  /// it where only CUDA graph replays run (no call would report it), as with NCCL's
+  /// ncclCommGetAsyncError.
+  std::optional<Error> asyncError() const;
   /// How the last call's algorithm launched its kernel ("grid 8 block 512"); empty for host
   /// algorithms and before the first call.
   std::string lastLaunch() const;
@@ -102,8 +120,7 @@ class STRATA_API Communicator {
                  Stream stream = {});
   /// recv (size * sendCount elements) gets every rank's send in rank order; in place when
   /// send == recv + rank * sendCount elements.
-  void allGather(const void* send, void* recv, size_t sendCount, DataType type,
-                 Stream stream = {});
+  void allGather(const void* send, void* recv, size_t sendCount, DataType type, Stream stream = {});
   /// recv (recvCount elements) gets block `rank` of the reduction of every rank's send
   /// (size * recvCount elements); in place when recv == send + rank * recvCount elements.
   void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op,

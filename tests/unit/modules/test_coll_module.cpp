@@ -2,8 +2,10 @@
 // "testcopy", that serves allGather on host memory of a one-rank job by copying, registered
 // through the same entry point as a CUDA module would be.
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,13 @@ class TestBackend final : public strata::backend::CollectivesBackend {
   std::string_view name() const noexcept override { return "testcoll"; }
   std::vector<BufferKind> memoryKinds() const override { return {BufferKind::Host}; }
   std::vector<strata::backend::Algorithm*> algorithms() override { return {&algo_}; }
+  /// STRATA_TESTCOLL_ASYNC_ERROR set: an asynchronous Timeout from rank 0 (Communicator's
+  /// asyncError() plumbing).
+  std::optional<strata::Error> asyncError() const override {
+    if (std::getenv("STRATA_TESTCOLL_ASYNC_ERROR") == nullptr) return std::nullopt;
+    return strata::Error(strata::ErrorCode::Timeout,
+                         "testcoll: a kernel gave up waiting for rank 0", 0);
+  }
 
  private:
   TestCopy algo_;

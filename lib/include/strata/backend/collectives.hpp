@@ -18,12 +18,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <strata/communicator.hpp>
 #include <strata/config.hpp>
+#include <strata/error.hpp>
 #include <strata/transport.hpp>
 
 namespace strata::backend {
@@ -139,6 +141,9 @@ class CollectivesBackend {
   virtual std::vector<BufferKind> memoryKinds() const = 0;
   /// Its algorithms, in its order of preference. Owned by the backend.
   virtual std::vector<Algorithm*> algorithms() = 0;
+  /// An error of work that completed after its call returned (a device kernel that gave up
+  /// waiting), or nullopt. Must not block; Communicator::asyncError() asks.
+  virtual std::optional<Error> asyncError() const { return std::nullopt; }
 };
 
 /// What a collectives backend is created with. Creation is collective over the context's
