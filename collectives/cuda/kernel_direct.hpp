@@ -2,8 +2,8 @@
 
 // Direct algorithms: bandwidth-bound sizes. Each rank copies its input, a chunk at a time, into
 // its staging area (scratch that every peer maps), and peers read it with 16-byte loads. Every
-// chunk is bracketed by block-level handshakes on semaphores (common.hpp: peerBarrier): "staged"
-// before anyone reads, "read" before the staging is reused, so the staging is never double
+// chunk is bracketed by block-level handshakes on semaphores (kernel_common.hpp: peerBarrier):
+// "staged" before anyone reads, "read" before the staging is reused, so the staging is never double
 // buffered and needs no flags. Chunks are split over the blocks, and within a block's slice over
 // the ranks (the reduce-scatter owner of each piece); block b only ever reads what block b of a
 // peer wrote, so blocks never wait for each other.

@@ -2,8 +2,8 @@
 
 // Packet (LL) algorithms: latency-bound sizes. Data travels as LL8 or LL16 packets written
 // straight into the peers' scratch; a reader spins on each packet's flag, so there is no
-// semaphore and no fence on the way. Flags come from the per-block epoch (common.hpp), and the
-// packet scratch is double buffered by the epoch's parity: a rank can be one call ahead of a
+// semaphore and no fence on the way. Flags come from the per-block epoch (kernel_common.hpp), and
+// the packet scratch is double buffered by the epoch's parity: a rank can be one call ahead of a
 // peer (it cannot finish call k+1 before every peer has started it, hence finished call k), so
 // call k+1 writes the other half while the peer may still read call k's.
 //
