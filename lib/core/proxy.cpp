@@ -3,6 +3,7 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -57,13 +59,26 @@ struct ProxyService::Impl {
     std::atomic<bool> failed{false};
     std::exception_ptr error;  ///< under errorMu
   };
+  /// The FIFO's shared words, at the start of its memory block (each on its own cache line).
+  struct Control {
+    alignas(64) uint64_t head;
+    alignas(64) uint64_t tail;
+    alignas(64) uint32_t wake;
+    uint32_t sleeping;
+  };
   uint32_t size;
   double timeout;
-  std::vector<FifoSlot> slots;
-  alignas(64) uint64_t head = 0;
-  alignas(64) uint64_t tail = 0;
-  alignas(64) uint32_t wake = 0;
-  uint32_t sleeping = 0;
+  // One page-aligned block, control words then slots, so that a CUDA module can register it as
+  // pinned, mapped memory and kernels can push into it (fifoMemory(), fifo(base)).
+  void* block = MAP_FAILED;
+  size_t blockBytes = 0;
+  Control* control = nullptr;
+  FifoSlot* slots = nullptr;
+  uint64_t& head() { return control->head; }
+  uint64_t& tail() { return control->tail; }
+  /// Device work in flight that may push (beginDeviceWork): poll, never sleep.
+  std::atomic<uint32_t> deviceWork{0};
+  std::atomic<uint64_t> sleepCount{0};
   std::vector<Channel> channels;
   std::deque<Link> links;  ///< fixed once the thread runs (deque: atomics do not move)
   std::thread thread;
@@ -76,7 +91,19 @@ struct ProxyService::Impl {
   std::exception_ptr error;      ///< the first error of any kind (check())
   std::exception_ptr stopError;  ///< the error that stopped every trigger (failed)
 
-  FifoDeviceHandle handle() { return {slots.data(), &head, &tail, &wake, &sleeping, size}; }
+  /// The handle with every address moved from the block to base (the same memory elsewhere).
+  FifoDeviceHandle handle(void* base) {
+    auto at = [&](void* p) {
+      return static_cast<char*>(base) + (static_cast<char*>(p) - static_cast<char*>(block));
+    };
+    return {reinterpret_cast<FifoSlot*>(at(slots)),
+            reinterpret_cast<uint64_t*>(at(&control->head)),
+            reinterpret_cast<uint64_t*>(at(&control->tail)),
+            reinterpret_cast<uint32_t*>(at(&control->wake)),
+            reinterpret_cast<uint32_t*>(at(&control->sleeping)),
+            size};
+  }
+  FifoDeviceHandle handle() { return handle(block); }
 
   void execute(const ProxyTrigger& t) {
     if (t.channel >= channels.size()) {
@@ -109,6 +136,10 @@ struct ProxyService::Impl {
     using Clock = std::chrono::steady_clock;
     auto idleSince = Clock::now();
     for (;;) {
+      uint64_t& tail = this->tail();
+      uint64_t& head = this->head();
+      uint32_t& wake = control->wake;
+      uint32_t& sleeping = control->sleeping;
       FifoSlot& slot = slots[tail % size];
       if (__atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE) == tail + 1) {
         ProxyTrigger t = slot.trigger;
@@ -146,14 +177,16 @@ struct ProxyService::Impl {
           return;
         }
       }
-      // Idle: spin briefly, yield for a while, then sleep until a producer wakes us (or 1 ms,
-      // for producers that cannot wake, such as GPU kernels).
+      // Idle: spin briefly, yield for a while, then sleep until a producer wakes us (or 1 ms).
+      // While device work may push (a kernel cannot wake us), never sleep: yield instead.
       auto idle = Clock::now() - idleSince;
       if (idle < std::chrono::microseconds(20)) {
         device::spinPause();
-      } else if (idle < std::chrono::microseconds(500)) {
+      } else if (idle < std::chrono::microseconds(500) ||
+                 deviceWork.load(std::memory_order_acquire) != 0) {
         sched_yield();
       } else {
+        sleepCount.fetch_add(1, std::memory_order_relaxed);
         uint32_t seen = __atomic_load_n(&wake, __ATOMIC_SEQ_CST);
         __atomic_store_n(&sleeping, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&slot.seq, __ATOMIC_SEQ_CST) != tail + 1 &&
@@ -172,11 +205,25 @@ ProxyService::ProxyService(uint32_t fifoSize, double timeoutSeconds)
   if (fifoSize == 0) throw Error(ErrorCode::InvalidArgument, "ProxyService: FIFO size 0");
   impl_->size = fifoSize;
   impl_->timeout = timeoutSeconds;
-  impl_->slots.resize(fifoSize);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = sizeof(Impl::Control) + sizeof(FifoSlot) * static_cast<size_t>(fifoSize);
+  impl_->blockBytes = (bytes + page - 1) / page * page;
+  impl_->block =
+      mmap(nullptr, impl_->blockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (impl_->block == MAP_FAILED) {
+    throw Error(ErrorCode::SystemError,
+                fmt::format("ProxyService: cannot map {} bytes for the FIFO", impl_->blockBytes));
+  }
+  // Zero pages: every control word 0, every slot's seq 0 (unpublished).
+  impl_->control = new (impl_->block) Impl::Control{};
+  impl_->slots =
+      reinterpret_cast<FifoSlot*>(static_cast<char*>(impl_->block) + sizeof(Impl::Control));
+  for (uint32_t i = 0; i < fifoSize; ++i) new (&impl_->slots[i]) FifoSlot{};
 }
 
 ProxyService::~ProxyService() {
   stop();
+  if (impl_ && impl_->block != MAP_FAILED) munmap(impl_->block, impl_->blockBytes);
 }
 
 uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMemory dst,
@@ -219,6 +266,29 @@ FifoDeviceHandle ProxyService::fifo() noexcept {
   return impl_->handle();
 }
 
+std::span<std::byte> ProxyService::fifoMemory() noexcept {
+  return {static_cast<std::byte*>(impl_->block), impl_->blockBytes};
+}
+
+FifoDeviceHandle ProxyService::fifo(void* mappedBase) noexcept {
+  return impl_->handle(mappedBase);
+}
+
+void ProxyService::beginDeviceWork() noexcept {
+  impl_->deviceWork.fetch_add(1, std::memory_order_acq_rel);
+  // A sleeping proxy would not notice: wake it, and from now on it polls.
+  __atomic_fetch_add(&impl_->control->wake, 1, __ATOMIC_SEQ_CST);
+  futex(&impl_->control->wake, FUTEX_WAKE_PRIVATE, 1, nullptr);
+}
+
+void ProxyService::endDeviceWork() noexcept {
+  impl_->deviceWork.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+uint64_t ProxyService::sleeps() const noexcept {
+  return impl_->sleepCount.load(std::memory_order_relaxed);
+}
+
 void ProxyService::start() {
   if (impl_->thread.joinable()) return;
   impl_->stopping = false;
@@ -228,8 +298,8 @@ void ProxyService::start() {
 void ProxyService::stop() noexcept {
   if (!impl_ || !impl_->thread.joinable()) return;
   impl_->stopping.store(true, std::memory_order_seq_cst);
-  __atomic_fetch_add(&impl_->wake, 1, __ATOMIC_SEQ_CST);
-  futex(&impl_->wake, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  __atomic_fetch_add(&impl_->control->wake, 1, __ATOMIC_SEQ_CST);
+  futex(&impl_->control->wake, FUTEX_WAKE_PRIVATE, 1, nullptr);
   impl_->thread.join();
 }
 

@@ -5,6 +5,8 @@
 #define BOOST_TEST_MODULE channels
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -419,6 +422,63 @@ uint64_t loadWord(const uint64_t* w) {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(proxy)
+
+BOOST_AUTO_TEST_CASE(fifo_memory_is_one_page_aligned_block_a_device_can_map) {
+  ProxyService proxy(16);
+  const std::span<std::byte> mem = proxy.fifoMemory();
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  BOOST_TEST(reinterpret_cast<uintptr_t>(mem.data()) % page == 0u);
+  BOOST_TEST(mem.size() % page == 0u);
+  BOOST_TEST(mem.size() >= 16 * sizeof(strata::FifoSlot));
+  const FifoDeviceHandle h = proxy.fifo();
+  auto inside = [&](const void* p, size_t bytes) {
+    auto* c = static_cast<const std::byte*>(p);
+    return c >= mem.data() && c + bytes <= mem.data() + mem.size();
+  };
+  BOOST_TEST(inside(h.slots, 16 * sizeof(strata::FifoSlot)));
+  BOOST_TEST(inside(h.head, 8));
+  BOOST_TEST(inside(h.tail, 8));
+  BOOST_TEST(inside(h.wake, 4));
+  BOOST_TEST(inside(h.sleeping, 4));
+  // The handle a kernel gets: the same offsets from the device's view of the block.
+  char* device = reinterpret_cast<char*>(uintptr_t{1} << 40);
+  const FifoDeviceHandle d = proxy.fifo(device);
+  auto offset = [](const void* p, const void* base) {
+    return static_cast<const char*>(p) - static_cast<const char*>(base);
+  };
+  BOOST_TEST(offset(d.slots, device) == offset(h.slots, mem.data()));
+  BOOST_TEST(offset(d.head, device) == offset(h.head, mem.data()));
+  BOOST_TEST(offset(d.tail, device) == offset(h.tail, mem.data()));
+  BOOST_TEST(offset(d.wake, device) == offset(h.wake, mem.data()));
+  BOOST_TEST(offset(d.sleeping, device) == offset(h.sleeping, mem.data()));
+  BOOST_TEST(d.size == h.size);
+  BOOST_TEST(proxy.fifo(mem.data()).head == h.head);
+}
+
+BOOST_AUTO_TEST_CASE(device_work_keeps_the_proxy_polling) {
+  ProxyService proxy(16);
+  proxy.start();
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  // Idle without device work: it sleeps (1 ms at a time).
+  while (proxy.sleeps() < 3 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  BOOST_TEST_REQUIRE(proxy.sleeps() >= 3u);
+  proxy.beginDeviceWork();
+  const uint64_t s0 = proxy.sleeps();
+  // A producer that cannot wake the proxy (a kernel): reserve, write, publish; no wakeProxy().
+  FifoDeviceHandle h = proxy.fifo();
+  const uint64_t id = __atomic_fetch_add(h.head, 1, __ATOMIC_ACQ_REL);
+  h.slots[id % h.size].trigger = bogusTrigger(1);
+  __atomic_store_n(&h.slots[id % h.size].seq, id + 1, __ATOMIC_RELEASE);
+  BOOST_TEST(doneBy(h, id, deadline));
+  std::this_thread::sleep_for(50ms);
+  // At most the sleep it was in when the work began (begin wakes it).
+  BOOST_TEST(proxy.sleeps() <= s0 + 1);
+  proxy.endDeviceWork();
+  const uint64_t s1 = proxy.sleeps();
+  while (proxy.sleeps() <= s1 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  BOOST_TEST(proxy.sleeps() > s1);  // idle again: back to sleeping
+  proxy.stop();
+}
 
 BOOST_AUTO_TEST_CASE(fifo_size_zero_is_rejected) {
   BOOST_CHECK_EXCEPTION(ProxyService(0), Error, hasCode(ErrorCode::InvalidArgument));

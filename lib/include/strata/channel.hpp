@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include <strata/device.hpp>
 #include <strata/export.hpp>
@@ -222,6 +223,20 @@ class STRATA_API ProxyService {
   /// The device handle of a channel; inbound is this rank's counter the peer raises.
   PortChannel portChannel(uint32_t channel, uint64_t* inbound);
   FifoDeviceHandle fifo() noexcept;
+  /// The FIFO's memory: one page-aligned block holding its control words and slots. A CUDA
+  /// module registers it as pinned, mapped memory (cudaHostRegister with
+  /// cudaHostRegisterMapped) so that kernels can push into it.
+  std::span<std::byte> fifoMemory() noexcept;
+  /// The FIFO's handle for a producer that sees fifoMemory() at mappedBase (a kernel: the
+  /// device pointer of that mapping).
+  FifoDeviceHandle fifo(void* mappedBase) noexcept;
+  /// Device work that may push into the FIFO is in flight from begin to end (counted; pair
+  /// them). A kernel cannot wake the proxy, so meanwhile it polls (spins, then yields) instead
+  /// of sleeping; with no device work it sleeps when idle, as before.
+  void beginDeviceWork() noexcept;
+  void endDeviceWork() noexcept;
+  /// Times the proxy went to sleep on an idle FIFO (diagnostics).
+  uint64_t sleeps() const noexcept;
   void start();
   /// Executes what is queued, then stops the thread. Idempotent; never throws.
   void stop() noexcept;
