@@ -57,7 +57,7 @@ struct Shape {
 
 inline Shape shapeFor(KernelId id, uint64_t bytes, int nranks, const Tuning& t,
                       const ScratchLayout& l) {
-  const uint64_t threads = std::max<uint32_t>(t.threads, 32);
+  const uint64_t threads = std::clamp<uint32_t>(t.threads, 32, kMaxThreads);
   uint64_t work;  // units one thread handles once
   if (usesPackets(id)) {
     work = (bytes + 7) / 8;
