@@ -41,6 +41,24 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE char* staging(const KernelArgs& a, int r
   return a.scratch[rank] + a.layout.stagingOffset();
 }
 
+/// This block's slice of the chunk at unit c0 of src (bytes long, any alignment) into a staging
+/// region (unit i of the chunk at region + 16 i).
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void stage(Ctx& ctx, char* region, const void* src,
+                                                   uint64_t c0, Slice slice, uint64_t bytes) {
+  for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+    device::storeVec16(region + i * 16, loadUnit16(src, (c0 + i) * 16, bytes));
+  }
+}
+/// The reverse: a staging region's slice (this rank's or a peer's) into the chunk of dst.
+template <class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void unstage(Ctx& ctx, void* dst, const char* region,
+                                                     uint64_t c0, Slice slice, uint64_t bytes) {
+  for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+    storeUnit16(dst, (c0 + i) * 16, bytes, device::loadVec16(region + i * 16));
+  }
+}
+
 /// allReduce, reduce-scatter then all-gather by direct loads and stores through the staging,
 /// pipelined in chunks of the staging size.
 template <class T, class Ctx>
@@ -52,9 +70,7 @@ STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
   for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
-    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-      device::storeVec16(mine + i * 16, loadUnit16(a.send, (c0 + i) * 16, bytes));
-    }
+    stage(ctx, mine, a.send, c0, slice, bytes);
     if (!peerBarrier(ctx, a, w)) return;  // staged
     const Slice own = slice.part(a.rank, a.nranks);
     for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
@@ -68,9 +84,7 @@ STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
       const int s = (a.rank + k) % a.nranks;
       const Slice part = slice.part(s, a.nranks);
       const char* theirs = staging(a, s);
-      for (uint64_t i = part.begin + ctx.thread(); i < part.end; i += ctx.threads()) {
-        storeUnit16(a.recv, (c0 + i) * 16, bytes, device::loadVec16(theirs + i * 16));
-      }
+      unstage(ctx, a.recv, theirs, c0, part, bytes);
     }
     if (!peerBarrier(ctx, a, w)) return;  // read: the staging may be reused
   }
@@ -89,10 +103,7 @@ STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
     for (int s = 0; s < a.nranks; ++s) {
-      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-        device::storeVec16(mine + (s * chunk + i) * 16,
-                           loadUnit16(in + s * bytes, (c0 + i) * 16, bytes));
-      }
+      stage(ctx, mine + s * chunk * 16, in + s * bytes, c0, slice, bytes);
     }
     if (!peerBarrier(ctx, a, w)) return;
     for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
@@ -122,9 +133,7 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
       const char* src = copySource(k, a, q);
       if (q == a.rank || src == nullptr) continue;
       const uint64_t base = perPeer ? q * chunk : 0;
-      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-        device::storeVec16(mine + (base + i) * 16, loadUnit16(src, (c0 + i) * 16, bytes));
-      }
+      stage(ctx, mine + base * 16, src, c0, slice, bytes);
       if (!perPeer) break;  // the same bytes for every peer
     }
     {
@@ -142,9 +151,7 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
       char* dst = copyTarget(k, a, q);
       if (dst == nullptr) continue;
       const char* theirs = staging(a, q) + (perPeer ? a.rank * chunk * 16 : 0);
-      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-        storeUnit16(dst, (c0 + i) * 16, bytes, device::loadVec16(theirs + i * 16));
-      }
+      unstage(ctx, dst, theirs, c0, slice, bytes);
     }
     if (!peerBarrier(ctx, a, w, only)) return;  // read
   }
@@ -160,9 +167,7 @@ STRATA_HOST_DEVICE void sendDirect(Ctx& ctx, const KernelArgs& a) {
   for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
-    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-      device::storeVec16(mine + i * 16, loadUnit16(a.send, (c0 + i) * 16, bytes));
-    }
+    stage(ctx, mine, a.send, c0, slice, bytes);
     signalPeer(ctx, a, a.peer);
     if (!waitSignal(ctx, a, w, a.peer)) return;
   }
@@ -179,9 +184,7 @@ STRATA_HOST_DEVICE void recvDirect(Ctx& ctx, const KernelArgs& a) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
     if (!waitSignal(ctx, a, w, a.peer)) return;
-    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-      storeUnit16(a.recv, (c0 + i) * 16, bytes, device::loadVec16(theirs + i * 16));
-    }
+    unstage(ctx, a.recv, theirs, c0, slice, bytes);
     signalPeer(ctx, a, a.peer);
   }
 }
