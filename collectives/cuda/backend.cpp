@@ -171,9 +171,10 @@ class CudaBackend final : public backend::CollectivesBackend {
   std::string launch(KernelId id, const CollectiveRequest& r);
 
  private:
-  /// Throws InvalidConfig on every rank when some rank's collectives.cuda.* differ from rank 0's
-  /// (the scratch layout and the kernel choice derive from them). Collective.
-  void checkTuningAgrees();
+  /// The first agreement, one allGather: throws InvalidConfig on every rank when some rank's
+  /// collectives.cuda.* differ from rank 0's (the scratch layout and the kernel choice derive
+  /// from them); otherwise as agree().
+  int agreeOnStart(const std::string& localError);
   /// Every rank says whether its step worked; returns the first rank that failed, or -1.
   int agree(const std::string& localError);
   std::string probeDevice();
@@ -262,18 +263,16 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
     : context_(init.context), rank_(init.topology.rank), size_(init.topology.size) {
   tuning_ = readTuning(*init.config);
   timeoutSeconds_ = config::getDouble(*init.config, "transport.timeout");
-  checkTuningAgrees();
   if (init.topology.hosts.size() != 1) {
     why_ = "the ranks are on several hosts: the cuda module runs within one host so far";
-    return;
-  }
-  if (size_ > kMaxRanks) {
+  } else if (size_ > kMaxRanks) {
     why_ = fmt::format("{} ranks on one host: the cuda module serves at most {}", size_, kMaxRanks);
-    return;
   }
-  // Each step is local; the ranks then agree, so that all go on or none does.
-  std::string local = probeDevice();
-  int failed = agree(local);
+  // Each step is local; the ranks then agree, so that all go on or none does. The topology is
+  // the same everywhere, so either every rank probes or none does.
+  std::string local = why_.empty() ? probeDevice() : std::string();
+  int failed = agreeOnStart(local);
+  if (!why_.empty()) return;
   if (failed < 0) {
     local = allocate();
     failed = agree(local);
@@ -310,28 +309,34 @@ void CudaBackend::release() noexcept {
   abortHost_ = nullptr;
 }
 
-void CudaBackend::checkTuningAgrees() {
-  const uint64_t mine[6] = {tuning_.oneShotMax, tuning_.twoShotMax, tuning_.packetsMax,
-                            tuning_.staging,    tuning_.maxBlocks,  tuning_.threads};
-  static const char* const kKeys[6] = {
+int CudaBackend::agreeOnStart(const std::string& localError) {
+  constexpr int kWords = 7;  // the six keys, then whether this rank's step worked
+  const uint64_t mine[kWords] = {
+      tuning_.oneShotMax, tuning_.twoShotMax, tuning_.packetsMax,          tuning_.staging,
+      tuning_.maxBlocks,  tuning_.threads,    localError.empty() ? 1u : 0u};
+  static const char* const kKeys[kWords - 1] = {
       "collectives.cuda.oneshot_max_bytes", "collectives.cuda.twoshot_max_bytes",
       "collectives.cuda.packets_max_bytes", "collectives.cuda.staging_bytes",
       "collectives.cuda.max_blocks",        "collectives.cuda.threads"};
-  std::vector<uint64_t> all(6 * static_cast<size_t>(size_));
-  std::copy(std::begin(mine), std::end(mine), all.begin() + 6 * rank_);
+  std::vector<uint64_t> all(kWords * static_cast<size_t>(size_));
+  std::copy(std::begin(mine), std::end(mine), all.begin() + kWords * rank_);
   context_->bootstrap().allGather(all.data(), sizeof(mine));
   for (int r = 1; r < size_; ++r) {
-    for (int k = 0; k < 6; ++k) {
-      if (all[6 * r + k] != all[k]) {
+    for (int k = 0; k < kWords - 1; ++k) {
+      if (all[kWords * r + k] != all[k]) {
         throw Error(ErrorCode::InvalidConfig,
                     fmt::format("ranks disagree on {}: rank 0 has {}, rank {} has {}. Every rank "
                                 "must use the same value: check the STRATA_* environment and "
                                 "strata.toml on every node",
-                                kKeys[k], all[k], r, all[6 * r + k]),
+                                kKeys[k], all[k], r, all[kWords * r + k]),
                     r);
       }
     }
   }
+  for (int r = 0; r < size_; ++r) {
+    if (all[kWords * r + kWords - 1] == 0) return r;
+  }
+  return -1;
 }
 
 int CudaBackend::agree(const std::string& localError) {

@@ -45,4 +45,13 @@ out=$(STRATA_COLLECTIVES_BUFFER_BYTES=65536 "$run" -n 8 "$perf" allreduce -b 64K
 echo "$out"
 [[ $(grep -c 'collectives.buffer_bytes = 65536 is too small for 8 ranks' <<<"$out") -eq 1 ]] ||
   fail "the chunk floor is not reported once"
+# The CUDA module (where it was built) checks that every rank has the same collectives.cuda.*:
+# with one rank off, create fails on every rank with InvalidConfig naming the key and the rank.
+if grep -q '^  cuda/direct-staged$' <<<"$(STRATA_CONFIG=/dev/null/none "$info" --algorithms 2>&1)"; then
+  out=$("$run" -n 2 bash -c 'if [ "$STRATA_RANK" = 1 ]; then export STRATA_COLLECTIVES_CUDA_STAGING_BYTES=4M; fi; exec "$0" "$@"' \
+    "$perf" allreduce -b 1K -e 1K 2>&1) && fail "ranks with different collectives.cuda.staging_bytes ran: $out"
+  echo "$out"
+  grep -q 'InvalidConfig.*ranks disagree on collectives.cuda.staging_bytes: rank 0 has 8388608, rank 1 has 4194304' <<<"$out" ||
+    fail "no InvalidConfig naming collectives.cuda.staging_bytes and rank 1"
+fi
 echo "PASS"
