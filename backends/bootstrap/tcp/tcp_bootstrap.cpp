@@ -9,6 +9,7 @@
 #include <list>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -39,6 +40,7 @@ constexpr size_t kMaxRecord = 4096;
 constexpr const char* kSub = "tcp";
 
 std::once_flag gSecretWarning;
+constexpr const char* kExplicitLauncher = "explicit";
 
 int familyFromConfig(const Config& config) {
   std::string f = config::getString(config, "bootstrap.tcp.family");
@@ -147,10 +149,13 @@ struct TcpBootstrap::Impl {
   }
 };
 
-TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>()) {
+TcpBootstrap::TcpBootstrap(const Config& config) : TcpBootstrap(config, detectLaunch(config)) {}
+
+TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
+    : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;
   auto start = std::chrono::steady_clock::now();
-  I.launch = detectLaunch(config);
+  I.launch = launch;
   log::setRank(I.launch.rank);
   mesh::Options opt;
   opt.backend = "tcp";
@@ -208,7 +213,10 @@ TcpBootstrap::TcpBootstrap(const Config& config) : impl_(std::make_unique<Impl>(
     net::Fd ownRoot;
     int rootFd = -1;
     std::unique_lock inheritedLock(inheritedRoot().mu, std::defer_lock);
-    if (I.launch.rootFd >= 0) {
+    if (I.launch.rootFd >= 0 && I.launch.launcher == kExplicitLauncher) {
+      rootFd = I.launch.rootFd;  // the caller's RendezvousListener, which keeps it
+      net::setNonBlocking(rootFd);
+    } else if (I.launch.rootFd >= 0) {
       inheritedLock.lock();
       rootFd = inheritedRoot().fd = I.launch.rootFd;
       net::setNonBlocking(rootFd);
@@ -338,6 +346,61 @@ std::string TcpBootstrap::rootAddress() const { return impl_->root; }
 double TcpBootstrap::rendezvousSeconds() const { return impl_->rendezvousSeconds; }
 
 }  // namespace strata::tcp
+
+namespace strata {
+
+RendezvousListener::RendezvousListener(const Config& config) {
+  const int family = tcp::familyFromConfig(config);
+  auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family);
+  net::SockAddr addr = net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr),
+                                              iface.addrLen);
+  addr.setPort(static_cast<uint16_t>(config::getInt(config, "bootstrap.tcp.port")));
+  net::Fd fd = net::listenOn(addr);
+  address_ = net::localAddress(fd.get()).toString();
+  fd_ = fd.release();
+  STRATA_LOG(Debug, tcp::kSub, "rendezvous listener on {} ({})", address_, iface.name);
+}
+
+RendezvousListener::~RendezvousListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+RendezvousListener::RendezvousListener(RendezvousListener&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), address_(std::move(other.address_)) {}
+
+std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch, const Config& config,
+                                              const RendezvousListener* listener) {
+  if (launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size || launch.localSize < 1 ||
+      launch.localRank < 0 || launch.localRank >= launch.localSize ||
+      launch.localSize > launch.size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("createTcpBootstrap: rank {} of {} (local {} of {}) is not a valid "
+                            "launch",
+                            launch.rank, launch.size, launch.localRank, launch.localSize));
+  }
+  if (launch.size > 1 && launch.root.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("createTcpBootstrap: rank {} of {} has no root address",
+                            launch.rank, launch.size));
+  }
+  if (launch.rank == 0 && launch.size > 1 && listener == nullptr) {
+    throw Error(ErrorCode::InvalidArgument,
+                "createTcpBootstrap: rank 0 must pass the RendezvousListener whose address it "
+                "published");
+  }
+  LaunchInfo info;
+  info.rank = launch.rank;
+  info.size = launch.size;
+  info.localRank = launch.localRank;
+  info.localSize = launch.localSize;
+  info.root = launch.root;
+  info.secret = launch.secret;
+  info.launcher = tcp::kExplicitLauncher;
+  info.rootFd = (launch.rank == 0 && listener != nullptr) ? listener->fd() : -1;
+  return std::make_unique<tcp::TcpBootstrap>(config, info);
+}
+
+}  // namespace strata
 
 namespace strata::tcp {
 

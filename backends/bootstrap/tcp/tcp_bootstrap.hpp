@@ -10,12 +10,17 @@
 #include <strata/config.hpp>
 #include <strata/export.hpp>
 
+#include "base/launcher.hpp"
+
 namespace strata::tcp {
 
 class STRATA_API TcpBootstrap final : public Bootstrap {
  public:
   /// Reads the launcher contract (base/launcher.hpp) and the config, then runs the rendezvous.
   explicit TcpBootstrap(const Config& config);
+  /// An explicit launch (createTcpBootstrap): the environment is not read. rootFd, when >= 0, is
+  /// rank 0's listening socket, owned by the caller.
+  TcpBootstrap(const Config& config, const LaunchInfo& launch);
   ~TcpBootstrap() override;
 
   std::string_view backend() const noexcept override { return "tcp"; }

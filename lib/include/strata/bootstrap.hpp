@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include <strata/config.hpp>
@@ -37,5 +38,45 @@ class STRATA_API Bootstrap {
   /// Makes every other rank's pending and later calls throw Aborted with this rank and reason.
   virtual void abort(std::string_view reason) noexcept = 0;
 };
+
+/// Who this process is, given by a framework that runs its own rendezvous (torch.distributed's
+/// store, an MPI communicator) instead of by a launcher's environment (STRATA_*, SLURM_*,
+/// OMPI_COMM_WORLD_*, which createTcpBootstrap does not read).
+struct ExplicitLaunch {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;  ///< rank among the ranks on this host
+  int localSize = 1;
+  std::string root;    ///< "host:port" of rank 0's rendezvous listener (from RendezvousListener)
+  std::string secret;  ///< the job secret every rank was given; empty: unauthenticated (warned)
+};
+
+/// Rank 0's rendezvous socket, bound before its address is published so that no other process
+/// can take the port in between: listening on the address of the interface bootstrap.tcp.interface
+/// selects (and bootstrap.tcp.family), on bootstrap.tcp.port or an ephemeral port. Closed by the
+/// destructor; keep it alive until createTcpBootstrap returns.
+class STRATA_API RendezvousListener {
+ public:
+  explicit RendezvousListener(const Config& config = Config::load());
+  ~RendezvousListener();
+  RendezvousListener(RendezvousListener&& other) noexcept;
+  RendezvousListener& operator=(RendezvousListener&&) = delete;
+  RendezvousListener(const RendezvousListener&) = delete;
+  RendezvousListener& operator=(const RendezvousListener&) = delete;
+  /// "127.0.0.1:40123" (IPv6 as "[::1]:40123"): what ExplicitLaunch::root should say.
+  const std::string& address() const noexcept { return address_; }
+  int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
+/// The tcp bootstrap for an explicit launch (bootstrap.backend is not consulted). Rank 0 passes
+/// the listener whose address it published as launch.root; the other ranks pass nullptr and
+/// connect to launch.root. Every other bootstrap.* key applies as with Bootstrap::create.
+STRATA_API std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch,
+                                                         const Config& config = Config::load(),
+                                                         const RendezvousListener* listener = nullptr);
 
 }  // namespace strata
