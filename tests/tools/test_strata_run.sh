@@ -387,6 +387,65 @@ bind-to)
   expect_in "$WORK/stderr" "--bind-to: socket not in \{none,core\}"
   ;;
 
+torch)
+  # --torch: every rank gets torch.distributed's env:// variables; MASTER_PORT is one free port
+  # for the whole job, not strata's root port. Inherited values are replaced; the flag may be
+  # repeated.
+  show='echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $STRATA_ROOT"'
+  RANK=9 WORLD_SIZE=99 MASTER_PORT=5 run --torch -n 3 --tag-output sh -c "$show"
+  expect_rc 0
+  [[ -s $WORK/stderr ]] && fail "strata-run printed on success"
+  [[ $(grep -c . "$WORK/stdout") == 3 ]] || fail "expected 3 lines"
+  ports=()
+  for r in 0 1 2; do
+    line=$(grep "^\[$r\] " "$WORK/stdout") || fail "no line from rank $r"
+    [[ $line =~ ^\[$r\]\ $r\ 3\ $r\ 3\ 127\.0\.0\.1\ ([0-9]+)\ 127\.0\.0\.1:([0-9]+)$ ]] ||
+      fail "bad torch variables for rank $r: $line"
+    port=${BASH_REMATCH[1]}
+    ((port >= 1 && port <= 65535)) || fail "MASTER_PORT $port out of range"
+    [[ $port != "${BASH_REMATCH[2]}" ]] || fail "MASTER_PORT is strata's root port $port"
+    ports+=("$port")
+  done
+  [[ ${ports[0]} == "${ports[1]}" && ${ports[0]} == "${ports[2]}" ]] ||
+    fail "ranks got different MASTER_PORTs: ${ports[*]}"
+  # --verbose names the rendezvous; --torch twice is accepted.
+  run --torch --torch -v -n 1 true
+  expect_rc 0
+  expect_in "$WORK/stderr" "^strata-run: --torch: MASTER_ADDR:MASTER_PORT 127\.0\.0\.1:[0-9]+$"
+  # MASTER_ADDR is --root-host.
+  run --torch --root-host ::1 -n 1 sh -c 'echo "$MASTER_ADDR"'
+  if [[ $RC == 0 ]]; then
+    [[ $(cat "$WORK/stdout") == "::1" ]] || fail "MASTER_ADDR is not --root-host ::1"
+  else
+    expect_in "$WORK/stderr" "::1"  # a host without IPv6 loopback
+  fi
+  ;;
+
+torch-env)
+  # --env values of the six variables win over the generated ones, and over inherited ones.
+  MASTER_PORT=5 run --torch -n 2 --tag-output --env MASTER_PORT=1234 --env LOCAL_RANK=7 \
+    sh -c 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT"'
+  expect_rc 0
+  for r in 0 1; do
+    [[ $(grep "^\[$r\] " "$WORK/stdout") == "[$r] $r 2 7 127.0.0.1 1234" ]] ||
+      fail "--env values did not win for rank $r"
+  done
+  run --torch -v -n 1 --env MASTER_ADDR=127.0.0.1 --env MASTER_PORT=1234 true
+  expect_rc 0
+  expect_in "$WORK/stderr" "MASTER_ADDR:MASTER_PORT 127\.0\.0\.1:1234 \(with --env values\)"
+  ;;
+
+no-torch)
+  # Without --torch none of the variables is set, and inherited ones pass through unchanged.
+  unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
+  run -n 2 sh -c 'echo "${RANK-unset} ${WORLD_SIZE-unset} ${MASTER_ADDR-unset} ${MASTER_PORT-unset}"'
+  expect_rc 0
+  [[ $(sort -u "$WORK/stdout") == "unset unset unset unset" ]] || fail "torch variables set without --torch"
+  RANK=5 run -n 2 sh -c 'echo "$RANK"'
+  expect_rc 0
+  [[ $(sort -u "$WORK/stdout") == "5" ]] || fail "inherited RANK changed without --torch"
+  ;;
+
 *)
   echo "unknown case '$CASE'" >&2
   exit 2

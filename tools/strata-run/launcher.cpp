@@ -17,8 +17,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -39,6 +42,12 @@ constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, 
 constexpr std::string_view kContractVars[] = {
     "STRATA_RANK", "STRATA_SIZE",   "STRATA_LOCAL_RANK", "STRATA_LOCAL_SIZE",
     "STRATA_ROOT", "STRATA_SECRET", "STRATA_ROOT_FD",
+};
+
+// --torch: the variables torch.distributed's env:// init method reads. With --torch, inherited
+// values are dropped like the contract's; --env values win over the generated ones.
+constexpr std::string_view kTorchVars[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
 };
 
 // A rank's partial line is held back until its newline arrives, but not without bound: a stream
@@ -172,7 +181,7 @@ bool makeSecret(std::string& secret, std::string& error) {
 // The root listener is created here and handed to rank 0 as an open fd instead of passing rank 0
 // a port number to bind: binding, closing and re-binding a port races with other processes
 // (MSCCL++ issue #163), an inherited listening socket cannot.
-bool openRootSocket(const Options& options, Fd& listener, std::string& address,
+bool openRootSocket(const Options& options, Fd& listener, std::string& address, int& boundPort,
                     std::string& error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -217,6 +226,7 @@ bool openRootSocket(const Options& options, Fd& listener, std::string& address,
     // The same notation the library parses: "a.b.c.d:port" or "[v6]:port".
     address = bound.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + serv
                                           : std::string(host) + ":" + serv;
+    boundPort = std::atoi(serv);
     listener = std::move(fd);
     ::freeaddrinfo(results);
     return true;
@@ -225,6 +235,62 @@ bool openRootSocket(const Options& options, Fd& listener, std::string& address,
   error = "cannot open the root listener on " + options.rootHost + " port " + port + " (" +
           lastError + ")";
   if (options.rootPort != 0) error += "; choose another --root-port, or omit it to get a free one";
+  return false;
+}
+
+// --torch: a free TCP port on `host` for MASTER_PORT. torch's rank 0 binds it itself (env://
+// cannot adopt an inherited listener), so this is bind port 0, read the port back, close: another
+// process could take the port before torch binds it, unlike the root listener. `avoid` (the root
+// port) is still bound while this runs, so the kernel does not hand it out; a probe that gets it
+// anyway stays open until the end, so that the next one gets another port.
+bool pickFreePort(const std::string& host, int avoid, int& port, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* results = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), "0", &hints, &results);
+  if (rc != 0) {
+    error = "--torch: cannot resolve MASTER_ADDR '" + host + "': " + ::gai_strerror(rc);
+    return false;
+  }
+  std::vector<Fd> held;
+  std::string lastError = "no address";
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    for (addrinfo* ai = results; ai; ai = ai->ai_next) {
+      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!fd) {
+        lastError = "socket: " + errnoText(errno);
+        continue;
+      }
+      if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+        lastError = "bind: " + errnoText(errno);
+        continue;
+      }
+      sockaddr_storage bound{};
+      socklen_t len = sizeof(bound);
+      char serv[NI_MAXSERV];
+      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0 ||
+          ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, nullptr, 0, serv, sizeof(serv),
+                        NI_NUMERICSERV) != 0) {
+        lastError = "getsockname: " + errnoText(errno);
+        continue;
+      }
+      int got = std::atoi(serv);
+      if (got <= 0 || got > 65535 || got == avoid) {
+        lastError = "got port " + std::string(serv);
+        held.push_back(std::move(fd));
+        break;  // try again while this one is held
+      }
+      port = got;
+      ::freeaddrinfo(results);
+      return true;  // fd closes here: the port is free for torch's rank 0
+    }
+    if (held.empty()) break;  // every address failed: retrying will not help
+  }
+  ::freeaddrinfo(results);
+  error = "--torch: cannot find a free port for MASTER_PORT on " + host + " (" + lastError +
+          "); give one with --env MASTER_PORT=P";
   return false;
 }
 
@@ -252,6 +318,7 @@ class Job {
   enum class Phase { Running, Grace, Term, Kill };
 
   bool setUp();
+  bool setUpTorch();
   void buildBaseEnvironment();
   // Starts rank r; on failure sets launchStatus_ and returns false.
   bool launch(int r);
@@ -275,6 +342,9 @@ class Job {
 
   std::string secret_;
   std::string rootAddress_;
+  int rootPort_ = 0;
+  std::string masterAddr_;  ///< --torch: MASTER_ADDR and MASTER_PORT as the ranks get them
+  std::string masterPort_;
   Fd listener_;
   Fd signalFd_;
   Fd devNull_;
@@ -334,10 +404,12 @@ bool Job::setUp() {
   }
 
   std::string error;
-  if (!makeSecret(secret_, error) || !openRootSocket(options_, listener_, rootAddress_, error)) {
+  if (!makeSecret(secret_, error) ||
+      !openRootSocket(options_, listener_, rootAddress_, rootPort_, error)) {
     say(error);
     return false;
   }
+  if (options_.torch && !setUpTorch()) return false;
 
   if (options_.output == OutputMode::Directory) {
     std::error_code ec;
@@ -374,18 +446,57 @@ bool Job::setUp() {
   return true;
 }
 
+// The last --env value of `key`, if any.
+std::optional<std::string> envOption(const Options& options, std::string_view key) {
+  std::optional<std::string> value;
+  for (const auto& [k, v] : options.env) {
+    if (k == key) value = v;
+  }
+  return value;
+}
+
+// Chooses MASTER_ADDR and MASTER_PORT, unless --env gives them.
+bool Job::setUpTorch() {
+  auto addr = envOption(options_, "MASTER_ADDR");
+  auto port = envOption(options_, "MASTER_PORT");
+  masterAddr_ = addr.value_or(options_.rootHost);
+  if (port) {
+    masterPort_ = *port;
+  } else {
+    int picked = 0;
+    std::string error;
+    if (!pickFreePort(masterAddr_, rootPort_, picked, error)) {
+      say(error);
+      return false;
+    }
+    masterPort_ = std::to_string(picked);
+  }
+  if (options_.verbose) {
+    bool v6 = masterAddr_.find(':') != std::string::npos;
+    say("--torch: MASTER_ADDR:MASTER_PORT " + (v6 ? "[" + masterAddr_ + "]" : masterAddr_) + ":" +
+        masterPort_ + (addr || port ? " (with --env values)" : ""));
+  }
+  return true;
+}
+
 void Job::buildBaseEnvironment() {
   auto keyOf = [](std::string_view entry) { return entry.substr(0, entry.find('=')); };
   auto isContract = [](std::string_view key) {
     return std::find(std::begin(kContractVars), std::end(kContractVars), key) !=
            std::end(kContractVars);
   };
+  auto isTorch = [this](std::string_view key) {
+    return options_.torch &&
+           std::find(std::begin(kTorchVars), std::end(kTorchVars), key) != std::end(kTorchVars);
+  };
   for (char** e = environ; *e; ++e) {
     std::string_view entry(*e);
-    if (isContract(keyOf(entry))) {
+    std::string_view key = keyOf(entry);
+    if (isContract(key) || isTorch(key)) {
       if (options_.verbose) {
-        say("warning: overriding " + std::string(entry) +
-            " from the environment with strata-run's own value");
+        bool byEnvOption = isTorch(key) && envOption(options_, key);
+        say("warning: overriding " + std::string(entry) + " from the environment with " +
+            (byEnvOption ? "the --env value" : "strata-run's own value"));
       }
       continue;
     }
@@ -445,6 +556,18 @@ bool Job::launch(int r) {
   envStrings.push_back("STRATA_ROOT=" + rootAddress_);
   envStrings.push_back("STRATA_SECRET=" + secret_);
   if (r == 0) envStrings.push_back("STRATA_ROOT_FD=" + std::to_string(listener_.get()));
+  if (options_.torch) {
+    // --env values are in baseEnv_ already and win; inherited ones were dropped.
+    const std::string values[] = {std::to_string(r), std::to_string(options_.np),
+                                  std::to_string(r), std::to_string(options_.np),
+                                  masterAddr_,       masterPort_};
+    static_assert(std::size(values) == std::size(kTorchVars));
+    for (size_t i = 0; i < std::size(kTorchVars); ++i) {
+      if (!envOption(options_, kTorchVars[i])) {
+        envStrings.push_back(std::string(kTorchVars[i]) + "=" + values[i]);
+      }
+    }
+  }
   std::vector<char*> envp;
   for (auto& s : envStrings) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -32,6 +32,9 @@ struct Options {
   /// --bind-to core: rank r runs on the r-th (modulo their count) of the CPUs strata-run may
   /// use; false: ranks inherit strata-run's CPU set.
   bool bindToCore = false;
+  /// --torch: also set the variables torch.distributed's env:// init method reads (RANK,
+  /// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); --env values win.
+  bool torch = false;
   std::vector<std::string> command;  ///< PROGRAM and its arguments
 };
 

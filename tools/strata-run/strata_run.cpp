@@ -84,6 +84,10 @@ std::optional<int> parseCommandLine(int argc, char** argv, Options& options) {
                  "are more ranks than CPUs); none: ranks inherit strata-run's CPUs")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "core"}));
+  app.add_flag("--torch", options.torch,
+               "also set torch.distributed's env:// variables: RANK, WORLD_SIZE, LOCAL_RANK, "
+               "LOCAL_WORLD_SIZE, MASTER_ADDR (--root-host) and MASTER_PORT (a free port); "
+               "--env values for them win");
   app.add_flag("-v,--verbose", options.verbose, "describe what strata-run does on stderr");
 
   try {
