@@ -106,7 +106,11 @@ size_t countOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
 
 /// A strata::Error as the std::runtime_error Python sees (RuntimeError), with what a user needs.
 std::exception_ptr translate(const Error& e) {
-  return std::make_exception_ptr(std::runtime_error(std::string("strata: ") + e.what()));
+  std::string msg = std::string("strata: ") + e.what();
+  if (e.code() == ErrorCode::Timeout) {
+    msg += " (strata_torch sets transport.timeout from init_process_group(timeout=...))";
+  }
+  return std::make_exception_ptr(std::runtime_error(msg));
 }
 
 bool breaksCommunicator(ErrorCode code) {
@@ -236,10 +240,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::enqueue(c10d::OpType type,
   {
     std::lock_guard lock(mu_);
     ++sequence_;
+    if (coalescing_) {
+      held_.push_back(Item{work, std::move(run), kind});
+      return work;
+    }
     queue_.push_back(Item{work, std::move(run), kind});
   }
   cv_.notify_all();
   return work;
+}
+
+void ProcessGroupStrata::startCoalescing() {
+  std::lock_guard lock(mu_);
+  TORCH_CHECK(!coalescing_, "strata: startCoalescing while already coalescing");
+  coalescing_ = true;
+}
+
+void ProcessGroupStrata::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
+  {
+    std::lock_guard lock(mu_);
+    coalescing_ = false;
+    for (Item& item : held_) queue_.push_back(std::move(item));
+    held_.clear();
+  }
+  cv_.notify_all();
 }
 
 void ProcessGroupStrata::runItem(Item& item) {

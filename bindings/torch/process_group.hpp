@@ -31,6 +31,9 @@ class WorkStrata : public c10d::Work {
   WorkStrata(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  /// True once the future is (complete() marks it first), so that a caller that saw the future
+  /// complete also sees the Work complete; wait() may still block for the instant until finish.
+  bool isCompleted() override { return future_->completed(); }
   /// Called once by the worker: marks the future (value or error), then the Work.
   void complete(std::exception_ptr error);
 
@@ -93,6 +96,10 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
                                                int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  /// batch_isend_irecv: calls between start and end reach the worker together, so that its
+  /// sends-first rule sees the whole batch.
+  void startCoalescing() override;
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
 
@@ -127,6 +134,8 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  bool coalescing_ = false;
+  std::vector<Item> held_;  // calls issued while coalescing
   bool stop_ = false;
   std::exception_ptr broken_;  // the first error that left the communicator unusable
   uint64_t sequence_ = 0;      // calls issued (getSequenceNumberForGroup)

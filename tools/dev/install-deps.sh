@@ -15,6 +15,8 @@ packages=(
   libpmix-dev libucx-dev libfabric-dev libfabric-bin libhwloc-dev
   # comparison benchmarks (Open MPI, Gloo), mpirun-launched tests, strata-plot
   openmpi-bin libopenmpi-dev libgloo-dev python3-matplotlib
+  # strata_torch, the torch.distributed backend (bindings/torch) and its tests
+  python3-torch libtorch-dev pybind11-dev python3-dev
   # local single-node Slurm for the `slurm` suite (tools/dev/slurm-up.sh)
   slurm-wlm slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
   # scripts: ss/ip (port checks, network namespaces), ps, python3

@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""A small env:// launcher for the torch tests: starts N copies of a script with RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, waits
+for all of them (killing what is left after --timeout seconds) and checks their exit codes.
+
+    launch.py -n 3 --timeout 120 --expect 0,-9,0 script.py args...
+
+--expect lists each rank's expected exit code (-9: killed by SIGKILL; "hang": a rank that is
+meant to stop responding, killed once every other rank has exited); default all 0."""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("-n", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=120)
+    p.add_argument("--expect", default="")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    expect = [x if x == "hang" else int(x) for x in a.expect.split(",")] if a.expect \
+        else [0] * a.n
+    assert len(expect) == a.n, "--expect needs one code per rank"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(a.n):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(a.n), LOCAL_RANK=str(r),
+                   LOCAL_WORLD_SIZE=str(a.n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, a.script] + a.args, env=env))
+    deadline = time.monotonic() + a.timeout
+    codes = [None] * a.n
+    def waiting():
+        return any(codes[r] is None and expect[r] != "hang" for r in range(a.n))
+
+    while waiting() and time.monotonic() < deadline:
+        for r, pr in enumerate(procs):
+            if codes[r] is None:
+                codes[r] = pr.poll()
+        time.sleep(0.05)
+    hung = [r for r in range(a.n) if codes[r] is None and expect[r] != "hang"]
+    for r in range(a.n):
+        if codes[r] is None:
+            procs[r].kill()
+            procs[r].wait()
+            if expect[r] == "hang":
+                codes[r] = "hang"
+    if hung:
+        print(f"launch: ranks {hung} still ran after {a.timeout} s (a hang)", flush=True)
+        return 1
+    if codes != expect:
+        print(f"launch: exit codes {codes}, expected {expect}", flush=True)
+        return 1
+    print(f"launch: exit codes {codes} as expected", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
