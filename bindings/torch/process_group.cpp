@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -192,7 +193,9 @@ ProcessGroupStrata::ProcessGroupStrata(const c10::intrusive_ptr<c10d::Store>& st
     if (size == 1) {
       bootstrap = createTcpBootstrap(launch, config);
     } else if (rank == 0) {
-      RendezvousListener listener(config);
+      // env:// names rank 0's host in MASTER_ADDR: listen on the interface that reaches it.
+      const char* masterAddr = std::getenv("MASTER_ADDR");
+      RendezvousListener listener(config, masterAddr ? masterAddr : "");
       launch.root = listener.address();
       launch.secret = freshSecret();
       store_->set("strata/secret", bytesOf(launch.secret));

@@ -202,3 +202,14 @@ BOOST_AUTO_TEST_CASE(explicit_launch_rejects_bad_arguments) {
   auto one = strata::createTcpBootstrap({0, 1, 0, 1, "", ""}, c);
   BOOST_TEST(one->size() == 1);
 }
+
+// Without bootstrap.tcp.interface, the host hint picks the interface (torch's MASTER_ADDR).
+BOOST_AUTO_TEST_CASE(rendezvous_listener_follows_the_host_hint) {
+  Config c;
+  strata::RendezvousListener byHint(c, "127.0.0.1");
+  BOOST_TEST(byHint.address().rfind("127.0.0.1:", 0) == 0, byHint.address());
+  c.set("bootstrap.tcp.interface", "lo");
+  strata::RendezvousListener byName(c, "");
+  BOOST_TEST(byName.address().rfind("127.0.0.1:", 0) == 0, byName.address());
+  BOOST_CHECK_THROW(strata::RendezvousListener(c, "no-such-host.invalid"), Error);
+}

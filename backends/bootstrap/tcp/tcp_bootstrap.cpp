@@ -349,9 +349,12 @@ double TcpBootstrap::rendezvousSeconds() const { return impl_->rendezvousSeconds
 
 namespace strata {
 
-RendezvousListener::RendezvousListener(const Config& config) {
+RendezvousListener::RendezvousListener(const Config& config, const std::string& hostHint) {
   const int family = tcp::familyFromConfig(config);
-  auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family);
+  std::vector<net::SockAddr> hint;
+  if (!hostHint.empty()) hint = net::resolve(hostHint, 0, family);
+  auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family,
+                             hint.empty() ? nullptr : hint.front().get());
   net::SockAddr addr = net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr),
                                               iface.addrLen);
   addr.setPort(static_cast<uint16_t>(config::getInt(config, "bootstrap.tcp.port")));

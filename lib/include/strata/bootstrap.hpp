@@ -53,11 +53,14 @@ struct ExplicitLaunch {
 
 /// Rank 0's rendezvous socket, bound before its address is published so that no other process
 /// can take the port in between: listening on the address of the interface bootstrap.tcp.interface
-/// selects (and bootstrap.tcp.family), on bootstrap.tcp.port or an ephemeral port. Closed by the
-/// destructor; keep it alive until createTcpBootstrap returns.
+/// selects (and bootstrap.tcp.family), on bootstrap.tcp.port or an ephemeral port. Without
+/// bootstrap.tcp.interface, a non-empty hostHint (a name or address of this host that the other
+/// ranks reach, e.g. torch's MASTER_ADDR) picks the interface whose subnet holds it. Closed by
+/// the destructor; keep it alive until createTcpBootstrap returns.
 class STRATA_API RendezvousListener {
  public:
-  explicit RendezvousListener(const Config& config = Config::load());
+  explicit RendezvousListener(const Config& config = Config::load(),
+                              const std::string& hostHint = {});
   ~RendezvousListener();
   RendezvousListener(RendezvousListener&& other) noexcept;
   RendezvousListener& operator=(RendezvousListener&&) = delete;
