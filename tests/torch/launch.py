@@ -5,14 +5,17 @@ for all of them (killing what is left after --timeout seconds) and checks their 
 
     launch.py -n 3 --timeout 120 --expect 0,-9,0 script.py args...
 
+--output REGEX: some rank's output (stdout and stderr, shown after the run) must match it.
 --expect lists each rank's expected exit code (-9: killed by SIGKILL; "hang": a rank that is
 meant to stop responding, killed once every other rank has exited); default all 0."""
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -21,6 +24,7 @@ def main():
     p.add_argument("-n", type=int, required=True)
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--expect", default="")
+    p.add_argument("--output", default="")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args()
@@ -31,10 +35,12 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(a.n)]
     for r in range(a.n):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(a.n), LOCAL_RANK=str(r),
                    LOCAL_WORLD_SIZE=str(a.n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, a.script] + a.args, env=env))
+        procs.append(subprocess.Popen([sys.executable, a.script] + a.args, env=env,
+                                      stdout=logs[r], stderr=subprocess.STDOUT))
     deadline = time.monotonic() + a.timeout
     codes = [None] * a.n
     def waiting():
@@ -52,8 +58,18 @@ def main():
             procs[r].wait()
             if expect[r] == "hang":
                 codes[r] = "hang"
+    output = ""
+    for r in range(a.n):
+        logs[r].seek(0)
+        text = logs[r].read()
+        output += text
+        for line in text.splitlines():
+            print(f"[{r}] {line}")
     if hung:
         print(f"launch: ranks {hung} still ran after {a.timeout} s (a hang)", flush=True)
+        return 1
+    if a.output and not re.search(a.output, output):
+        print(f"launch: no rank printed a line matching '{a.output}'", flush=True)
         return 1
     if codes != expect:
         print(f"launch: exit codes {codes}, expected {expect}", flush=True)

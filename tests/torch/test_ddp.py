@@ -10,13 +10,16 @@ strata model's parameters bit-identical on every rank.
 
 With --kill-rank R --kill-step K, rank R kills itself (SIGKILL) at step K of a strata-only
 training run (with --hang it stops instead: SIGSTOP); every other rank must raise a RuntimeError that names rank R, within the
-process group's timeout (--timeout seconds), and exits 0; a rank that hangs is killed by the
-launcher and fails the test."""
+process group's timeout (--timeout seconds), naming a rank, and exits 0; a rank that hangs is
+killed by the launcher and fails the test. The launcher (--output) checks that the killed rank
+is named: a survivor that waited on another survivor may name that one, which had given up and
+exited by then."""
 
 import argparse
 import copy
 import datetime
 import os
+import re
 import signal
 import sys
 import time
@@ -109,8 +112,11 @@ def killed(args):
         took = time.monotonic() - (start or time.monotonic())
         msg = str(e)
         print(f"rank {RANK}: RuntimeError after {took:.1f} s: {msg}", flush=True)
-        if f"rank {args.kill_rank}" not in msg and f"peer {args.kill_rank}" not in msg:
-            print(f"FAIL rank {RANK}: the error does not name rank {args.kill_rank}", flush=True)
+        # It names the rank it waited for: the dead or stopped one, or (a rank that waited on a
+        # survivor which gave up and exited first) that survivor, also gone by then. The
+        # launcher checks that some rank named the killed one.
+        if not re.search(r"rank \d+", msg):
+            print(f"FAIL rank {RANK}: the error names no rank", flush=True)
             return 1
         if args.hang and took < args.timeout * 0.5:
             print(f"FAIL rank {RANK}: gave up after {took:.1f} s, before the timeout",
