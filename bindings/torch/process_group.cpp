@@ -133,7 +133,9 @@ std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}
 std::string stringOf(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 std::string seconds(std::chrono::milliseconds ms) {
-  return std::to_string(static_cast<double>(ms.count()) / 1000.0);
+  std::ostringstream s;
+  s << static_cast<double>(ms.count()) / 1000.0;  // "60", "0.5"
+  return s.str();
 }
 
 // The header strata puts in front of every torch send: torch matches a recv by tag, strata
@@ -803,11 +805,13 @@ void ProcessGroupStrata::monitoredBarrier(const c10d::BarrierOptions& opts, bool
   const std::string base = "strata/monitored/" + std::to_string(id) + "/";
   if (rank_ != 0) {
     store_->set(base + std::to_string(rank_), bytesOf("1"));
+    // Rank 0 decides within `timeout` and then publishes: wait for that a while longer.
+    const auto release = timeout + std::max(timeout, std::chrono::milliseconds(5000));
     try {
-      store_->wait({base + "done"}, timeout);
+      store_->wait({base + "done"}, release);
     } catch (const std::exception& e) {
       throw std::runtime_error("strata: monitored_barrier: rank " + std::to_string(rank_) +
-                               " was not released by rank 0 within " + seconds(timeout) +
+                               " was not released by rank 0 within " + seconds(release) +
                                " s: " + e.what());
     }
     if (stringOf(store_->get(base + "done")) != "ok") {

@@ -359,6 +359,21 @@ def test_barriers():
         pg.monitored_barrier(datetime.timedelta(seconds=20), True)
     check("monitored_barrier (ProcessGroup method)", monitored)
 
+    def monitored_missing():
+        # The last rank stays away: rank 0 names it after the timeout, the others hear it from
+        # rank 0. (The last monitored barrier here: the absent rank's call count now differs.)
+        if RANK == N - 1:
+            return
+        try:
+            dist.group.WORLD.monitored_barrier(datetime.timedelta(seconds=2), True)
+        except RuntimeError as e:
+            if "did not arrive" not in str(e) or str(N - 1) not in str(e):
+                raise AssertionError(f"the error does not name rank {N - 1}: {e}")
+            return
+        raise AssertionError("a monitored barrier with a missing rank passed")
+    if N > 1:
+        check("monitored_barrier names a missing rank", monitored_missing)
+
 
 def test_subgroup():
     def sub():
