@@ -178,22 +178,29 @@ bool makeSecret(std::string& secret, std::string& error) {
   return true;
 }
 
-// The root listener is created here and handed to rank 0 as an open fd instead of passing rank 0
-// a port number to bind: binding, closing and re-binding a port races with other processes
-// (MSCCL++ issue #163), an inherited listening socket cannot.
-bool openRootSocket(const Options& options, Fd& listener, std::string& address, int& boundPort,
-                    std::string& error) {
+// A TCP socket bound to the first address of host:port that works.
+struct BoundSocket {
+  Fd fd;
+  std::string host;  ///< numeric
+  int port = 0;
+  bool v6 = false;
+};
+
+// Resolves host, then binds (and with backlog > 0 listens, with SO_REUSEADDR) the first address
+// that works. Returns "" on success, else why not; `unresolved` tells a name that did not
+// resolve (the text is gai_strerror's) from a socket call that failed.
+std::string bindFirst(const std::string& host, int port, int backlog, BoundSocket& out,
+                      bool& unresolved) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
   addrinfo* results = nullptr;
-  std::string port = std::to_string(options.rootPort);
-  int rc = ::getaddrinfo(options.rootHost.c_str(), port.c_str(), &hints, &results);
+  unresolved = false;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &results);
   if (rc != 0) {
-    error = "cannot resolve --root-host '" + options.rootHost + "': " + ::gai_strerror(rc) +
-            "; give a numeric address such as 127.0.0.1 or ::1";
-    return false;
+    unresolved = true;
+    return ::gai_strerror(rc);
   }
   std::string lastError = "no address";
   for (addrinfo* ai = results; ai; ai = ai->ai_next) {
@@ -202,40 +209,68 @@ bool openRootSocket(const Options& options, Fd& listener, std::string& address, 
       lastError = "socket: " + errnoText(errno);
       continue;
     }
-    int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (backlog > 0) {
+      int one = 1;
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    }
     if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
       lastError = "bind: " + errnoText(errno);
       continue;
     }
-    int backlog = std::max(SOMAXCONN, options.np);
-    if (::listen(fd.get(), backlog) != 0) {
+    if (backlog > 0 && ::listen(fd.get(), backlog) != 0) {
       lastError = "listen: " + errnoText(errno);
       continue;
     }
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
-    char host[NI_MAXHOST];
+    char numericHost[NI_MAXHOST];
     char serv[NI_MAXSERV];
     if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0 ||
-        ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, host, sizeof(host), serv,
-                      sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, numericHost,
+                      sizeof(numericHost), serv, sizeof(serv),
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
       lastError = "getsockname: " + errnoText(errno);
       continue;
     }
-    // The same notation the library parses: "a.b.c.d:port" or "[v6]:port".
-    address = bound.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + serv
-                                          : std::string(host) + ":" + serv;
-    boundPort = std::atoi(serv);
-    listener = std::move(fd);
+    out.fd = std::move(fd);
+    out.host = numericHost;
+    out.port = std::atoi(serv);
+    out.v6 = bound.ss_family == AF_INET6;
     ::freeaddrinfo(results);
-    return true;
+    return "";
   }
   ::freeaddrinfo(results);
-  error = "cannot open the root listener on " + options.rootHost + " port " + port + " (" +
-          lastError + ")";
-  if (options.rootPort != 0) error += "; choose another --root-port, or omit it to get a free one";
-  return false;
+  return lastError;
+}
+
+// The root listener is created here and handed to rank 0 as an open fd instead of passing rank 0
+// a port number to bind: binding, closing and re-binding a port races with other processes
+// (MSCCL++ issue #163), an inherited listening socket cannot.
+bool openRootSocket(const Options& options, Fd& listener, std::string& address, int& boundPort,
+                    std::string& error) {
+  BoundSocket b;
+  bool unresolved = false;
+  std::string why =
+      bindFirst(options.rootHost, options.rootPort, std::max(SOMAXCONN, options.np), b, unresolved);
+  if (unresolved) {
+    error = "cannot resolve --root-host '" + options.rootHost + "': " + why +
+            "; give a numeric address such as 127.0.0.1 or ::1";
+    return false;
+  }
+  if (!why.empty()) {
+    error = "cannot open the root listener on " + options.rootHost + " port " +
+            std::to_string(options.rootPort) + " (" + why + ")";
+    if (options.rootPort != 0) {
+      error += "; choose another --root-port, or omit it to get a free one";
+    }
+    return false;
+  }
+  // The same notation the library parses: "a.b.c.d:port" or "[v6]:port".
+  const std::string port = std::to_string(b.port);
+  address = b.v6 ? "[" + b.host + "]:" + port : b.host + ":" + port;
+  boundPort = b.port;
+  listener = std::move(b.fd);
+  return true;
 }
 
 // --torch: a free TCP port on `host` for MASTER_PORT. torch's rank 0 binds it itself (env://
@@ -244,51 +279,28 @@ bool openRootSocket(const Options& options, Fd& listener, std::string& address, 
 // port) is still bound while this runs, so the kernel does not hand it out; a probe that gets it
 // anyway stays open until the end, so that the next one gets another port.
 bool pickFreePort(const std::string& host, int avoid, int& port, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-  addrinfo* results = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), "0", &hints, &results);
-  if (rc != 0) {
-    error = "--torch: cannot resolve MASTER_ADDR '" + host + "': " + ::gai_strerror(rc);
-    return false;
-  }
   std::vector<Fd> held;
   std::string lastError = "no address";
   for (int attempt = 0; attempt < 8; ++attempt) {
-    for (addrinfo* ai = results; ai; ai = ai->ai_next) {
-      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-      if (!fd) {
-        lastError = "socket: " + errnoText(errno);
-        continue;
-      }
-      if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-        lastError = "bind: " + errnoText(errno);
-        continue;
-      }
-      sockaddr_storage bound{};
-      socklen_t len = sizeof(bound);
-      char serv[NI_MAXSERV];
-      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0 ||
-          ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, nullptr, 0, serv, sizeof(serv),
-                        NI_NUMERICSERV) != 0) {
-        lastError = "getsockname: " + errnoText(errno);
-        continue;
-      }
-      int got = std::atoi(serv);
-      if (got <= 0 || got > 65535 || got == avoid) {
-        lastError = "got port " + std::string(serv);
-        held.push_back(std::move(fd));
-        break;  // try again while this one is held
-      }
-      port = got;
-      ::freeaddrinfo(results);
-      return true;  // fd closes here: the port is free for torch's rank 0
+    BoundSocket b;
+    bool unresolved = false;
+    std::string why = bindFirst(host, 0, 0, b, unresolved);
+    if (unresolved) {
+      error = "--torch: cannot resolve MASTER_ADDR '" + host + "': " + why;
+      return false;
     }
-    if (held.empty()) break;  // every address failed: retrying will not help
+    if (!why.empty()) {
+      lastError = why;
+      break;  // every address failed: retrying will not help
+    }
+    if (b.port <= 0 || b.port > 65535 || b.port == avoid) {
+      lastError = "got port " + std::to_string(b.port);
+      held.push_back(std::move(b.fd));  // try again while this one is held
+      continue;
+    }
+    port = b.port;
+    return true;  // b.fd closes here: the port is free for torch's rank 0
   }
-  ::freeaddrinfo(results);
   error = "--torch: cannot find a free port for MASTER_PORT on " + host + " (" + lastError +
           "); give one with --env MASTER_PORT=P";
   return false;
