@@ -226,9 +226,8 @@ std::string bindFirst(const std::string& host, int port, int backlog, BoundSocke
     char numericHost[NI_MAXHOST];
     char serv[NI_MAXSERV];
     if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0 ||
-        ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, numericHost,
-                      sizeof(numericHost), serv, sizeof(serv),
-                      NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, numericHost, sizeof(numericHost),
+                      serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
       lastError = "getsockname: " + errnoText(errno);
       continue;
     }
