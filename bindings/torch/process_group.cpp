@@ -24,7 +24,9 @@ namespace {
 constexpr const char* kSupportedTypes =
     "float32, float64, float16, bfloat16, int8, uint8, int32, int64 and bool";
 
-std::string typeName(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+std::string typeName(const at::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type()));
+}
 
 /// The strata type of a tensor, or a RuntimeError at the call naming what is supported.
 DataType typeOf(const at::Tensor& t, const char* what) {
@@ -37,16 +39,26 @@ DataType typeOf(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "strata: ", what, ": tensors on ", t.device().str(),
               " are not supported (CPU tensors only)");
   switch (t.scalar_type()) {
-    case at::kFloat: return DataType::Float32;
-    case at::kDouble: return DataType::Float64;
-    case at::kHalf: return DataType::Float16;
-    case at::kBFloat16: return DataType::BFloat16;
-    case at::kChar: return DataType::Int8;
-    case at::kByte: return DataType::Uint8;
-    case at::kBool: return DataType::Uint8;
-    case at::kInt: return DataType::Int32;
-    case at::kLong: return DataType::Int64;
-    default: break;
+    case at::kFloat:
+      return DataType::Float32;
+    case at::kDouble:
+      return DataType::Float64;
+    case at::kHalf:
+      return DataType::Float16;
+    case at::kBFloat16:
+      return DataType::BFloat16;
+    case at::kChar:
+      return DataType::Int8;
+    case at::kByte:
+      return DataType::Uint8;
+    case at::kBool:
+      return DataType::Uint8;
+    case at::kInt:
+      return DataType::Int32;
+    case at::kLong:
+      return DataType::Int64;
+    default:
+      break;
   }
   TORCH_CHECK(false, "strata: ", what, ": tensors of type ", typeName(t),
               " are not supported; strata supports ", kSupportedTypes);
@@ -57,16 +69,21 @@ DataType typeOf(const at::Tensor& t, const char* what) {
 ReduceOp reduceOpOf(const c10d::ReduceOp& op, const at::Tensor& t, const char* what) {
   const bool isBool = t.scalar_type() == at::kBool;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return isBool ? ReduceOp::Max : ReduceOp::Sum;
-    case c10d::ReduceOp::PRODUCT: return isBool ? ReduceOp::Min : ReduceOp::Prod;
-    case c10d::ReduceOp::MIN: return ReduceOp::Min;
-    case c10d::ReduceOp::MAX: return ReduceOp::Max;
+    case c10d::ReduceOp::SUM:
+      return isBool ? ReduceOp::Max : ReduceOp::Sum;
+    case c10d::ReduceOp::PRODUCT:
+      return isBool ? ReduceOp::Min : ReduceOp::Prod;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::Min;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::Max;
     case c10d::ReduceOp::AVG:
       TORCH_CHECK(!isBool, "strata: ", what, ": AVG is not defined for bool tensors");
       return ReduceOp::Avg;
-    default: break;
+    default:
+      break;
   }
-  static const char* names[] = {"SUM", "AVG",  "PRODUCT", "MIN",        "MAX",
+  static const char* names[] = {"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
                                 "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
   const auto index = static_cast<size_t>(op.op_);
   TORCH_CHECK(false, "strata: ", what, ": ReduceOp.", index < 10 ? names[index] : "?",
@@ -80,8 +97,8 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* wha
 }
 
 void checkRoot(int64_t root, int size, const char* what) {
-  TORCH_CHECK(root >= 0 && root < size, "strata: ", what, ": root rank ", root,
-              " is not in 0..", size - 1);
+  TORCH_CHECK(root >= 0 && root < size, "strata: ", what, ": root rank ", root, " is not in 0..",
+              size - 1);
 }
 
 void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
@@ -102,8 +119,12 @@ void withContiguous(at::Tensor& t, bool writes, F&& f) {
   if (writes) t.copy_(c);
 }
 
-void* dataOf(at::Tensor& t) { return t.numel() == 0 ? nullptr : t.data_ptr(); }
-size_t countOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+void* dataOf(at::Tensor& t) {
+  return t.numel() == 0 ? nullptr : t.data_ptr();
+}
+size_t countOf(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel());
+}
 
 /// A strata::Error as the std::runtime_error Python sees (RuntimeError), with what a user needs.
 std::exception_ptr translate(const Error& e) {
@@ -129,8 +150,12 @@ std::string freshSecret() {
   return s.str();
 }
 
-std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
-std::string stringOf(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+std::vector<uint8_t> bytesOf(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string stringOf(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
 
 std::string seconds(std::chrono::milliseconds ms) {
   std::ostringstream s;
@@ -152,8 +177,9 @@ struct P2pHeader {
 WorkStrata::WorkStrata(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 void WorkStrata::complete(std::exception_ptr error) {
   // The future first: a caller that returns from wait() may read get_future().value() at once.
@@ -234,7 +260,7 @@ std::string ProcessGroupStrata::describe() const {
 }
 
 std::string ProcessGroupStrata::lastAlgorithm() const {
-  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard lock(mu_);
   return lastAlgorithm_;
 }
 
@@ -397,13 +423,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::reduce(std::vector<at::Tensor
   });
 }
 
+void ProcessGroupStrata::allGatherInto(const at::Tensor& in, DataType type,
+                                       const std::function<at::Tensor&(int)>& out) {
+  at::Tensor src = in.contiguous();
+  const int64_t n = src.numel();
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * n}, src.options());
+  comm_->allGather(dataOf(src), dataOf(flat), countOf(src), type);
+  for (int r = 0; r < size_; ++r) {
+    at::Tensor& o = out(r);
+    o.copy_(flat.narrow(0, r * n, n).view(o.sizes()));
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   at::Tensor in = single(inputs, "allgather");
   const DataType type = typeOf(in, "allgather");
-  TORCH_CHECK(outputs.size() == 1, "strata: allgather takes one output list (got ",
-              outputs.size(), ")");
+  TORCH_CHECK(outputs.size() == 1, "strata: allgather takes one output list (got ", outputs.size(),
+              ")");
   std::vector<at::Tensor> outs = outputs[0];
   TORCH_CHECK(static_cast<int>(outs.size()) == size_, "strata: allgather: the output list has ",
               outs.size(), " tensors; the group has ", size_, " ranks");
@@ -414,18 +452,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather(
                 " elements, the input ", in.numel());
   }
   return enqueue(c10d::OpType::ALLGATHER, outs, [this, in, outs, type]() mutable {
-    at::Tensor src = in.contiguous();
-    at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
-    comm_->allGather(dataOf(src), dataOf(flat), countOf(src), type);
-    for (int r = 0; r < size_; ++r) {
-      outs[static_cast<size_t>(r)].copy_(
-          flat.narrow(0, r * in.numel(), in.numel()).view(outs[static_cast<size_t>(r)].sizes()));
-    }
+    allGatherInto(in, type, [&](int r) -> at::Tensor& { return outs[static_cast<size_t>(r)]; });
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::_allgather_base(at::Tensor& output,
+                                                                   at::Tensor& input,
+                                                                   const c10d::AllgatherOptions&) {
   const DataType type = typeOf(input, "_allgather_base");
   typeOf(output, "_allgather_base");
   checkSameType(output, input, "_allgather_base");
@@ -445,8 +478,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   TORCH_CHECK(static_cast<int>(outputLists.size()) == size_,
-              "strata: allgather_coalesced: ", outputLists.size(),
-              " output lists; the group has ", size_, " ranks");
+              "strata: allgather_coalesced: ", outputLists.size(), " output lists; the group has ",
+              size_, " ranks");
   std::vector<DataType> types;
   for (const auto& in : inputs) types.push_back(typeOf(in, "allgather_coalesced"));
   std::vector<at::Tensor> flatOuts;
@@ -455,9 +488,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather_coalesced(
                 list.size(), " tensors, the input list ", inputs.size());
     for (size_t i = 0; i < list.size(); ++i) {
       checkSameType(list[i], inputs[i], "allgather_coalesced");
-      TORCH_CHECK(list[i].numel() == inputs[i].numel(),
-                  "strata: allgather_coalesced: output ", i, " has ", list[i].numel(),
-                  " elements, its input ", inputs[i].numel());
+      TORCH_CHECK(list[i].numel() == inputs[i].numel(), "strata: allgather_coalesced: output ", i,
+                  " has ", list[i].numel(), " elements, its input ", inputs[i].numel());
       flatOuts.push_back(list[i]);
     }
   }
@@ -465,14 +497,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather_coalesced(
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, flatOuts,
                  [this, inputs, flatOuts, types, m]() mutable {
                    for (size_t i = 0; i < m; ++i) {
-                     at::Tensor src = inputs[i].contiguous();
-                     const int64_t n = src.numel();
-                     at::Tensor flat = at::empty({static_cast<int64_t>(size_) * n}, src.options());
-                     comm_->allGather(dataOf(src), dataOf(flat), countOf(src), types[i]);
-                     for (int r = 0; r < size_; ++r) {
-                       at::Tensor& o = flatOuts[static_cast<size_t>(r) * m + i];
-                       o.copy_(flat.narrow(0, r * n, n).view(o.sizes()));
-                     }
+                     allGatherInto(inputs[i], types[i], [&](int r) -> at::Tensor& {
+                       return flatOuts[static_cast<size_t>(r) * m + i];
+                     });
                    }
                  });
 }
@@ -511,9 +538,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::gather(
         o.copy_(src.view(o.sizes()));
         continue;
       }
-      withContiguous(o, true, [&](at::Tensor& c) {
-        comm_->recv(dataOf(c), countOf(c), type, r);
-      });
+      withContiguous(o, true, [&](at::Tensor& c) { comm_->recv(dataOf(c), countOf(c), type, r); });
     }
   });
 }
@@ -542,9 +567,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::scatter(
   }
   return enqueue(c10d::OpType::SCATTER, {out}, [this, out, ins, type, root]() mutable {
     if (rank_ != root) {
-      withContiguous(out, true, [&](at::Tensor& c) {
-        comm_->recv(dataOf(c), countOf(c), type, root);
-      });
+      withContiguous(out, true,
+                     [&](at::Tensor& c) { comm_->recv(dataOf(c), countOf(c), type, root); });
       return;
     }
     for (int r = 0; r < size_; ++r) {
@@ -570,8 +594,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::reduce_scatter(
   for (const auto& i : ins) {
     typeOf(i, "reduce_scatter");
     checkSameType(i, out, "reduce_scatter");
-    TORCH_CHECK(i.numel() == out.numel(), "strata: reduce_scatter: an input tensor has ",
-                i.numel(), " elements, the output ", out.numel());
+    TORCH_CHECK(i.numel() == out.numel(), "strata: reduce_scatter: an input tensor has ", i.numel(),
+                " elements, the output ", out.numel());
   }
   return enqueue(c10d::OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op]() mutable {
     std::vector<at::Tensor> flatIns;
@@ -620,9 +644,11 @@ void ProcessGroupStrata::exchange(const std::vector<const void*>& sendPtrs,
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-    std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::alltoall_base(at::Tensor& output,
+                                                                 at::Tensor& input,
+                                                                 std::vector<int64_t>& outputSplits,
+                                                                 std::vector<int64_t>& inputSplits,
+                                                                 const c10d::AllToAllOptions&) {
   const DataType type = typeOf(input, "alltoall_base");
   typeOf(output, "alltoall_base");
   checkSameType(output, input, "alltoall_base");
@@ -683,8 +709,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions&) {
-  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ &&
-                  static_cast<int>(inputs.size()) == size_,
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
               "strata: alltoall needs ", size_, " input and ", size_, " output tensors (got ",
               inputs.size(), " and ", outputs.size(), ")");
   const DataType type = typeOf(inputs[0], "alltoall");
@@ -719,8 +744,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::alltoall(std::vector<at::Tens
 
 // --- point to point -------------------------------------------------------------------------
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::send(std::vector<at::Tensor>& tensors,
-                                                        int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::send(std::vector<at::Tensor>& tensors, int dst,
+                                                        int tag) {
   at::Tensor t = single(tensors, "send");
   const DataType type = typeOf(t, "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "strata: send: destination ", dst,
@@ -741,8 +766,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::send(std::vector<at::Tensor>&
       Kind::Send);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::recv(std::vector<at::Tensor>& tensors,
-                                                        int src, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::recv(std::vector<at::Tensor>& tensors, int src,
+                                                        int tag) {
   at::Tensor t = single(tensors, "recv");
   const DataType type = typeOf(t, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "strata: recv: source ", src,
@@ -767,9 +792,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::recv(std::vector<at::Tensor>&
                "are issued, tags included; the process group is unusable now";
           throw Error(ErrorCode::ProtocolError, s.str(), src);
         }
-        withContiguous(t, true, [&](at::Tensor& c) {
-          comm_->recv(dataOf(c), countOf(c), type, src);
-        });
+        withContiguous(t, true,
+                       [&](at::Tensor& c) { comm_->recv(dataOf(c), countOf(c), type, src); });
       },
       Kind::Recv);
 }

@@ -88,12 +88,9 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   /// batch_isend_irecv: calls between start and end reach the worker together, so that its
@@ -117,10 +114,12 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   };
 
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         std::function<void()> run,
-                                         Kind kind = Kind::Collective);
+                                         std::function<void()> run, Kind kind = Kind::Collective);
   void workerLoop();
   void runItem(Item& item);
+  /// allGather of `in` through a flat buffer, then rank r's block into out(r) (any layout).
+  void allGatherInto(const at::Tensor& in, DataType type,
+                     const std::function<at::Tensor&(int)>& out);
   /// Pairwise exchange (all-to-all with any counts): block j of the send side goes to rank j.
   void exchange(const std::vector<const void*>& sendPtrs, const std::vector<size_t>& sendCounts,
                 const std::vector<void*>& recvPtrs, const std::vector<size_t>& recvCounts,
@@ -131,7 +130,7 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   std::string root_;
   std::unique_ptr<Communicator> comm_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
   bool coalescing_ = false;
