@@ -44,6 +44,28 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool readUnitLL8(Ctx& ctx, const Waiter&
   return true;
 }
 
+/// Folds unit u in rank order: this rank's own value from `own`, each peer r's from the LL16
+/// packet `index` that r put in step 0 of this rank's scratch. false when a wait gave up.
+template <class T, class Ctx>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool foldLL16(Ctx& ctx, const KernelArgs& a,
+                                                      const Waiter& w, const EpochFlag& ef,
+                                                      const void* own, uint64_t u, uint64_t index,
+                                                      uint64_t& out) {
+  const uint64_t bytes = a.bytes();
+  char* self = a.scratch[a.rank];
+  return foldRanks<T>(
+      a,
+      [&](int r, uint64_t& v) {
+        if (r == a.rank) {
+          v = loadUnit8(own, u * 8, bytes);
+          return true;
+        }
+        return w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + index, ef.flag, r,
+                        v);
+      },
+      out);
+}
+
 /// allReduce, one shot: every rank sends its whole input to every peer as LL8 packets; each
 /// rank folds all inputs in rank order. One packet hop; for the smallest sizes.
 template <class T, class Ctx>
@@ -103,16 +125,7 @@ STRATA_HOST_DEVICE void allReduceTwoShot(Ctx& ctx, const KernelArgs& a) {
     if (u < a.rank * seg || u >= mineEnd) continue;
     const uint64_t i = u - a.rank * seg;
     uint64_t result = 0;
-    ok = foldRanks<T>(
-        a,
-        [&](int r, uint64_t& v) {
-          if (r == a.rank) {
-            v = loadUnit8(a.send, u * 8, bytes);
-            return true;
-          }
-          return w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + i, ef.flag, r, v);
-        },
-        result);
+    ok = foldLL16<T>(ctx, a, w, ef, a.send, u, i, result);
     if (!ok) break;
     storeUnit8(a.recv, u * 8, bytes, result);
     for (int k = 1; k < a.nranks; ++k) {
@@ -141,7 +154,6 @@ STRATA_HOST_DEVICE void reduceScatterPackets(Ctx& ctx, const KernelArgs& a) {
   const uint64_t bytes = a.bytes(), units = (bytes + 7) / 8;
   const uint64_t first = gridThread(ctx), stride = gridThreads(ctx);
   const char* in = static_cast<const char*>(a.send);
-  char* self = a.scratch[a.rank];
   for (uint64_t u = first; u < units; u += stride) {
     for (int k = 1; k < a.nranks; ++k) {
       const int s = (a.rank + k) % a.nranks;
@@ -152,16 +164,7 @@ STRATA_HOST_DEVICE void reduceScatterPackets(Ctx& ctx, const KernelArgs& a) {
   bool ok = true;
   for (uint64_t u = first; u < units && ok; u += stride) {
     uint64_t out = 0;
-    ok = foldRanks<T>(
-        a,
-        [&](int r, uint64_t& v) {
-          if (r == a.rank) {
-            v = loadUnit8(in + a.rank * bytes, u * 8, bytes);
-            return true;
-          }
-          return w.packet(ctx, packetSlot<LL16Packet>(a, self, ef.parity, 0, r) + u, ef.flag, r, v);
-        },
-        out);
+    ok = foldLL16<T>(ctx, a, w, ef, in + a.rank * bytes, u, u, out);
     if (ok) storeUnit8(a.recv, u * 8, bytes, out);
   }
   if (!ctx.syncAnd(ok)) return;
