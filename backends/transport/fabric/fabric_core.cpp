@@ -222,8 +222,7 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
     // A link that is down for a moment while the job starts must not leave this rank on
     // loopback for its lifetime (peers then fail with an unexplained EINVAL or a refused
     // connection): wait for the interface up to transport.timeout, then say what is wrong.
-    const std::string got =
-        choice->info->domain_attr->name ? choice->info->domain_attr->name : "?";
+    const std::string got = choice->info->domain_attr->name ? choice->info->domain_attr->name : "?";
     STRATA_LOG(Warn, kLog,
                "{}: FI_TCP_IFACE={} is not usable (down, no carrier or no address; libfabric "
                "offers {} instead); waiting up to {} s (transport.timeout) for it",

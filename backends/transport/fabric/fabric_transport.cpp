@@ -362,7 +362,8 @@ std::unique_ptr<backend::TransportConnection> FabricTransport::connect(
   // ("10.232.7.0/24"): hosts on different subnets reach each other through IP routers, so for
   // them only the provider has to match (a peer that cannot be reached fails when it is used).
   const uint32_t format = core_->info_->addr_format;
-  const bool routed = format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
+  const bool routed =
+      format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
   if (r.provider != core_->provider_ || (!routed && r.fabric != fabricName)) {
     throw Error(ErrorCode::BackendError,
                 fmt::format("{}: rank {} uses provider \"{}\" on fabric \"{}\", this rank "
