@@ -448,15 +448,19 @@ size_t FabricCore::drainLocked() noexcept {
         ++handled;
         continue;
       }
-      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED) and keeps the
-      // socket's errno (ENOTCONN, ECONNRESET) as the provider error.
-      bool gone = isPeerGone(err.err) || (err.err == FI_ECANCELED && isPeerGone(err.prov_errno));
+      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED), usually with the
+      // socket's errno (ENOTCONN, ECONNRESET) as the provider error, but not always: a
+      // connection reset by the network (tests/stress/net_faults.sh cut-allreduce) also gave
+      // ENOENT. Nothing else cancels a write while the transport is open, so a canceled write
+      // means the connection is gone.
+      bool gone = isPeerGone(err.err) || err.err == FI_ECANCELED;
       op->conn->fail(
           Error(gone ? ErrorCode::PeerLost : ErrorCode::BackendError,
                 fmt::format("{}: {} to rank {} failed: {} ({}). {}", describe(),
                             op->probe ? "liveness probe write" : "RMA write", op->conn->rank,
                             fi_strerror(err.err), detail ? detail : "",
-                            gone ? "The peer process has exited or closed its endpoint."
+                            gone ? "The connection broke: the peer process exited or closed "
+                                   "its endpoint, or the network between the hosts failed."
                                  : "Check the peer's log and the provider (fi_info -v)."),
                 op->conn->rank));
       finish(op);
