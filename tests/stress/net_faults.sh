@@ -16,14 +16,15 @@
 #                      or PeerLost naming a rank of the other host, within the timeout + margin
 #         flap-PHASE   R's port to B goes down for 1 s (less than the timeouts): every rank must
 #                      complete with correct results
-#         slow         relay: 5 ms per chunk each way, 8 MB/s per connection and direction; the
+#         slow         relay: 5 ms per chunk each way, 8 MB/s per connection and direction, host B
+#                      started first (the relay resets its connections until rank 0 listens); the
 #                      job must complete correctly within NETFAULT_SLOW_LIMIT s
 #         stall-PHASE  relay: nothing crosses for 3 s (less than the timeouts): must complete
 #         cut-PHASE    relay: every connection between the hosts is reset: every rank must fail
 #                      with PeerLost naming a rank of the other host (or complete: see below)
 #   PHASE create | allgather | connect | allreduce
-# env:  NETFAULT_TIMEOUT  bootstrap.timeout, connect_timeout and transport.timeout (default 6)
-#       NETFAULT_MARGIN   seconds a rank may take beyond the timeout after the fault (default 14)
+# env:  NETFAULT_TIMEOUT  bootstrap.timeout, connect_timeout and transport.timeout (default 8)
+#       NETFAULT_MARGIN   seconds a rank may take beyond the timeout after the fault (default 22)
 #       NETFAULT_COUNT    doubles per allReduce (default 524288: 4 MiB)
 # Exit status: 0 passed, 1 failed, 77 cannot run here (no root, no ip netns).
 set -u
@@ -51,8 +52,8 @@ if (( relay )); then
   [[ -x $python ]] || skip "needs /usr/bin/python3 for the relay"
 fi
 
-timeout_s=${NETFAULT_TIMEOUT:-6}
-margin=${NETFAULT_MARGIN:-14}
+timeout_s=${NETFAULT_TIMEOUT:-8}
+margin=${NETFAULT_MARGIN:-22}
 count=${NETFAULT_COUNT:-524288}
 
 tag="nf$$"
