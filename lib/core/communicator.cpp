@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -391,6 +392,23 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   }
 }
 
+namespace {
+
+/// Whether the process has exited: no such pid, or a zombie not yet reaped by its parent (the
+/// shm transport's pidfd reports the exit at once, before the launcher reaps it).
+bool processGone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
 // A rank whose call fails because of a peer (Timeout, PeerLost) usually exits soon after. The
 // other ranks of its host then see only that a rank of their host exited (shm) and would name it,
 // not the cause: a rank of another host whose link went down (tests/stress/net_faults.sh). So
@@ -420,7 +438,7 @@ Error Communicator::Impl::explain(const Error& e) const {
     // Only a process that is gone: its bootstrap connection is closed, so the receive ends at
     // once with its note (sent before it exited) or with PeerLost. A live one may not send any.
     const int32_t pid = context->pid(q);
-    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) return e;
+    if (pid <= 0 || !processGone(pid)) return e;
     std::array<char, kFailureNoteBytes> note{};
     bootstrap->recv(q, kTagFailureNote, note.data(), note.size());
     note.back() = '\0';
