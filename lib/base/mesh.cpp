@@ -1,5 +1,7 @@
 #include "base/mesh.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -105,12 +107,34 @@ struct Peer {
   std::unique_ptr<Conn> out;  // we send data on it
   std::unique_ptr<Conn> in;   // the peer sends data on it
   bool finished = false;      // said goodbye
+  std::string goodbyeWhy;     // the failure its goodbye carried (empty: it finished well)
   bool lost = false;
   std::string lostWhy;
   ErrorCode lostCode = ErrorCode::PeerLost;
   std::unordered_map<int32_t, std::deque<Message>> inbox;
   std::unique_ptr<handshake::ConnectSide> connecting;
 };
+
+// For a Timeout's message: what the kernel knows about the path to the peer. A connection with
+// data the peer's host has not acknowledged for a second or more, while TCP retransmits, means
+// the network between the hosts is down (or that host is), not that the rank is slow; otherwise
+// nothing (the rank is stuck, or called something else).
+std::string pathHint(const Peer& p, int peer) {
+  for (const Conn* c : {p.out.get(), p.in.get()}) {
+    if (!c || !c->fd.valid()) continue;
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    if (::getsockopt(c->fd.get(), IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
+    if (ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= 1000) {
+      return fmt::format(
+          "; the TCP connection to rank {} has {} segments unacknowledged, no "
+          "acknowledgement for {:.1f} s, {} retransmissions: the network between "
+          "this host and rank {}'s looks down",
+          peer, ti.tcpi_unacked, ti.tcpi_last_ack_recv / 1000.0, ti.tcpi_total_retrans, peer);
+    }
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -133,6 +157,7 @@ struct PeerMesh::Impl {
   bool driving = false;
   bool closed = false;
   bool aborted = false;
+  std::string failure;  ///< the first Timeout or PeerLost of this rank's own calls (under mu)
   int abortOrigin = -1;
   std::string abortReason;
   std::mutex collMu;  // one engine collective at a time per process
@@ -188,12 +213,25 @@ struct PeerMesh::Impl {
                                op == "send" ? "to" : "with", peer, tagText(tag), p.lostWhy),
                    peer);
     }
+    if (!p.goodbyeWhy.empty()) {
+      return Error(ErrorCode::PeerLost,
+                   fmt::format("{} with rank {} ({}) failed: rank {} closed its bootstrap after "
+                               "a call of its own failed: {}",
+                               op, peer, tagText(tag), peer, p.goodbyeWhy),
+                   peer);
+    }
     return Error(ErrorCode::PeerLost,
                  fmt::format("{} with rank {} ({}) failed: rank {} has already closed its "
                              "bootstrap (it finished or destroyed it); make every rank take "
                              "part in the same exchanges",
                              op, peer, tagText(tag), peer),
                  peer);
+  }
+
+  /// Remembers the first failure of this rank's own calls, for the goodbye (see close()).
+  Error failed(Error e) {
+    if (failure.empty()) failure = e.what();
+    return e;
   }
 
   void queueFrame(Conn& c, FrameType type, int32_t tag, const uint8_t* data, size_t len) {
@@ -256,6 +294,16 @@ struct PeerMesh::Impl {
         cv.notify_all();
         break;
       case FrameType::Goodbye:
+        if (c.payload.size > 0) {
+          try {
+            wire::Reader r({c.payload.data.get(), c.payload.size}, "goodbye frame");
+            p.goodbyeWhy = r.str(kMaxControlPayload);
+            r.expectEnd();
+          } catch (const Error& e) {
+            protocolViolation(c, e.what());
+            return;
+          }
+        }
         c.goodbye = true;
         p.finished = true;
         cv.notify_all();
@@ -653,7 +701,7 @@ struct PeerMesh::Impl {
     Peer& p = *peers[static_cast<size_t>(peer)];
     if (aborted) throwAborted();
     if (p.out && p.out->fd.valid()) return *p.out;
-    if (p.lost || p.finished || p.out) throw peerGone(peer, op, tag);
+    if (p.lost || p.finished || p.out) throw failed(peerGone(peer, op, tag));
     if (!p.connecting) {
       if (p.address.empty()) {
         throw Error(ErrorCode::Internal,
@@ -675,14 +723,14 @@ struct PeerMesh::Impl {
     waitUntil(
         lk, [&] { return (p.out && p.out->fd.valid()) || p.lost || p.finished || !p.connecting; },
         deadline, [&] {
-          throw Error(ErrorCode::Timeout,
+          throw failed(Error(ErrorCode::Timeout,
                       fmt::format("{} to rank {} ({}) timed out after {} s while connecting to "
                                   "it at {}",
                                   op, peer, tagText(tag), opt.timeout, p.address),
-                      peer);
+                      peer));
         });
     if (p.out && p.out->fd.valid()) return *p.out;
-    throw peerGone(peer, op, tag);
+    throw failed(peerGone(peer, op, tag));
   }
 
   void send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
@@ -722,7 +770,7 @@ struct PeerMesh::Impl {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
           closeConn(c, fmt::format("writing to rank {} failed: {}", peer, net::errnoText(errno)));
-          throw peerGone(peer, op, tag);
+          throw failed(peerGone(peer, op, tag));
         }
         break;
       }
@@ -753,15 +801,17 @@ struct PeerMesh::Impl {
           } else {
             std::erase_if(c.outq, [&](const OutFrame& o) { return o.seq == seq; });
           }
-          throw Error(ErrorCode::Timeout,
-                      fmt::format("{} to rank {} ({}, {} bytes) timed out after {} s: rank {} is "
-                                  "not reading (is it stuck, or waiting for something else?)",
-                                  op, peer, tagText(tag), bytes, opt.timeout, peer),
-                      peer);
+          throw failed(Error(
+              ErrorCode::Timeout,
+              fmt::format("{} to rank {} ({}, {} bytes) timed out after {} s: rank {} is not "
+                          "reading (is it stuck, or waiting for something else?){}",
+                          op, peer, tagText(tag), bytes, opt.timeout, peer,
+                          pathHint(*peers[peer], peer)),
+              peer));
         });
     if (c.doneSeq < seq) {
       if (aborted) throwAborted();
-      throw peerGone(peer, op, tag);
+      throw failed(peerGone(peer, op, tag));
     }
   }
 
@@ -784,18 +834,18 @@ struct PeerMesh::Impl {
     waitUntil(
         lk, ready, deadline,
         [&] {
-          throw Error(ErrorCode::Timeout,
-                      fmt::format("{} from rank {} ({}, {} bytes) timed out after {} s: rank {} "
-                                  "did not send it (is it stuck, or did the ranks call different "
-                                  "operations?)",
-                                  op, peer, tagText(tag), bytes, opt.timeout, peer),
-                      peer);
+          throw failed(Error(
+              ErrorCode::Timeout,
+              fmt::format("{} from rank {} ({}, {} bytes) timed out after {} s: rank {} did not "
+                          "send it (is it stuck, or did the ranks call different operations?){}",
+                          op, peer, tagText(tag), bytes, opt.timeout, peer, pathHint(p, peer)),
+              peer));
         },
         peer);
     auto it = p.inbox.find(tag);
     if (it == p.inbox.end() || it->second.empty()) {
       if (aborted) throwAborted();
-      throw peerGone(peer, op, tag);
+      throw failed(peerGone(peer, op, tag));
     }
     Message m = std::move(it->second.front());
     it->second.pop_front();
@@ -934,7 +984,15 @@ void PeerMesh::close() noexcept {
     // Deliver what is queued (sends that completed from the caller's view are already in the
     // kernel; this covers forwarded abort/lost notices), then say goodbye.
     I.flushAll(lk, Deadline::after(std::min(I.opt.timeout > 0 ? I.opt.timeout : 10.0, 10.0)));
-    I.queueControlToAll(FrameType::Goodbye, {}, nullptr);
+    // A rank whose own call failed says why: its peers, still waiting for it, would otherwise
+    // be told it finished (and name it, not the rank behind its failure).
+    std::vector<uint8_t> why;
+    if (!I.failure.empty()) {
+      wire::Writer w;
+      w.str(I.failure.substr(0, kMaxControlPayload - 16));
+      why = w.data();
+    }
+    I.queueControlToAll(FrameType::Goodbye, why, nullptr);
     I.flushAll(lk, Deadline::after(2.0));
     I.closed = true;
     for (auto& p : I.peers) {

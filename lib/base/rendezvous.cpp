@@ -250,8 +250,10 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
   std::string what = fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
   for (;;) {
-    net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
     try {
+      // Inside the try: a connect that times out (rank 0 not running, or the network between
+      // the hosts down) gets the hint and names rank 0 like a handshake that times out.
+      net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
       handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, rank, opt.size,
                              0, deadline, what);
       handshake::writeRecord(fd.get(), hello, deadline, what);
@@ -269,8 +271,9 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
         if (e.code() == ErrorCode::Timeout && std::string(e.what()).find("rank 0 (") ==
                                                   std::string::npos) {
           throw Error(ErrorCode::Timeout,
-                      fmt::format("{}: {} (is rank 0 running? bootstrap.connect_timeout={} s)",
-                                  what, e.what(), opt.connectTimeout),
+                      fmt::format("{} (is rank 0 running, and can this host reach {}? "
+                                  "bootstrap.connect_timeout={} s)",
+                                  e.what(), opt.root, opt.connectTimeout),
                       0);
         }
         throw;

@@ -257,9 +257,11 @@ Fd connectWithRetry(const std::vector<SockAddr>& addrs, const Deadline& deadline
     }
     lastErr = errno;
     lastAddr = a.toString();
+    // EPIPE: the connection was made and reset at once, as by a relay or proxy whose own
+    // connection to the listener was refused (the listener not up yet): retry like a refusal.
     if (lastErr != ECONNREFUSED && lastErr != ETIMEDOUT && lastErr != ENETUNREACH &&
         lastErr != EHOSTUNREACH && lastErr != ECONNRESET && lastErr != ECONNABORTED &&
-        lastErr != EAGAIN && lastErr != EADDRNOTAVAIL) {
+        lastErr != EAGAIN && lastErr != EADDRNOTAVAIL && lastErr != EPIPE) {
       throw Error(ErrorCode::SystemError,
                   fmt::format("{}: connect to {} failed: {}", what, lastAddr, errnoText(lastErr)));
     }

@@ -3,8 +3,13 @@
 
 #include <strata/communicator.hpp>
 
+#include <signal.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -57,6 +62,12 @@ std::string_view opKey(CollectiveOp op) {
   return "collectives.algorithm";
 }
 
+/// Bootstrap tag of the note a rank whose call failed because of a peer leaves to the other
+/// ranks of its host (lib/transport's records use 0x5354xxxx).
+constexpr int kTagFailureNote = 0x53430001;
+/// Bytes of the note (recv needs the size): the error's text, cut to fit.
+constexpr size_t kFailureNoteBytes = 2048;
+
 /// Collectives modules auto tries (each is skipped quietly when absent).
 const char* const kKnownCollectivesModules[] = {"cuda"};
 
@@ -100,6 +111,8 @@ struct Communicator::Impl {
   void resolveForced(const Config& config);
   const Candidate& select(const CollectiveRequest& r, const char* what) const;
   void run(const CollectiveRequest& r, const char* what);
+  void leaveNote(const Error& e) const noexcept;
+  Error explain(const Error& e) const;
 };
 
 namespace {
@@ -370,11 +383,68 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   try {
     c.algorithm->run(r);
   } catch (const Error& e) {
-    broken = e;
-    throw;
+    broken = explain(e);
+    leaveNote(*broken);
+    throw *broken;
   } catch (const std::exception& e) {
     broken = Error(ErrorCode::Internal, e.what());
     throw;
+  }
+}
+
+namespace {
+
+/// Whether the process has exited: no such pid, or a zombie not yet reaped by its parent (the
+/// shm transport's pidfd reports the exit at once, before the launcher reaps it).
+bool processGone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
+// A rank whose call fails because of a peer (Timeout, PeerLost) usually exits soon after. The
+// other ranks of its host then see only that a rank of their host exited (shm) and would name it,
+// not the cause: a rank of another host whose link went down (tests/stress/net_faults.sh). So
+// the failing rank leaves them a note on the bootstrap, whose connections inside the host still
+// work, and a rank that lost a peer of its host reads that peer's note into its own error.
+void Communicator::Impl::leaveNote(const Error& e) const noexcept {
+  if ((e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Timeout) || e.peer() < 0) return;
+  std::array<char, kFailureNoteBytes> note{};
+  std::string text = fmt::format("rank {} failed first: {}", rank, e.what());
+  std::memcpy(note.data(), text.data(), std::min(text.size(), note.size() - 1));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank || p == e.peer()) continue;
+    try {
+      // Small and on a connection the context's set-up opened: the kernel takes it at once.
+      if (context->sameHost(p)) bootstrap->send(p, kTagFailureNote, note.data(), note.size());
+    } catch (const std::exception&) {
+      // That rank is gone too; nothing to tell.
+    }
+  }
+}
+
+Error Communicator::Impl::explain(const Error& e) const {
+  const int q = e.peer();
+  if (e.code() != ErrorCode::PeerLost || q < 0 || q == rank || q >= size) return e;
+  try {
+    if (!context->sameHost(q)) return e;
+    // Only a process that is gone: its bootstrap connection is closed, so the receive ends at
+    // once with its note (sent before it exited) or with PeerLost. A live one may not send any.
+    const int32_t pid = context->pid(q);
+    if (pid <= 0 || !processGone(pid)) return e;
+    std::array<char, kFailureNoteBytes> note{};
+    bootstrap->recv(q, kTagFailureNote, note.data(), note.size());
+    note.back() = '\0';
+    return Error(e.code(), fmt::format("{} ({})", e.what(), note.data()), q);
+  } catch (const std::exception&) {
+    return e;  // no note: it exited without failing a call (killed, or another cause)
   }
 }
 

@@ -433,6 +433,55 @@ BOOST_AUTO_TEST_CASE(peer_killed) {
   BOOST_TEST(elapsed < 5.0, "PeerLost took " << elapsed << " s");
 }
 
+// 8b. a rank whose own call failed says why when it leaves: rank 1 times out waiting for rank 2
+// and destroys its bootstrap; rank 0, waiting for rank 1, must learn that rank 1 failed and on
+// what (rank 2), not that it "finished" (found by tests/stress/net_faults.sh down-allgather:
+// a rank of the healthy host named its neighbour, which had timed out on the broken link).
+BOOST_AUTO_TEST_CASE(failed_peer_says_why) {
+  RANK_SCOPE();
+  {
+    auto sync = Bootstrap::create(Config::load());
+    REQUIRE_PEERS(sync);
+    if (sync->size() < 3 || sync->backend() != "tcp") {
+      BOOST_TEST_MESSAGE("skipped: needs 3 ranks and the tcp backend (its peer mesh)");
+      return;
+    }
+    sync->barrier();
+  }
+  constexpr int kSilentTag = 850, kDoneTag = 851;
+  Config cfg = Config::load();
+  cfg.set("bootstrap.timeout", "10");
+  if (launchEnv().rank == 1) {
+    Config quick = Config::load();
+    quick.set("bootstrap.timeout", "2");
+    auto bs = Bootstrap::create(quick);
+    uint64_t value = 0;
+    auto error = catchError([&] { bs->recv(2, kSilentTag, &value, sizeof(value)); });
+    BOOST_TEST((error && error->code() == ErrorCode::Timeout));
+    return;  // destroys the bootstrap: its goodbye carries the timeout
+  }
+  auto bs = Bootstrap::create(cfg);
+  if (bs->rank() == 0) {
+    uint64_t value = 0;
+    auto start = Clock::now();
+    auto error = catchError([&] { bs->recv(1, kSilentTag, &value, sizeof(value)); });
+    double elapsed = secondsSince(start);
+    BOOST_REQUIRE_MESSAGE(error, "recv from rank 1 returned normally");
+    BOOST_TEST_INFO_SCOPE(describe(*error));
+    BOOST_TEST((error->code() == ErrorCode::PeerLost));
+    BOOST_TEST(error->peer() == 1);
+    std::string what = error->what();
+    BOOST_TEST(what.find("after a call of its own failed") != std::string::npos);
+    BOOST_TEST(namesRank(what, 2), "the message does not name rank 2, behind rank 1's failure");
+    BOOST_TEST(elapsed < 8.0, "PeerLost took " << elapsed << " s");
+    for (int p = 2; p < bs->size(); ++p) bs->send(p, kDoneTag, &value, sizeof(value));
+  } else {
+    // Rank 2 stays silent (and present) until rank 0 has its answer.
+    uint64_t value = 0;
+    bs->recv(0, kDoneTag, &value, sizeof(value));
+  }
+}
+
 // 9. abort: pending and later calls on the other ranks throw Aborted with origin and reason.
 BOOST_AUTO_TEST_CASE(abort_propagates) {
   RANK_SCOPE();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -125,6 +126,18 @@ std::optional<Choice> choose(const char* provider, bool hmem) {
   return std::nullopt;
 }
 
+// The interface FI_TCP_IFACE names when the tcp provider's choice is on another one, else
+// empty. libfabric 1.17 does not fail when that interface is down, has no carrier or no address:
+// it silently offers loopback (127.0.0.1) instead, whose address no other host can reach.
+std::string tcpInterfaceMissing(const fi_info* info) {
+  const char* wanted = std::getenv("FI_TCP_IFACE");
+  if (!wanted || !*wanted || !info || !info->fabric_attr->prov_name) return {};
+  if (std::string_view(info->fabric_attr->prov_name).substr(0, 3) != "tcp") return {};
+  const char* got = info->domain_attr->name;
+  if (got && std::string_view(got) == wanted) return {};
+  return wanted;
+}
+
 bool isPeerGone(int err) {
   switch (err) {
     case FI_ECONNREFUSED:
@@ -204,6 +217,36 @@ void FabricCore::open(const backend::TransportInit& init, bool wantHmem) {
                               "and RMA writes; fi_getinfo offers: {}",
                               rank_, provider_, offeredProviders()));
     }
+  }
+  if (std::string wanted = tcpInterfaceMissing(choice->info.get()); !wanted.empty()) {
+    // A link that is down for a moment while the job starts must not leave this rank on
+    // loopback for its lifetime (peers then fail with an unexplained EINVAL or a refused
+    // connection): wait for the interface up to transport.timeout, then say what is wrong.
+    const std::string got = choice->info->domain_attr->name ? choice->info->domain_attr->name : "?";
+    STRATA_LOG(Warn, kLog,
+               "{}: FI_TCP_IFACE={} is not usable (down, no carrier or no address; libfabric "
+               "offers {} instead); waiting up to {} s (transport.timeout) for it",
+               describe(), wanted, got, timeout_);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string chosen = choice->info->fabric_attr->prov_name;
+    const bool hmem = (choice->info->caps & FI_HMEM) != 0;
+    while (!tcpInterfaceMissing(choice->info.get()).empty()) {
+      double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited >= timeout_) {
+        throw Error(ErrorCode::BackendError,
+                    fmt::format("{}: the interface FI_TCP_IFACE={} stayed unusable for {} s "
+                                "(transport.timeout): it is down, has no carrier (link down) or "
+                                "no address, and libfabric's tcp provider offers only {}, which "
+                                "other hosts cannot reach. Check the link (ip link show {}) or "
+                                "set FI_TCP_IFACE to an interface that is up",
+                                describe(), wanted, timeout_, got, wanted));
+      }
+      ::usleep(100'000);
+      if (auto again = choose(chosen.c_str(), hmem)) *choice = std::move(*again);
+    }
+    STRATA_LOG(Info, kLog, "{}: FI_TCP_IFACE={} is usable after {:.1f} s", describe(), wanted,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   info_ = choice->info.release();
   deliveryComplete_ = choice->deliveryComplete;
@@ -405,15 +448,19 @@ size_t FabricCore::drainLocked() noexcept {
         ++handled;
         continue;
       }
-      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED) and keeps the
-      // socket's errno (ENOTCONN, ECONNRESET) as the provider error.
-      bool gone = isPeerGone(err.err) || (err.err == FI_ECANCELED && isPeerGone(err.prov_errno));
+      // ofi_rxm cancels the writes of a connection that broke (FI_ECANCELED), usually with the
+      // socket's errno (ENOTCONN, ECONNRESET) as the provider error, but not always: a
+      // connection reset by the network (tests/stress/net_faults.sh cut-allreduce) also gave
+      // ENOENT. Nothing else cancels a write while the transport is open, so a canceled write
+      // means the connection is gone.
+      bool gone = isPeerGone(err.err) || err.err == FI_ECANCELED;
       op->conn->fail(
           Error(gone ? ErrorCode::PeerLost : ErrorCode::BackendError,
                 fmt::format("{}: {} to rank {} failed: {} ({}). {}", describe(),
                             op->probe ? "liveness probe write" : "RMA write", op->conn->rank,
                             fi_strerror(err.err), detail ? detail : "",
-                            gone ? "The peer process has exited or closed its endpoint."
+                            gone ? "The connection broke: the peer process exited or closed "
+                                   "its endpoint, or the network between the hosts failed."
                                  : "Check the peer's log and the provider (fi_info -v)."),
                 op->conn->rank));
       finish(op);

@@ -358,7 +358,13 @@ std::unique_ptr<backend::TransportConnection> FabricTransport::connect(
     const backend::PeerInfo& peer, std::span<const uint8_t> peerEndpoint) {
   EndpointRecord r = decodeEndpoint(peerEndpoint, peer.rank);
   std::string fabricName = core_->info_->fabric_attr->name ? core_->info_->fabric_attr->name : "";
-  if (r.provider != core_->provider_ || r.fabric != fabricName) {
+  // IP providers (tcp, udp, sockets) name the fabric after the subnet of the local interface
+  // ("10.232.7.0/24"): hosts on different subnets reach each other through IP routers, so for
+  // them only the provider has to match (a peer that cannot be reached fails when it is used).
+  const uint32_t format = core_->info_->addr_format;
+  const bool routed =
+      format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
+  if (r.provider != core_->provider_ || (!routed && r.fabric != fabricName)) {
     throw Error(ErrorCode::BackendError,
                 fmt::format("{}: rank {} uses provider \"{}\" on fabric \"{}\", this rank "
                             "provider \"{}\" on fabric \"{}\"; both ends must use the same "
