@@ -150,6 +150,7 @@ struct PeerMesh::Impl {
   bool aborted = false;
   int abortOrigin = -1;
   std::string abortReason;
+  bool abortedHere = false;  // by the engine itself, after a failure of this process
   std::mutex collMu;  // one engine collective at a time per process
   bool star = false;
 
@@ -171,9 +172,9 @@ struct PeerMesh::Impl {
 
   [[noreturn]] void throwAborted() {
     if (abortOrigin == opt.rank) {
-      throw Error(ErrorCode::Aborted,
-                  fmt::format("{} bootstrap: this rank called abort(): {}", opt.backend,
-                              abortReason),
+      throw Error(abortedHere ? ErrorCode::SystemError : ErrorCode::Aborted,
+                  fmt::format("{} bootstrap: this rank {}: {}", opt.backend,
+                              abortedHere ? "aborted the job" : "called abort()", abortReason),
                   abortOrigin);
     }
     throw Error(ErrorCode::Aborted,
@@ -241,6 +242,21 @@ struct PeerMesh::Impl {
       w.i32(peer);
       queueControlToAll(FrameType::Lost, w.data(), nullptr);
     }
+    cv.notify_all();
+  }
+
+  /// A failure of this process (out of descriptors), not of a peer: the peers are told that
+  /// this rank aborted the job and why, instead of that the peer it tried to reach died.
+  void failHere(std::string why) {
+    if (aborted) return;
+    aborted = true;
+    abortedHere = true;
+    abortOrigin = opt.rank;
+    abortReason = why.substr(0, 1024);
+    STRATA_LOG(Error, opt.backend.c_str(), "aborting the job: {}", abortReason);
+    wire::Writer w;
+    w.i32(opt.rank).str(abortReason);
+    queueControlToAll(FrameType::Abort, w.data(), nullptr);
     cv.notify_all();
   }
 
@@ -441,6 +457,14 @@ struct PeerMesh::Impl {
       try {
         fd = net::acceptOne(listener.get(), &remote);
       } catch (const Error& e) {
+        if (net::outOfDescriptors(e.what())) {
+          // The pending connection stays in the backlog and the listener stays readable: a
+          // poll loop until the deadline. Nobody can reach this rank any more; end it here.
+          failHere(fmt::format("rank {} cannot accept a peer's connection: {}; {}", opt.rank,
+                               e.what(), net::descriptorAdvice(opt.size)));
+          listener.reset();
+          return;
+        }
         STRATA_LOG(Warn, opt.backend.c_str(), "accept failed: {}", e.what());
         return;
       }
@@ -664,6 +688,16 @@ struct PeerMesh::Impl {
       auto code = p.connecting->errorCode();
       std::string why = p.connecting->error();
       p.connecting.reset();
+      if (code == ErrorCode::SystemError && net::outOfDescriptors(why)) {
+        // This process's limit, not the peer's death: the others must not hear "rank P lost".
+        std::string text = fmt::format("rank {} cannot connect to rank {}: {}; {}", opt.rank, peer,
+                                       why, net::descriptorAdvice(opt.size));
+        p.lost = true;
+        p.lostCode = ErrorCode::SystemError;
+        p.lostWhy = text;
+        failHere(text);
+        return;
+      }
       if (code == ErrorCode::AuthFailed || code == ErrorCode::ProtocolError) {
         p.lostCode = code;
       }
@@ -869,6 +903,7 @@ PeerMesh::PeerMesh(Options options, net::Fd listener) : impl_(std::make_unique<I
   if (!I.wake.valid()) {
     throw Error(ErrorCode::SystemError, fmt::format("eventfd(): {}", net::errnoText(errno)));
   }
+  if (I.opt.size > 1) net::ensureDescriptors(I.opt.size, I.opt.rank, I.opt.backend.c_str());
   I.epoll = net::Fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!I.epoll.valid()) {
     throw Error(ErrorCode::SystemError, fmt::format("epoll_create1(): {}", net::errnoText(errno)));

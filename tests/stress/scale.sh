@@ -9,7 +9,14 @@
 #         srun              tests/harness/run-srun.sh --mpi=pmix N BINARY (local Slurm)
 # env:  SCALE_TIMEOUT  seconds for the job (default 170; meson sets 90); the job's own deadlines are
 #                      the configured bootstrap.connect_timeout, bootstrap.timeout, transport.timeout
-#       SCALE_NOFILE   run the job under `ulimit -n SCALE_NOFILE` (a soft limit; default: as is)
+#       SCALE_NOFILE   SOFT or SOFT:HARD: the job runs under these limits of open files (default:
+#                      as is). strata raises a soft limit below what N ranks need up to the hard
+#                      limit, so SOFT alone must pass.
+#       SCALE_EXPECT   pass (default), or fd-limit: the hard limit is too low, and the job must
+#                      fail within the limit with the reason and the remedy ("ran out of file
+#                      descriptors", "ulimit -n") at a quarter of the ranks or more (the others
+#                      may see it leave first), and rank 0 must warn at start-up, instead of a
+#                      hang or an error that blames a peer
 # Exit status: 0 passed, 1 failed, 77 the launcher is not available (skip).
 set -u
 
@@ -29,15 +36,22 @@ case $mode in
   srun) launch=(bash "$here/../harness/run-srun.sh" --mpi=pmix "$n" "$bin") ;;
   *) echo "scale: unknown MODE '$mode'" >&2; exit 2 ;;
 esac
-case_name="scale-${mode%%:*}-n$n${SCALE_NOFILE:+-nofile$SCALE_NOFILE}"
+expect=${SCALE_EXPECT:-pass}
+nofile=${SCALE_NOFILE:-}
+soft=${nofile%%:*}
+hard=
+[[ $nofile == *:* ]] && hard=${nofile#*:}
+case_name="scale-${mode%%:*}-n$n${soft:+-nofile$soft}${hard:+-hard$hard}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/strata-scale.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 
-echo "case $case_name: $n ranks ($mode) on $(nproc) CPUs, limit ${limit}s, ulimit -n ${SCALE_NOFILE:-$(ulimit -n)}"
+echo "case $case_name: $n ranks ($mode) on $(nproc) CPUs, limit ${limit}s, open files" \
+  "${soft:-$(ulimit -Sn)} (hard ${hard:-$(ulimit -Hn)}), expect $expect"
 start=$(date +%s.%N)
 (
-  [[ -n ${SCALE_NOFILE:-} ]] && ulimit -S -n "$SCALE_NOFILE"
+  [[ -n $soft ]] && { ulimit -S -n "$soft" || exit 2; }
+  [[ -n $hard ]] && { ulimit -H -n "$hard" || exit 2; }
   exec timeout --kill-after=10 "$limit" "${launch[@]}" --json "$work/phases.json"
 ) >"$work/out" 2>&1
 rc=$?
@@ -58,6 +72,25 @@ if [[ -n $others ]]; then
 fi
 phases=$(cat "$work/phases.json" 2>/dev/null | grep -c '"phase"')
 echo "case $case_name: exit status $rc, $phases of 7 phases reported, wall ${wall}s"
+if [[ $expect == fd-limit ]]; then
+  advice='ran out of file descriptors.*ulimit -n'
+  told=$(grep -c "^scale: rank [0-9]*: .*$advice" "$work/shown")
+  failed=$(grep -c '^scale: rank [0-9]*: ' "$work/shown")
+  echo "case $case_name: $failed ranks failed, $told of them with the reason and the remedy"
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    echo "FAIL: $case_name: timed out after ${limit}s instead of failing with a clear error"
+  elif [[ $rc -eq 0 ]]; then
+    echo "FAIL: $case_name: the job passed; the hard limit was meant to be too low"
+  elif ! grep -q "r0 [a-z]*\] WARN a job of $n ranks needs about" "$work/shown"; then
+    echo "FAIL: $case_name: rank 0 did not warn that the limit is too low"
+  elif ((told * 4 < n)); then
+    echo "FAIL: $case_name: fewer than a quarter of the ranks named the reason"
+  else
+    echo "PASS: $case_name"
+    exit 0
+  fi
+  exit 1
+fi
 if [[ $rc -ne 0 || $phases -ne 7 ]]; then
   [[ $rc -eq 124 || $rc -eq 137 ]] && echo "FAIL: $case_name: timed out after ${limit}s"
   echo "FAIL: $case_name"
