@@ -579,6 +579,9 @@ struct PeerMesh::Impl {
       err = errno;
     }
     lk.lock();
+    // close() may have run while the lock was released: it cleared `pending` (hs would
+    // dangle) and closed every socket.
+    if (closed) return;
     if (rc < 0 || ready < 0) {
       if (err == EINTR) return;
       throw Error(ErrorCode::SystemError,
