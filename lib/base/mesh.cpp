@@ -517,7 +517,8 @@ struct PeerMesh::Impl {
     epoll_event ev{};
     ev.events = want;
     ev.data.u64 = connKey(c);
-    int rc = ::epoll_ctl(epoll.get(), c.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c.fd.get(), &ev);
+    int rc =
+        ::epoll_ctl(epoll.get(), c.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c.fd.get(), &ev);
     if (rc != 0 && errno == EEXIST) rc = ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
     if (rc != 0) {
       int err = errno;
@@ -574,8 +575,8 @@ struct PeerMesh::Impl {
     int err = errno;
     int ready = 0;
     if (rc > 0 && fds[epollIndex].revents) {
-      ready = ::epoll_wait(epoll.get(), epollEvents.data(), static_cast<int>(epollEvents.size()),
-                           0);
+      ready =
+          ::epoll_wait(epoll.get(), epollEvents.data(), static_cast<int>(epollEvents.size()), 0);
       err = errno;
     }
     lk.lock();
@@ -755,7 +756,8 @@ struct PeerMesh::Impl {
     }
     waitUntil(
         lk, [&] { return (p.out && p.out->fd.valid()) || p.lost || p.finished || !p.connecting; },
-        deadline, [&] {
+        deadline,
+        [&] {
           throw Error(ErrorCode::Timeout,
                       fmt::format("{} to rank {} ({}) timed out after {} s while connecting to "
                                   "it at {}",

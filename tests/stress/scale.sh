@@ -71,7 +71,8 @@ if [[ -n $others ]]; then
   echo "--- other output ($(wc -l <<<"$others") lines):"
   head -n 40 <<<"$others"
 fi
-phases=$(cat "$work/phases.json" 2>/dev/null | grep -c '"phase"')
+phases=$(grep -c '"phase"' "$work/phases.json" 2>/dev/null)
+phases=${phases:-0}
 echo "case $case_name: exit status $rc, $phases of 7 phases reported, wall ${wall}s"
 if [[ $expect == fd-limit ]]; then
   advice='ran out of file descriptors.*ulimit -n'
