@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -100,7 +101,16 @@ struct Conn {
   std::deque<OutFrame> outq;
   uint64_t queuedSeq = 0;
   uint64_t doneSeq = 0;
+  // In the mesh's epoll set (closing the socket takes it out), with these events.
+  bool registered = false;
+  uint32_t armed = 0;
 };
+
+/// epoll_event.data of a connection: its peer and direction (looked up again on each event,
+/// so that an event never reaches a Conn that was replaced).
+uint64_t connKey(const Conn& c) {
+  return static_cast<uint64_t>(c.peer) << 1 | (c.outgoing ? 1u : 0u);
+}
 
 struct Peer {
   std::string address;
@@ -142,24 +152,31 @@ struct PeerMesh::Impl {
   Options opt;
   net::Fd listener;
   net::Fd wake;  // eventfd that interrupts the driver's poll()
+  // The established connections (two per peer: 2 (N - 1) sockets) wait in an epoll set, so
+  // that a wake-up costs what is ready, not a poll() over every socket: at 256 ranks on 2
+  // cores, poll() over 510 sockets per wake-up made Communicator::create take 100 s.
+  // poll() still watches the few others (wake, listener, handshakes) and the epoll fd itself.
+  net::Fd epoll;
+  std::vector<epoll_event> epollEvents = std::vector<epoll_event>(256);
   std::string listenAddr;
   std::vector<std::unique_ptr<Peer>> peers;
   std::list<handshake::ListenSide> pending;
   // Used by the driving thread only.
   std::vector<uint8_t> stage = std::vector<uint8_t>(kStageSize);
   std::vector<pollfd> pollFds;
-  std::vector<Conn*> pollConns;
-  std::vector<handshake::ListenSide*> pollPending;
+  std::vector<std::list<handshake::ListenSide>::iterator> pollPending;
   std::vector<int> pollConnecting;
 
   std::mutex mu;
   std::condition_variable cv;
   bool driving = false;
   bool closed = false;
+  bool closing = false;  // in close(): a peer that is gone has finished too, as far as we care
   bool aborted = false;
   std::string failure;  ///< the first Timeout or PeerLost of this rank's own calls (under mu)
   int abortOrigin = -1;
   std::string abortReason;
+  bool abortedHere = false;  // by the engine itself, after a failure of this process
   std::mutex collMu;  // one engine collective at a time per process
   bool star = false;
 
@@ -181,9 +198,9 @@ struct PeerMesh::Impl {
 
   [[noreturn]] void throwAborted() {
     if (abortOrigin == opt.rank) {
-      throw Error(ErrorCode::Aborted,
-                  fmt::format("{} bootstrap: this rank called abort(): {}", opt.backend,
-                              abortReason),
+      throw Error(abortedHere ? ErrorCode::SystemError : ErrorCode::Aborted,
+                  fmt::format("{} bootstrap: this rank {}: {}", opt.backend,
+                              abortedHere ? "aborted the job" : "called abort()", abortReason),
                   abortOrigin);
     }
     throw Error(ErrorCode::Aborted,
@@ -267,12 +284,27 @@ struct PeerMesh::Impl {
     cv.notify_all();
   }
 
+  /// A failure of this process (out of descriptors), not of a peer: the peers are told that
+  /// this rank aborted the job and why, instead of that the peer it tried to reach died.
+  void failHere(std::string why) {
+    if (aborted) return;
+    aborted = true;
+    abortedHere = true;
+    abortOrigin = opt.rank;
+    abortReason = why.substr(0, 1024);
+    STRATA_LOG(Error, opt.backend.c_str(), "aborting the job: {}", abortReason);
+    wire::Writer w;
+    w.i32(opt.rank).str(abortReason);
+    queueControlToAll(FrameType::Abort, w.data(), nullptr);
+    cv.notify_all();
+  }
+
   void closeConn(Conn& c, const std::string& why, bool tellOthers = true) {
     if (!c.fd.valid()) return;
     c.fd.reset();
     c.outq.clear();
     Peer& p = *peers[c.peer];
-    if (!c.goodbye && !p.finished && !closed) {
+    if (!c.goodbye && !p.finished && !closed && !closing) {
       markLost(c.peer, why, tellOthers);
     }
     cv.notify_all();
@@ -474,6 +506,14 @@ struct PeerMesh::Impl {
       try {
         fd = net::acceptOne(listener.get(), &remote);
       } catch (const Error& e) {
+        if (net::outOfDescriptors(e.what())) {
+          // The pending connection stays in the backlog and the listener stays readable: a
+          // poll loop until the deadline. Nobody can reach this rank any more; end it here.
+          failHere(fmt::format("rank {} cannot accept a peer's connection: {}; {}", opt.rank,
+                               e.what(), net::descriptorAdvice(opt.size)));
+          listener.reset();
+          return;
+        }
         STRATA_LOG(Warn, opt.backend.c_str(), "accept failed: {}", e.what());
         return;
       }
@@ -517,26 +557,49 @@ struct PeerMesh::Impl {
     }
   }
 
+  /// Puts a connection in the epoll set, or updates what it waits for (POLLOUT only while
+  /// frames are queued).
+  void arm(Conn& c) {
+    uint32_t want = EPOLLIN | (c.outq.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+    if (c.registered && c.armed == want) return;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = connKey(c);
+    int rc =
+        ::epoll_ctl(epoll.get(), c.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c.fd.get(), &ev);
+    if (rc != 0 && errno == EEXIST) rc = ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+    if (rc != 0) {
+      int err = errno;
+      throw Error(ErrorCode::SystemError,
+                  fmt::format("{} bootstrap: epoll_ctl() for the connection with rank {}: {}{}",
+                              opt.backend, c.peer, net::errnoText(err),
+                              err == ENOSPC ? " (the limit is /proc/sys/fs/epoll/max_user_watches"
+                                              ", per user; raise it with sysctl)"
+                                            : ""),
+                  c.peer);
+    }
+    c.registered = true;
+    c.armed = want;
+  }
+
   /// One round of poll over every socket. Called by the driving thread with mu held; releases
   /// it while blocked in poll().
   void progressOnce(std::unique_lock<std::mutex>& lk, int timeoutMs) {
     // Reused across rounds: a spinning driver calls this in a tight loop.
     auto& fds = pollFds;
-    auto& conns = pollConns;
     auto& hs = pollPending;
     auto& connectingPeers = pollConnecting;
     fds.clear();
-    conns.clear();
     hs.clear();
     connectingPeers.clear();
     fds.push_back({wake.get(), POLLIN, 0});
     if (listener.valid()) fds.push_back({listener.get(), POLLIN, 0});
     size_t firstPending = fds.size();
     Deadline next = Deadline::never();
-    for (auto& h : pending) {
-      fds.push_back({h.fd(), POLLIN, 0});
-      hs.push_back(&h);
-      next = Deadline::earlier(next, h.deadline());
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      fds.push_back({it->fd(), POLLIN, 0});
+      hs.push_back(it);
+      next = Deadline::earlier(next, it->deadline());
     }
     size_t firstConnecting = fds.size();
     for (size_t r = 0; r < peers.size(); ++r) {
@@ -546,36 +609,41 @@ struct PeerMesh::Impl {
       connectingPeers.push_back(static_cast<int>(r));
       next = Deadline::earlier(next, p->connecting->wakeAt());
     }
-    size_t firstConn = fds.size();
     for (auto& p : peers) {
       if (!p) continue;
       for (Conn* c : {p->out.get(), p->in.get()}) {
-        if (!c || !c->fd.valid()) continue;
-        short ev = POLLIN;
-        if (!c->outq.empty()) ev |= POLLOUT;
-        fds.push_back({c->fd.get(), ev, 0});
-        conns.push_back(c);
+        if (c && c->fd.valid()) arm(*c);
       }
     }
+    const size_t epollIndex = fds.size();
+    fds.push_back({epoll.get(), POLLIN, 0});
     if (!next.isNever()) timeoutMs = std::min(timeoutMs, next.pollMs(kPollCapMs) + 1);
     lk.unlock();
     int rc = ::poll(fds.data(), fds.size(), timeoutMs);
     int err = errno;
+    int ready = 0;
+    if (rc > 0 && fds[epollIndex].revents) {
+      ready =
+          ::epoll_wait(epoll.get(), epollEvents.data(), static_cast<int>(epollEvents.size()), 0);
+      err = errno;
+    }
     lk.lock();
-    if (rc < 0) {
+    // close() may have run while the lock was released: it cleared `pending` (hs would
+    // dangle) and closed every socket.
+    if (closed) return;
+    if (rc < 0 || ready < 0) {
       if (err == EINTR) return;
-      throw Error(ErrorCode::SystemError, fmt::format("poll(): {}", net::errnoText(err)));
+      throw Error(ErrorCode::SystemError,
+                  fmt::format("{}(): {}", rc < 0 ? "poll" : "epoll_wait", net::errnoText(err)));
     }
     if (fds[0].revents) {
       uint64_t v;
       [[maybe_unused]] auto n = ::read(wake.get(), &v, sizeof v);
     }
-    // Pending handshakes: step the readable ones and expire the stalled ones.
+    // Pending handshakes: step the readable ones and expire the stalled ones. stepPending
+    // erases only the entry it steps, so the other iterators stay valid.
     for (size_t i = 0; i < hs.size(); ++i) {
-      auto it = std::find_if(pending.begin(), pending.end(),
-                             [&](const handshake::ListenSide& h) { return &h == hs[i]; });
-      if (it == pending.end()) continue;
-      if (fds[firstPending + i].revents || it->deadline().expired()) stepPending(it);
+      if (fds[firstPending + i].revents || hs[i]->deadline().expired()) stepPending(hs[i]);
     }
     for (size_t i = 0; i < connectingPeers.size(); ++i) {
       Peer& p = *peers[static_cast<size_t>(connectingPeers[i])];
@@ -585,12 +653,16 @@ struct PeerMesh::Impl {
         stepConnecting(connectingPeers[i]);
       }
     }
-    for (size_t i = 0; i < conns.size(); ++i) {
-      short re = fds[firstConn + i].revents;
-      Conn* c = conns[i];
-      if (!re || !c->fd.valid()) continue;
-      if (re & POLLOUT) writeConn(*c);
-      if (re & (POLLIN | POLLHUP | POLLERR)) readConn(*c);
+    for (int i = 0; i < ready; ++i) {
+      const epoll_event& e = epollEvents[static_cast<size_t>(i)];
+      auto peer = static_cast<size_t>(e.data.u64 >> 1);
+      if (peer >= peers.size() || !peers[peer]) continue;
+      Conn* c = (e.data.u64 & 1) ? peers[peer]->out.get() : peers[peer]->in.get();
+      if (!c || !c->fd.valid()) continue;  // closed since; a new one is armed next round
+      // Read first: a peer that said goodbye and exited leaves the goodbye in the socket, and a
+      // write first would fail (EPIPE) and report that finished peer lost to everyone.
+      if (e.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) readConn(*c);
+      if ((e.events & EPOLLOUT) && c->fd.valid()) writeConn(*c);
     }
     if (listener.valid() && fds[1].revents) acceptAll();
   }
@@ -671,6 +743,16 @@ struct PeerMesh::Impl {
       auto code = p.connecting->errorCode();
       std::string why = p.connecting->error();
       p.connecting.reset();
+      if (code == ErrorCode::SystemError && net::outOfDescriptors(why)) {
+        // This process's limit, not the peer's death: the others must not hear "rank P lost".
+        std::string text = fmt::format("rank {} cannot connect to rank {}: {}; {}", opt.rank, peer,
+                                       why, net::descriptorAdvice(opt.size));
+        p.lost = true;
+        p.lostCode = ErrorCode::SystemError;
+        p.lostWhy = text;
+        failHere(text);
+        return;
+      }
       if (code == ErrorCode::AuthFailed || code == ErrorCode::ProtocolError) {
         p.lostCode = code;
       }
@@ -878,6 +960,11 @@ PeerMesh::PeerMesh(Options options, net::Fd listener) : impl_(std::make_unique<I
   if (!I.wake.valid()) {
     throw Error(ErrorCode::SystemError, fmt::format("eventfd(): {}", net::errnoText(errno)));
   }
+  if (I.opt.size > 1) net::ensureDescriptors(I.opt.size, I.opt.rank, I.opt.backend.c_str());
+  I.epoll = net::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!I.epoll.valid()) {
+    throw Error(ErrorCode::SystemError, fmt::format("epoll_create1(): {}", net::errnoText(errno)));
+  }
   if (I.listener.valid()) I.listenAddr = net::localAddress(I.listener.get()).toString();
   I.peers.resize(static_cast<size_t>(I.opt.size));
   for (int r = 0; r < I.opt.size; ++r) {
@@ -983,7 +1070,11 @@ void PeerMesh::close() noexcept {
     if (I.closed) return;
     // Deliver what is queued (sends that completed from the caller's view are already in the
     // kernel; this covers forwarded abort/lost notices), then say goodbye.
-    I.flushAll(lk, Deadline::after(std::min(I.opt.timeout > 0 ? I.opt.timeout : 10.0, 10.0)));
+    // While closing, a peer that has gone (it finished first) is not reported lost: at 256
+    // ranks on 2 cores such reports reached ranks still in their last call and failed it.
+    I.closing = true;
+    const double flushSeconds = std::min(I.opt.timeout > 0 ? I.opt.timeout : 10.0, 10.0);
+    I.flushAll(lk, Deadline::after(flushSeconds));
     // A rank whose own call failed says why: its peers, still waiting for it, would otherwise
     // be told it finished (and name it, not the rank behind its failure).
     std::vector<uint8_t> why;
@@ -993,7 +1084,20 @@ void PeerMesh::close() noexcept {
       why = w.data();
     }
     I.queueControlToAll(FrameType::Goodbye, why, nullptr);
-    I.flushAll(lk, Deadline::after(2.0));
+    // Not 2 s as before: with hundreds of ranks per core a closing rank may not run for that
+    // long, and a connection closed with its goodbye unsent makes the peer report it lost. A
+    // live peer takes the frame at once; only a full socket to a stuck peer waits this long.
+    I.flushAll(lk, Deadline::after(flushSeconds));
+    for (auto& p : I.peers) {
+      if (!p) continue;
+      for (Conn* c : {p->out.get(), p->in.get()}) {
+        if (c && c->fd.valid() && !c->outq.empty()) {
+          STRATA_LOG(Debug, I.opt.backend.c_str(),
+                     "closing with {} frames unsent to rank {} (it does not read)", c->outq.size(),
+                     c->peer);
+        }
+      }
+    }
     I.closed = true;
     for (auto& p : I.peers) {
       if (!p) continue;

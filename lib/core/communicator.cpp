@@ -463,8 +463,19 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
   impl->bootstrap = bootstrap;
   impl->rank = bootstrap->rank();
   impl->size = bootstrap->size();
-  impl->context = Context::create(std::move(bootstrap), config);
-  impl->loadBackends(config);
+  try {
+    impl->context = Context::create(std::move(bootstrap), config);
+    impl->loadBackends(config);
+  } catch (const Error& e) {
+    // A failure of this process (out of descriptors or memory), not of a peer: the others are
+    // in the same set-up and would see this rank leave ("closed its bootstrap") or time out;
+    // tell them why instead.
+    if (e.code() == ErrorCode::SystemError) {
+      impl->bootstrap->abort(
+          fmt::format("rank {}: Communicator::create failed: {}", impl->rank, e.what()));
+    }
+    throw;
+  }
   impl->resolveForced(config);
   return std::make_unique<Communicator>(std::move(impl));
 }

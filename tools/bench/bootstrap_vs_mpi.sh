@@ -7,7 +7,12 @@
 # Environment: BACKENDS (strata bootstrap backends, default "tcp ucx pmix"; a backend whose
 # module is missing shows as failed), NS (rank counts, default "2 8 32"), ITERS (timed iterations, default 1000),
 # WARMUP (default 50), BENCH_TIMEOUT (seconds per run, default 300), RESULTS_DIR (keep the raw
-# JSON lines and logs there; default: a temporary directory that is removed).
+# JSON lines and logs there; default: a temporary directory that is removed), REPEAT (rounds of
+# all runs, default 1: the allGather table shows the last round, the rendezvous table every
+# round).
+#
+# The rendezvous at scale (docs/benchmarks.md, "Rendezvous at scale"):
+#   NS="64 128 256" BACKENDS=tcp ITERS=20 WARMUP=2 REPEAT=3 tools/bench/bootstrap_vs_mpi.sh build
 #
 # A benchmark, never a pass/fail test: a run that fails or times out shows as "failed" and the
 # script goes on. Both sides measure the same way: per-iteration time is the max over ranks,
@@ -19,6 +24,8 @@ ns=${NS:-"2 8 32"}
 iters=${ITERS:-1000}
 warmup=${WARMUP:-50}
 run_timeout=${BENCH_TIMEOUT:-300}
+repeat=${REPEAT:-1}
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "bootstrap_vs_mpi: REPEAT must be a positive number" >&2; exit 1; }
 bytes=64
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -83,30 +90,42 @@ export STRATA_MODULE_PATH=${STRATA_MODULE_PATH:-$module_dirs}
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} UCX_TLS=${UCX_TLS:-tcp,self}
 backends=${BACKENDS:-"tcp ucx pmix"}
 
-declare -A med p99 create
-for n in $ns; do
-  for b in $backends; do
-    sj="$work/$b-$n.json"
-    echo "# N=$n: $b: strata-perf bootstrap ..." >&2
-    if ! run_strata "$b" "$n" "$sj" "$work/$b-$n.log"; then
-      echo "# $b at N=$n failed; last lines of its output:" >&2
-      tail -n 5 "$work/$b-$n.log" | sed 's/^/#   /' >&2
+now() { date +%s.%N; }
+elapsed() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.2f", e - s }'; }
+
+# Per (backend, N, round): init median and max over ranks (us), the launch's wall time (s).
+declare -A med p99 create cmax wall
+for ((k = 1; k <= repeat; k++)); do
+  for n in $ns; do
+    for b in $backends; do
+      sj="$work/$b-$n.r$k.json"
+      echo "# round $k, N=$n: $b: strata-perf bootstrap ..." >&2
+      t0=$(now)
+      if ! run_strata "$b" "$n" "$sj" "$work/$b-$n.r$k.log"; then
+        echo "# $b at N=$n failed; last lines of its output:" >&2
+        tail -n 5 "$work/$b-$n.r$k.log" | sed 's/^/#   /' >&2
+      fi
+      wall[$b,$n,$k]=$(elapsed "$t0")
+      med[$b,$n]=$(field "$sj" allgather median_us)
+      p99[$b,$n]=$(field "$sj" allgather p99_us)
+      create[$b,$n,$k]=$(field "$sj" rendezvous median_us)
+      cmax[$b,$n,$k]=$(field "$sj" rendezvous max_us)
+    done
+    mj="$work/mpi-$n.r$k.json"
+    echo "# round $k, N=$n: mpirun -np $n mpi_allgather $bytes $iters ..." >&2
+    t0=$(now)
+    if ! timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe -np "$n" \
+      --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+      "$work/mpi_allgather" "$bytes" "$iters" "$warmup" >"$mj" 2>"$work/mpi-$n.r$k.log"; then
+      echo "# MPI run at N=$n failed; last lines of its output:" >&2
+      tail -n 5 "$work/mpi-$n.r$k.log" | sed 's/^/#   /' >&2
     fi
-    med[$b,$n]=$(field "$sj" allgather median_us)
-    p99[$b,$n]=$(field "$sj" allgather p99_us)
-    create[$b,$n]=$(field "$sj" rendezvous median_us)
+    wall[mpi,$n,$k]=$(elapsed "$t0")
+    med[mpi,$n]=$(field "$mj" allgather median_us)
+    p99[mpi,$n]=$(field "$mj" allgather p99_us)
+    create[mpi,$n,$k]=$(field "$mj" init median_us)
+    cmax[mpi,$n,$k]=$(field "$mj" init max_us)
   done
-  mj="$work/mpi-$n.json"
-  echo "# N=$n: mpirun -np $n mpi_allgather $bytes $iters ..." >&2
-  if ! timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe -np "$n" \
-    --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-    "$work/mpi_allgather" "$bytes" "$iters" "$warmup" >"$mj" 2>"$work/mpi-$n.log"; then
-    echo "# MPI run at N=$n failed; last lines of its output:" >&2
-    tail -n 5 "$work/mpi-$n.log" | sed 's/^/#   /' >&2
-  fi
-  med[mpi,$n]=$(field "$mj" allgather median_us)
-  p99[mpi,$n]=$(field "$mj" allgather p99_us)
-  create[mpi,$n]=$(field "$mj" init median_us)
 done
 
 echo
@@ -133,10 +152,39 @@ for n in $ns; do
       if (s ~ /^[-0-9.eE+]+$/ && m ~ /^[-0-9.eE+]+$/ && s > 0) printf " %8.2f", m / s; else printf " %8s", "-" }'
   done
   for b in "${cols[@]}" mpi; do
-    awk -v c="${create[$b,$n]}" 'BEGIN {
+    awk -v c="${create[$b,$n,$repeat]}" 'BEGIN {
       if (c ~ /^[-0-9.eE+]+$/) printf " %9.2f", c / 1000; else printf " %9s", "-" }'
   done
   echo
+done
+
+echo
+echo "# Rendezvous: Bootstrap::create (strata) and MPI_Init (Open MPI), ms, median and max over"
+echo "# ranks, per round; ratio = MPI / strata (> 1: strata faster); wall = the launcher's whole"
+echo "# run in s (process start, rendezvous, $iters allGathers, exit)."
+printf "%4s %5s" "N" "round"
+for b in "${cols[@]}" mpi; do printf " %9s %9s %7s" "${b}_med" "${b}_max" "wall_$b"; done
+for b in "${cols[@]}"; do printf " %7s %7s" "rmed_$b" "rmax_$b"; done
+echo
+for n in $ns; do
+  for ((k = 1; k <= repeat; k++)); do
+    printf "%4s %5s" "$n" "$k"
+    for b in "${cols[@]}" mpi; do
+      awk -v c="${create[$b,$n,$k]}" -v x="${cmax[$b,$n,$k]}" -v w="${wall[$b,$n,$k]}" 'BEGIN {
+        num = "^[-0-9.eE+]+$"
+        if (c ~ num) printf " %9.1f", c / 1000; else printf " %9s", "-"
+        if (x ~ num) printf " %9.1f", x / 1000; else printf " %9s", "-"
+        printf " %7s", w }'
+    done
+    for b in "${cols[@]}"; do
+      awk -v s="${create[$b,$n,$k]}" -v m="${create[mpi,$n,$k]}" -v sx="${cmax[$b,$n,$k]}" \
+        -v mx="${cmax[mpi,$n,$k]}" 'BEGIN {
+        num = "^[-0-9.eE+]+$"
+        if (s ~ num && m ~ num && s > 0) printf " %7.2f", m / s; else printf " %7s", "-"
+        if (sx ~ num && mx ~ num && sx > 0) printf " %7.2f", mx / sx; else printf " %7s", "-" }'
+    done
+    echo
+  done
 done
 if [[ -n ${RESULTS_DIR:-} ]]; then
   echo "# raw JSON lines and logs: $work"

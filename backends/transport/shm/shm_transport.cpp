@@ -27,6 +27,7 @@
 #include <strata/version.hpp>
 
 #include "base/log.hpp"
+#include "base/socket.hpp"
 #include "base/wire.hpp"
 
 namespace strata::shm {
@@ -337,7 +338,10 @@ class ShmConnection final : public TransportConnection {
 class ShmTransport final : public Transport {
  public:
   explicit ShmTransport(const TransportInit& init)
-      : counters_(std::make_shared<Counters>()), rank_(init.rank), hostId_(init.hostId) {}
+      : counters_(std::make_shared<Counters>()),
+        rank_(init.rank),
+        jobSize_(init.size),
+        hostId_(init.hostId) {}
 
   std::string_view name() const noexcept override { return kTransportName; }
   bool canReach(const PeerInfo& peer) const noexcept override { return peer.sameHost; }
@@ -576,10 +580,13 @@ class ShmTransport final : public Transport {
                                 path, who, errnoText(err)),
                     owner.rank);
       }
-      throw Error(ErrorCode::SystemError,
-                  fmt::format("shm transport: cannot open {} to map memory of {}: {}", path, who,
-                              errnoText(err)),
-                  owner.rank);
+      throw Error(
+          ErrorCode::SystemError,
+          fmt::format("shm transport: cannot open {} to map memory of {}: {}{}", path, who,
+                      errnoText(err),
+                      err == EMFILE || err == ENFILE ? "; " + net::descriptorAdvice(jobSize_)
+                                                     : std::string()),
+          owner.rank);
     }
     struct stat st {};
     if (fstat(fd, &st) != 0) {
@@ -625,6 +632,7 @@ class ShmTransport final : public Transport {
 
   std::shared_ptr<Counters> counters_;
   int rank_;
+  int jobSize_;
   uint64_t hostId_;
 };
 

@@ -97,4 +97,17 @@ STRATA_API void writeFull(int fd, const void* buf, size_t n, const Deadline& dea
 /// strerror_r as a string.
 STRATA_API std::string errnoText(int err);
 
+/// Descriptors one process of a job of `ranks` ranks holds at most: two bootstrap sockets and
+/// one transport handle (the shm transport's pidfd) per peer, plus a margin for the rest.
+STRATA_API uint64_t descriptorsNeeded(int ranks);
+/// What to tell the user when a socket or open failed with EMFILE/ENFILE: the count, the
+/// limits, what a job of `ranks` needs and how to raise the limit.
+STRATA_API std::string descriptorAdvice(int ranks);
+/// True when an error text carries EMFILE's or ENFILE's strerror.
+STRATA_API bool outOfDescriptors(std::string_view text);
+/// Raises this process's soft RLIMIT_NOFILE to descriptorsNeeded(ranks), up to the hard limit,
+/// before a job opens its sockets (a default `ulimit -n 1024` would fail 512 ranks half-way
+/// through set-up); when the hard limit is lower, rank 0 warns once with what to do.
+STRATA_API void ensureDescriptors(int ranks, int rank, const char* logName);
+
 }  // namespace strata::net
