@@ -249,11 +249,28 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
                              int rank, const std::vector<uint8_t>& hello) {
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
   std::string what = fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
+  bool connectedOnce = false;
   for (;;) {
+    net::Fd fd;
     try {
-      // Inside the try: a connect that times out (rank 0 not running, or the network between
-      // the hosts down) gets the hint and names rank 0 like a handshake that times out.
-      net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
+      fd = net::connectWithRetry(rootAddrs, deadline, what);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      // Nothing listens there (any more): rank 0 is gone or never started.
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{} (bootstrap.connect_timeout={} s). Rank 0 {}: check its output "
+                              "for why",
+                              e.what(), opt.connectTimeout,
+                              connectedOnce ? "took an earlier connection but no longer accepts: it "
+                                              "exited or was killed, or this host cannot reach it "
+                                              "any more"
+                                            : "is not running (it exited, was killed or has not "
+                                              "started), listens elsewhere, or this host cannot "
+                                              "reach it"),
+                  0);
+    }
+    connectedOnce = true;
+    try {
       handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, rank, opt.size,
                              0, deadline, what);
       handshake::writeRecord(fd.get(), hello, deadline, what);
@@ -270,10 +287,17 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
       if (!transient) {
         if (e.code() == ErrorCode::Timeout && std::string(e.what()).find("rank 0 (") ==
                                                   std::string::npos) {
+          // e.what() starts with `what` already. The port took the connection, so something
+          // holds it; a rank 0 that finished its rendezvous never answers again (strata-run's
+          // root socket stays open for the life of rank 0).
           throw Error(ErrorCode::Timeout,
-                      fmt::format("{} (is rank 0 running, and can this host reach {}? "
-                                  "bootstrap.connect_timeout={} s)",
-                                  e.what(), opt.root, opt.connectTimeout),
+                      fmt::format("{}: rank 0 accepted the connection but did not complete the "
+                                  "check-in within bootstrap.connect_timeout={} s. Either rank 0 "
+                                  "is stuck, the network to it broke, or its rendezvous is over "
+                                  "because the job is already running: was this process given "
+                                  "the rank of a live one (a second launch of the same rank, or "
+                                  "a leftover STRATA_* environment)?",
+                                  e.what(), opt.connectTimeout),
                       0);
         }
         throw;
