@@ -138,6 +138,7 @@ std::vector<net::Fd> collect(
         if (!ready[static_cast<size_t>(r)].valid()) missing.push_back(r);
       }
       timedOut = true;
+      failurePeer = missing.empty() ? -1 : missing.front();
       failure = timeoutMessage(opt.root, opt.connectTimeout, count, n, missing);
       break;
     }
@@ -265,17 +266,28 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
                                               "exited or was killed, or this host cannot reach it "
                                               "any more"
                                             : "is not running (it exited, was killed or has not "
-                                              "started), listens elsewhere, or this host cannot "
-                                              "reach it"),
+                                              "started), listens elsewhere, this host cannot "
+                                              "reach it, or it has finished its rendezvous "
+                                              "already (then the job runs without this process: "
+                                              "was it given the rank of a live one?)"),
                   0);
     }
     connectedOnce = true;
+    bool checkedIn = false;
     try {
       handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, rank, opt.size,
                              0, deadline, what);
       handshake::writeRecord(fd.get(), hello, deadline, what);
+      // Checked in: rank 0 answers when every rank has, or when its own connect_timeout passes
+      // (counted from before it accepted us), with a verdict naming the missing ranks. Wait a
+      // little longer than that, so that this rank reports that verdict rather than a timeout
+      // of its own (a rank started before rank 0 began serving timed out first).
+      checkedIn = true;
+      const Deadline replyDeadline = Deadline::fromTimeout(
+          opt.connectTimeout > 0 ? opt.connectTimeout + std::max(1.0, opt.handshakeTimeout) : 0);
       auto rec = handshake::readRecord(fd.get(), std::max(opt.maxRecord, kMaxMessage + 512),
-                                       deadline, what);
+                                       replyDeadline, what);
+      checkedIn = false;  // answered: a REJECT's own error stands as it is
       auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xffff,
                                   std::max(opt.maxRecord, kMaxMessage + 512), what);
       if (h.kind == kRejectKind) throwReject(rec);
@@ -284,6 +296,14 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
       // Rank 0 of an earlier bootstrap in this process may still be closing, or the port
       // belongs to something else for a moment: retry until the deadline.
       bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
+      if (!transient && checkedIn && e.code() == ErrorCode::Timeout) {
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("{}: rank 0 took this rank's check-in but sent no answer within "
+                                "bootstrap.connect_timeout={} s and then some: rank 0 is stuck "
+                                "(stopped, or starved of CPU)",
+                                e.what(), opt.connectTimeout),
+                    0);
+      }
       if (!transient) {
         if (e.code() == ErrorCode::Timeout && std::string(e.what()).find("rank 0 (") ==
                                                   std::string::npos) {
