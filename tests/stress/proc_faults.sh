@@ -520,10 +520,15 @@ case_secret_in_logs() {  # no secret in any log line at trace level
   local d=$work/secret-logs secret
   mkdir -p "$d"
   touch "$d/hold.0"
-  launcher_verbose=1 start_job "$d" 2 STRATA_LOG_LEVEL=trace STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT
+  # strata-run inherits an outer STRATA_SECRET (a nested launch): it replaces it, and must not
+  # print that one either.
+  local outer=5ec2e7f00dfeedc0ffee5ec2e7f00dfeedc0ffee5ec2e7f00dfeedc0ffee0001
+  launcher_verbose=1 start_job "$d" 2 STRATA_LOG_LEVEL=trace STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT \
+    STRATA_SECRET=$outer
   wait_files 60 "$d" pid.0 || return
   secret=$(tr '\0' '\n' </proc/"$(pid_of "$d" 0)"/environ | sed -n 's/^STRATA_SECRET=//p')
   [[ -n $secret ]] || { fail "rank 0 has no STRATA_SECRET"; return; }
+  [[ $secret != "$outer" ]] || fail "strata-run passed the outer STRATA_SECRET on"
   touch "$d/release.0" "$d/go.all"
   wait_job 60
   expect_success "$d" 2
@@ -532,7 +537,7 @@ case_secret_in_logs() {  # no secret in any log line at trace level
   note "trace output of the job (strata-run -v, log.level=trace): $lines lines"
   [[ $lines -gt 50 ]] || fail "only $lines lines at trace level: is log.level=trace in effect?"
   local form leaks=0
-  for form in "$secret" "${secret^^}" "${secret:0:16}" "${secret: -16}"; do
+  for form in "$secret" "${secret^^}" "${secret:0:16}" "${secret: -16}" "$outer"; do
     if grep -rqiF -- "$form" "$d/out" "$d/launcher.err"; then
       fail "the secret (as '$form') appears in the output: $(grep -rhiF -- "$form" "$d/out" "$d/launcher.err" | head -n 1)"
       leaks=1
