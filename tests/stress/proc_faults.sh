@@ -45,6 +45,20 @@ case $mode in
 esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/proc-faults.XXXXXX")
+# srun gives no job secret: these jobs authenticate with bootstrap.secret_file, as users should.
+secrets=$(mktemp -d "${TMPDIR:-/tmp}/proc-faults-secrets.XXXXXX")
+if [[ $lname == srun ]]; then
+  od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$secrets/job"
+  chmod 600 "$secrets/job"
+  export STRATA_BOOTSTRAP_SECRET_FILE=$secrets/job
+fi
+echo 0123456789abcdef0123456789abcdef >"$secrets/wrong"
+chmod 600 "$secrets/wrong"
+if [[ $lname == strata-run ]]; then
+  wrong_secret=(STRATA_SECRET=0123456789abcdef0123456789abcdef)
+else
+  wrong_secret=("STRATA_BOOTSTRAP_SECRET_FILE=$secrets/wrong")
+fi
 bg_pids=()  # helpers and jobs we started
 cleanup() {
   local p f
@@ -56,6 +70,7 @@ cleanup() {
     [[ $p =~ ^[0-9]+$ ]] && kill -CONT "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
   done
   [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$work"
+  rm -rf "$secrets"
 }
 trap cleanup EXIT
 
@@ -402,14 +417,14 @@ case_wrong_secret() {  # at the rendezvous: AuthFailed at the stranger only; aft
   start_job "$d" 1 STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT
   wait_files 60 "$d" $(all_ranks pid.) || return
   wait_connected 30 "$(pid_of "$d" 1)" || return
-  run_as_rank "$(pid_of "$d" 3)" "$d/during" 3 30 STRATA_SECRET=0123456789abcdef0123456789abcdef
+  run_as_rank "$(pid_of "$d" 3)" "$d/during" 3 30 "${wrong_secret[@]}"
   local line
   line=$(failed_line "$d/during" 3)
   note "stranger during the rendezvous (exit $other_rc): ${line#proc-faults: }"
   [[ $line == *"code=AuthFailed"* ]] || fail "the stranger during the rendezvous did not get AuthFailed"
   touch "$d/release.3"
   wait_files 60 "$d" $(all_ranks at. .0) || return
-  run_as_rank "$(pid_of "$d" 3)" "$d/after" 3 30 STRATA_SECRET=0123456789abcdef0123456789abcdef \
+  run_as_rank "$(pid_of "$d" 3)" "$d/after" 3 30 "${wrong_secret[@]}" \
     STRATA_BOOTSTRAP_CONNECT_TIMEOUT=3
   line=$(failed_line "$d/after" 3)
   note "stranger after the rendezvous (exit $other_rc): ${line#proc-faults: }"
@@ -458,7 +473,8 @@ loris() {  # port scans and slow-loris connections on every listener: the job co
   start_job "$d" 2 "$@" STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT
   wait_files 60 "$d" $(all_ranks pid.) || return
   wait_connected 30 "$(pid_of "$d" 1)" || return
-  for p in "$job_pid" $(pid_of "$d" 0) $(pid_of "$d" 1) $(pid_of "$d" 2); do
+  # strata-run's root socket is rank 0's after the start; srun's own ports are Slurm's business.
+  for p in $(pid_of "$d" 0) $(pid_of "$d" 1) $(pid_of "$d" 2); do
     ports+=($(listen_ports "$p"))
   done
   ports=($(printf '%s\n' "${ports[@]}" | sort -un))
@@ -472,7 +488,7 @@ loris() {  # port scans and slow-loris connections on every listener: the job co
   wait "$l1"
   note "$(cat "$d/loris1.out")"
   ports=()
-  for p in "$job_pid" $(for ((r = 0; r < N; r++)); do pid_of "$d" $r; done); do
+  for p in $(for ((r = 0; r < N; r++)); do pid_of "$d" $r; done); do
     ports+=($(listen_ports "$p"))
   done
   ports=($(printf '%s\n' "${ports[@]}" | sort -un))
@@ -517,29 +533,34 @@ case_secret_file_mode() {  # a secret file others can read: a warning naming it
 }
 
 case_secret_in_logs() {  # no secret in any log line at trace level
-  local d=$work/secret-logs secret
+  local d=$work/secret-logs secret outer=""
   mkdir -p "$d"
   touch "$d/hold.0"
-  # strata-run inherits an outer STRATA_SECRET (a nested launch): it replaces it, and must not
-  # print that one either.
-  local outer=5ec2e7f00dfeedc0ffee5ec2e7f00dfeedc0ffee5ec2e7f00dfeedc0ffee0001
-  launcher_verbose=1 start_job "$d" 2 STRATA_LOG_LEVEL=trace STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT \
-    STRATA_SECRET=$outer
-  wait_files 60 "$d" pid.0 || return
-  secret=$(tr '\0' '\n' </proc/"$(pid_of "$d" 0)"/environ | sed -n 's/^STRATA_SECRET=//p')
-  [[ -n $secret ]] || { fail "rank 0 has no STRATA_SECRET"; return; }
-  [[ $secret != "$outer" ]] || fail "strata-run passed the outer STRATA_SECRET on"
+  if [[ $lname == strata-run ]]; then
+    # strata-run inherits an outer STRATA_SECRET (a nested launch): it replaces it, and must not
+    # print that one either.
+    outer=5ec2e7f00dfeedc0ffee5ec2e7f00dfeedc0ffee5ec2e7f00dfeedc0ffee0001
+    launcher_verbose=1 start_job "$d" 2 STRATA_LOG_LEVEL=trace \
+      STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT STRATA_SECRET=$outer
+    wait_files 60 "$d" pid.0 || return
+    secret=$(tr '\0' '\n' </proc/"$(pid_of "$d" 0)"/environ | sed -n 's/^STRATA_SECRET=//p')
+    [[ -n $secret ]] || { fail "rank 0 has no STRATA_SECRET"; return; }
+    [[ $secret != "$outer" ]] || fail "strata-run passed the outer STRATA_SECRET on"
+  else
+    start_job "$d" 2 STRATA_LOG_LEVEL=trace STRATA_BOOTSTRAP_CONNECT_TIMEOUT=$HOLD_CT
+    secret=$(cat "$STRATA_BOOTSTRAP_SECRET_FILE")
+  fi
   touch "$d/release.0" "$d/go.all"
   wait_job 60
   expect_success "$d" 2
   local lines
-  lines=$(cat "$d"/out/* "$d/launcher.err" | wc -l)
-  note "trace output of the job (strata-run -v, log.level=trace): $lines lines"
+  lines=$(cat "$d"/out/* "$d"/launcher.* | wc -l)
+  note "trace output of the job ($lname, log.level=trace): $lines lines"
   [[ $lines -gt 50 ]] || fail "only $lines lines at trace level: is log.level=trace in effect?"
   local form leaks=0
-  for form in "$secret" "${secret^^}" "${secret:0:16}" "${secret: -16}" "$outer"; do
-    if grep -rqiF -- "$form" "$d/out" "$d/launcher.err"; then
-      fail "the secret (as '$form') appears in the output: $(grep -rhiF -- "$form" "$d/out" "$d/launcher.err" | head -n 1)"
+  for form in "$secret" "${secret^^}" "${secret:0:16}" "${secret: -16}" ${outer:+"$outer"}; do
+    if grep -rqiF -- "$form" "$d/out" "$d"/launcher.*; then
+      fail "the secret (as '$form') appears in the output: $(grep -rhiF -- "$form" "$d/out" "$d"/launcher.* | head -n 1)"
       leaks=1
     fi
   done
@@ -550,7 +571,11 @@ case_secret_in_logs() {  # no secret in any log line at trace level
 
 all=(sigstop-long sigstop-short rank0-kill-rendezvous rank0-late exit-clean exit-_exit impostor
   impostor-rendezvous launcher-kill)
-[[ $lname == strata-run ]] && all+=(wrong-secret replay loris loris-fabric secret-file-mode secret-in-logs)
+if [[ $lname == strata-run ]]; then
+  all+=(wrong-secret replay loris loris-fabric secret-file-mode secret-in-logs)
+else
+  all+=(wrong-secret loris secret-in-logs)
+fi
 cases=("$@")
 [[ ${#cases[@]} -gt 0 ]] || cases=("${all[@]}")
 
