@@ -62,7 +62,9 @@ fi
 bg_pids=()  # helpers and jobs we started
 cleanup() {
   local p f
-  for p in "${bg_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for p in "${bg_pids[@]}"; do
+    kill -9 "$p" 2>/dev/null && wait "$p" 2>/dev/null
+  done
   # Ranks whose pids we recorded (they may outlive a killed launcher in a failing case).
   for f in "$work"/*/pid.*; do
     [[ -r $f ]] || continue
@@ -445,7 +447,8 @@ case_replay() {  # a real rank's handshake, recorded by a proxy and replayed: re
   wait_files 60 "$d" $(all_ranks pid.) || return
   rootport=$(tr '\0' '\n' </proc/"$(pid_of "$d" 0)"/environ | sed -n 's/^STRATA_ROOT=.*://p')
   "$py" "$hostile" proxy "$d/proxy.port" "$rootport" "$d/record" &
-  bg_pids+=($!)
+  local proxy=$!
+  bg_pids+=("$proxy")
   wait_files 20 "$d" proxy.port || return
   pport=$(cat "$d/proxy.port")
   echo "127.0.0.1:$pport" >"$d/root.3"
@@ -463,6 +466,8 @@ case_replay() {  # a real rank's handshake, recorded by a proxy and replayed: re
   touch "$d/release.2" "$d/go.all"
   wait_job 60
   expect_success "$d" 1
+  kill "$proxy" 2>/dev/null
+  wait "$proxy" 2>/dev/null
 }
 
 loris() {  # port scans and slow-loris connections on every listener: the job completes
