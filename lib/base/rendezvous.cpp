@@ -86,7 +86,7 @@ std::vector<net::Fd> collect(
   bool timedOut = false;
   std::string what = fmt::format("{} check-in record", opt.backend);
   auto logRejected = [&](const handshake::ListenSide& hs) {
-    if (opt.quietRejects) {
+    if (opt.quietRejects || hs.probe()) {
       STRATA_LOG(Debug, sub, "rendezvous: closed a connection from {}: {}", hs.remote().toString(),
                  hs.reason());
     } else {
