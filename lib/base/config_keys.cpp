@@ -63,7 +63,9 @@ constexpr KeyInfo kKeys[] = {
      true},
     {"bootstrap.secret_file", Type::String, "", "",
      "File holding the job secret used to authenticate bootstrap connections. Used when the "
-     "launcher provides no STRATA_SECRET.",
+     "launcher provides no STRATA_SECRET. It should be readable by its owner only (chmod 600): "
+     "when its group or other users can read or write it, strata logs a warning naming the "
+     "file.",
      false},
     {"bootstrap.max_message", Type::Bytes, "1G", "",
      "Largest message or record accepted from a peer; anything larger is a protocol error. Every "

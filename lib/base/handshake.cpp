@@ -51,6 +51,7 @@ ListenSide::ListenSide(net::Fd fd, net::SockAddr remote, std::string_view secret
   ssize_t n = ::send(fd_.get(), rec.data(), rec.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(rec.size())) {
     reject(fmt::format("could not send the challenge: {}", net::errnoText(errno)), false);
+    probe_ = true;  // gone before it could have sent anything
   }
 }
 
@@ -87,12 +88,19 @@ ListenSide::State ListenSide::step() {
       }
       continue;
     }
-    if (n == 0) return reject("closed the connection during the handshake", false);
+    if (n == 0) {
+      probe_ = in_.empty();
+      return reject(probe_ ? "closed the connection without sending anything (a port scan or "
+                             "probe)"
+                           : "closed the connection during the handshake",
+                    false);
+    }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (deadline_.expired()) return reject("sent no complete handshake in time", false);
       return state_;
     }
+    probe_ = in_.empty() && errno == ECONNRESET;
     return reject(fmt::format("read failed during the handshake: {}", net::errnoText(errno)),
                   false);
   }

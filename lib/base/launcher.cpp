@@ -1,12 +1,15 @@
 #include "base/launcher.hpp"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -48,7 +51,30 @@ int requireInt(const char* name, int min, int max, const char* launcher) {
   return parseInt(name, v, min, max);
 }
 
+// A secret that other users can read is no secret: they can join or disturb the job. Warned once
+// per file and process (create/destroy cycles read it again).
+void checkSecretFileMode(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // the read below reports it
+  const mode_t loose = st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH);
+  if (loose == 0) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard lk(mu);
+  if (!warned.insert(path).second) return;
+  const bool readable = loose & (S_IRGRP | S_IROTH), writable = loose & (S_IWGRP | S_IWOTH);
+  STRATA_LOG(Warn, "launch",
+             "bootstrap.secret_file '{}' is {} by {} (mode {:04o}): anyone who can read it can "
+             "join or disturb this job. Make it private: chmod 600 '{}'",
+             path,
+             readable && writable ? "readable and writable"
+             : readable           ? "readable"
+                                  : "writable",
+             (loose & (S_IROTH | S_IWOTH)) ? "other users" : "its group", st.st_mode & 07777, path);
+}
+
 std::string readSecretFile(const std::string& path) {
+  checkSecretFileMode(path);
   std::ifstream in(path);
   if (!in) {
     throw Error(ErrorCode::InvalidConfig,

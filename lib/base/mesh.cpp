@@ -528,8 +528,13 @@ struct PeerMesh::Impl {
     auto state = it->step();
     if (state == handshake::ListenSide::State::InProgress) return;
     if (state == handshake::ListenSide::State::Rejected) {
-      STRATA_LOG(Warn, opt.backend.c_str(), "rejected a connection from {}: {}",
-                 it->remote().toString(), it->reason());
+      if (it->probe()) {
+        STRATA_LOG(Debug, opt.backend.c_str(), "closed a connection from {}: {}",
+                   it->remote().toString(), it->reason());
+      } else {
+        STRATA_LOG(Warn, opt.backend.c_str(), "rejected a connection from {}: {}",
+                   it->remote().toString(), it->reason());
+      }
       pending.erase(it);
       return;
     }

@@ -86,7 +86,7 @@ std::vector<net::Fd> collect(
   bool timedOut = false;
   std::string what = fmt::format("{} check-in record", opt.backend);
   auto logRejected = [&](const handshake::ListenSide& hs) {
-    if (opt.quietRejects) {
+    if (opt.quietRejects || hs.probe()) {
       STRATA_LOG(Debug, sub, "rendezvous: closed a connection from {}: {}", hs.remote().toString(),
                  hs.reason());
     } else {
@@ -138,6 +138,7 @@ std::vector<net::Fd> collect(
         if (!ready[static_cast<size_t>(r)].valid()) missing.push_back(r);
       }
       timedOut = true;
+      failurePeer = missing.empty() ? -1 : missing.front();
       failure = timeoutMessage(opt.root, opt.connectTimeout, count, n, missing);
       break;
     }
@@ -249,16 +250,44 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
                              int rank, const std::vector<uint8_t>& hello) {
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
   std::string what = fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
+  bool connectedOnce = false;
   for (;;) {
+    net::Fd fd;
     try {
-      // Inside the try: a connect that times out (rank 0 not running, or the network between
-      // the hosts down) gets the hint and names rank 0 like a handshake that times out.
-      net::Fd fd = net::connectWithRetry(rootAddrs, deadline, what);
+      fd = net::connectWithRetry(rootAddrs, deadline, what);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      // Nothing listens there (any more): rank 0 is gone or never started.
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{} (bootstrap.connect_timeout={} s). Rank 0 {}: check its output "
+                              "for why",
+                              e.what(), opt.connectTimeout,
+                              connectedOnce ? "took an earlier connection but no longer accepts: it "
+                                              "exited or was killed, or this host cannot reach it "
+                                              "any more"
+                                            : "is not running (it exited, was killed or has not "
+                                              "started), listens elsewhere, this host cannot "
+                                              "reach it, or it has finished its rendezvous "
+                                              "already (then the job runs without this process: "
+                                              "was it given the rank of a live one?)"),
+                  0);
+    }
+    connectedOnce = true;
+    bool checkedIn = false;
+    try {
       handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, rank, opt.size,
                              0, deadline, what);
       handshake::writeRecord(fd.get(), hello, deadline, what);
+      // Checked in: rank 0 answers when every rank has, or when its own connect_timeout passes
+      // (counted from before it accepted us), with a verdict naming the missing ranks. Wait a
+      // little longer than that, so that this rank reports that verdict rather than a timeout
+      // of its own (a rank started before rank 0 began serving timed out first).
+      checkedIn = true;
+      const Deadline replyDeadline = Deadline::fromTimeout(
+          opt.connectTimeout > 0 ? opt.connectTimeout + std::max(1.0, opt.handshakeTimeout) : 0);
       auto rec = handshake::readRecord(fd.get(), std::max(opt.maxRecord, kMaxMessage + 512),
-                                       deadline, what);
+                                       replyDeadline, what);
+      checkedIn = false;  // answered: a REJECT's own error stands as it is
       auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xffff,
                                   std::max(opt.maxRecord, kMaxMessage + 512), what);
       if (h.kind == kRejectKind) throwReject(rec);
@@ -267,13 +296,28 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
       // Rank 0 of an earlier bootstrap in this process may still be closing, or the port
       // belongs to something else for a moment: retry until the deadline.
       bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
+      if (!transient && checkedIn && e.code() == ErrorCode::Timeout) {
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("{}: rank 0 took this rank's check-in but sent no answer within "
+                                "bootstrap.connect_timeout={} s and then some: rank 0 is stuck "
+                                "(stopped, or starved of CPU)",
+                                e.what(), opt.connectTimeout),
+                    0);
+      }
       if (!transient) {
         if (e.code() == ErrorCode::Timeout && std::string(e.what()).find("rank 0 (") ==
                                                   std::string::npos) {
+          // e.what() starts with `what` already. The port took the connection, so something
+          // holds it; a rank 0 that finished its rendezvous never answers again (strata-run's
+          // root socket stays open for the life of rank 0).
           throw Error(ErrorCode::Timeout,
-                      fmt::format("{} (is rank 0 running, and can this host reach {}? "
-                                  "bootstrap.connect_timeout={} s)",
-                                  e.what(), opt.root, opt.connectTimeout),
+                      fmt::format("{}: rank 0 accepted the connection but did not complete the "
+                                  "check-in within bootstrap.connect_timeout={} s. Either rank 0 "
+                                  "is stuck, the network to it broke, or its rendezvous is over "
+                                  "because the job is already running: was this process given "
+                                  "the rank of a live one (a second launch of the same rank, or "
+                                  "a leftover STRATA_* environment)?",
+                                  e.what(), opt.connectTimeout),
                       0);
         }
         throw;

@@ -506,7 +506,10 @@ void Job::buildBaseEnvironment() {
     if (isContract(key) || isTorch(key)) {
       if (options_.verbose) {
         bool byEnvOption = isTorch(key) && envOption(options_, key);
-        say("warning: overriding " + std::string(entry) + " from the environment with " +
+        // A secret is never printed, not even the one being replaced (a nested launch's).
+        std::string shown =
+            key == "STRATA_SECRET" ? std::string(key) + "=(hidden)" : std::string(entry);
+        say("warning: overriding " + shown + " from the environment with " +
             (byEnvOption ? "the --env value" : "strata-run's own value"));
       }
       continue;

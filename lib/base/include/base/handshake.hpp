@@ -41,6 +41,9 @@ class STRATA_API ListenSide {
   /// After Accepted: the authenticated rank. After Rejected: why (for the warn log).
   int peerRank() const { return peerRank_; }
   const std::string& reason() const { return reason_; }
+  /// After Rejected: the peer went away without sending a byte (a port scan, a health check):
+  /// worth a debug line, not a warning per connection.
+  bool probe() const { return probe_; }
   const net::SockAddr& remote() const { return remote_; }
   net::Fd takeFd() { return std::move(fd_); }
   State state() const { return state_; }
@@ -56,6 +59,7 @@ class STRATA_API ListenSide {
   std::vector<uint8_t> in_;
   int peerRank_ = -1;
   std::string reason_;
+  bool probe_ = false;
   State state_ = State::InProgress;
 };
 
