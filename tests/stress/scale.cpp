@@ -14,7 +14,6 @@
 // Exit status: 0 all phases passed with correct results; 1 a phase failed or a result was wrong
 // (the first error is printed with the rank and phase); 2 bad arguments.
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +23,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +30,8 @@
 #include <strata/bootstrap.hpp>
 #include <strata/communicator.hpp>
 #include <strata/error.hpp>
+
+#include "tests/harness/proc_stats.hpp"
 
 namespace {
 
@@ -44,21 +44,8 @@ struct Resources {
 };
 
 Resources sample() {
-  Resources r;
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) r.rssMiB = std::atof(line.c_str() + 6) / 1024.0;
-    if (line.rfind("Threads:", 0) == 0) r.threads = std::atoi(line.c_str() + 8);
-  }
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') ++r.fds;
-    }
-    closedir(d);
-    --r.fds;  // the directory's own descriptor
-  }
-  return r;
+  const strata::test::ProcStats p = strata::test::procStats();
+  return {static_cast<double>(p.rssKiB) / 1024.0, p.fds, p.threads};
 }
 
 const char* const kPhases[] = {"rendezvous",  "bootstrap-allgather", "bootstrap-barrier",

@@ -11,7 +11,6 @@
 // Exit status: 0 every call succeeded with the right result; 1 otherwise (the first error is
 // printed with the rank, cycle and call); 2 bad arguments.
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,8 @@
 #include <strata/communicator.hpp>
 #include <strata/error.hpp>
 
+#include "tests/harness/proc_stats.hpp"
+
 namespace {
 
 using strata::Communicator;
@@ -37,16 +38,7 @@ using strata::DataType;
 using strata::ReduceOp;
 using Clock = std::chrono::steady_clock;
 
-int countEntries(const char* dir) {
-  int n = 0;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d)) {
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++n;
-    }
-    closedir(d);
-  }
-  return n;
-}
+using strata::test::countEntries;
 
 struct Sample {
   long rssKiB = 0;
@@ -59,13 +51,11 @@ struct Sample {
 
 Sample sample() {
   Sample s;
-  std::ifstream status("/proc/self/status");
+  const strata::test::ProcStats p = strata::test::procStats();
+  s.rssKiB = p.rssKiB;
+  s.fds = p.fds;
+  s.threads = p.threads;
   std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) s.rssKiB = std::atol(line.c_str() + 6);
-    if (line.rfind("Threads:", 0) == 0) s.threads = std::atoi(line.c_str() + 8);
-  }
-  s.fds = countEntries("/proc/self/fd") - 1;  // opendir's own descriptor
   std::ifstream maps("/proc/self/maps");
   while (std::getline(maps, line)) {
     ++s.maps;
