@@ -16,15 +16,14 @@
 #include "base/deadline.hpp"
 #include "base/log.hpp"
 #include "base/wire.hpp"
+#include "chunk_header.hpp"
 #include "reduce.hpp"
 
 namespace strata::collectives {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x48435453;  // "STCH"
-constexpr uint16_t kVersion = 1;
-constexpr size_t kHeaderBytes = 64;
+constexpr size_t kHeaderBytes = kChunkHeaderBytes;
 constexpr size_t kFlagStride = 64;
 /// Pipeline slots per peer: deep when the buffer leaves chunks of kDeepChunkMin or more.
 constexpr uint32_t kDeepSlots = 4;
@@ -39,67 +38,6 @@ constexpr int kSpinMicros = 10;
 /// How often a call without progress checks the peers it needs.
 constexpr auto kPeerCheckPeriod = std::chrono::milliseconds(10);
 
-/// The chunk header, encoded explicitly (little-endian fields at fixed offsets).
-struct Header {
-  uint32_t magic = kMagic;
-  uint16_t version = kVersion;
-  uint16_t op = 0;
-  uint16_t type = 0;
-  uint16_t redop = 0;
-  int32_t root = -1;
-  uint64_t count = 0;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-  uint64_t seq = 0;
-};
-static_assert(sizeof(Header) <= kHeaderBytes);
-
-void encode(const Header& h, char* out) {
-  std::memset(out, 0, kHeaderBytes);
-  wire::storeLe(out + 0, h.magic);
-  wire::storeLe(out + 4, h.version);
-  wire::storeLe(out + 6, h.op);
-  wire::storeLe(out + 8, h.type);
-  wire::storeLe(out + 10, h.redop);
-  wire::storeLe(out + 12, h.root);
-  wire::storeLe(out + 16, h.count);
-  wire::storeLe(out + 24, h.offset);
-  wire::storeLe(out + 32, h.bytes);
-  wire::storeLe(out + 40, h.seq);
-}
-
-Header decode(const char* in) {
-  Header h;
-  h.magic = wire::loadLe<uint32_t>(in + 0);
-  h.version = wire::loadLe<uint16_t>(in + 4);
-  h.op = wire::loadLe<uint16_t>(in + 6);
-  h.type = wire::loadLe<uint16_t>(in + 8);
-  h.redop = wire::loadLe<uint16_t>(in + 10);
-  h.root = wire::loadLe<int32_t>(in + 12);
-  h.count = wire::loadLe<uint64_t>(in + 16);
-  h.offset = wire::loadLe<uint64_t>(in + 24);
-  h.bytes = wire::loadLe<uint64_t>(in + 32);
-  h.seq = wire::loadLe<uint64_t>(in + 40);
-  return h;
-}
-
-std::string describe(const OpSignature& s) {
-  auto kind = static_cast<OpKind>(s.op);
-  std::string text = fmt::format("{}(count {}", toString(kind), s.count);
-  if (isKnown(static_cast<DataType>(s.type))) {
-    text += fmt::format(", {}", toString(static_cast<DataType>(s.type)));
-  } else {
-    text += fmt::format(", type {}", s.type);
-  }
-  if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) {
-    text += isKnown(static_cast<ReduceOp>(s.redop))
-                ? fmt::format(", {}", toString(static_cast<ReduceOp>(s.redop)))
-                : fmt::format(", op {}", s.redop);
-  }
-  if (kind == OpKind::Broadcast) text += fmt::format(", root {}", s.root);
-  return text + ")";
-}
-
 /// The call for messages: "allReduce(count 12, float, sum)", plus the step when it is not the
 /// whole call ("allReduce(...) [allReduce (within the host)]").
 std::string describeCall(const OpSignature& sig, const char* what) {
@@ -111,24 +49,6 @@ std::string describeCall(const OpSignature& sig, const char* what) {
 }
 
 }  // namespace
-
-const char* toString(OpKind kind) noexcept {
-  switch (kind) {
-    case OpKind::AllReduce:
-      return "allReduce";
-    case OpKind::AllGather:
-      return "allGather";
-    case OpKind::ReduceScatter:
-      return "reduceScatter";
-    case OpKind::Broadcast:
-      return "broadcast";
-    case OpKind::AllToAll:
-      return "allToAll";
-    case OpKind::SendRecv:
-      return "send/recv";
-  }
-  return "unknown";
-}
 
 Engine::Engine(std::shared_ptr<Context> context, const Config& config)
     : context_(std::move(context)) {
@@ -473,7 +393,7 @@ bool Engine::trySend(Link& link) {
   }
   const OutPiece& piece = link.out.front();
   uint64_t slot = link.sent % depth_;
-  Header h;
+  ChunkHeader h;
   h.op = piece.sig.op;
   h.type = piece.sig.type;
   h.redop = piece.sig.redop;
@@ -483,7 +403,7 @@ bool Engine::trySend(Link& link) {
   h.bytes = piece.bytes;
   h.seq = link.sent;
   char header[kHeaderBytes];
-  encode(h, header);
+  encodeChunkHeader(h, header);
   uint64_t off = slot * slotBytes_;
   if (link.mapped) {
     link.data.putFrom(off + kHeaderBytes, piece.src, piece.bytes);
@@ -544,32 +464,8 @@ void Engine::sendAck(Link& link) {
 
 void Engine::checkHeader(Link& link, uint64_t chunk, const OpSignature& sig,
                          const InPiece& piece) const {
-  Header h = decode(slotPayload(link, chunk) - kHeaderBytes);
-  if (h.magic != kMagic || h.version != kVersion) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("chunk {} from rank {} has a bad header (magic {:#x}, version {}); "
-                            "both ranks must run the same strata version",
-                            chunk, link.peer, h.magic, h.version),
-                link.peer);
-  }
-  OpSignature theirs{h.op, h.type, h.redop, h.root, h.count};
-  if (theirs.op != sig.op || theirs.type != sig.type || theirs.redop != sig.redop ||
-      theirs.root != sig.root || theirs.count != sig.count) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("rank {} sent data of {} while rank {} runs {}: every rank must call "
-                            "the same collectives (and matching send/recv) in the same order with "
-                            "the same counts, types and roots",
-                            link.peer, describe(theirs), rank_, describe(sig)),
-                link.peer);
-  }
-  if (h.seq != chunk || h.offset != piece.offset || h.bytes != piece.bytes) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("rank {} sent chunk {} (offset {}, {} B) of {} where rank {} expected "
-                            "chunk {} (offset {}, {} B)",
-                            link.peer, h.seq, h.offset, h.bytes, describe(sig), rank_, chunk,
-                            piece.offset, piece.bytes),
-                link.peer);
-  }
+  checkChunkHeader(slotPayload(link, chunk) - kHeaderBytes,
+                   {chunk, sig, piece.offset, piece.bytes, link.peer, rank_});
 }
 
 void Engine::checkPeer(Link& link) {

@@ -30,26 +30,9 @@
 #include <strata/communicator.hpp>
 #include <strata/transport.hpp>
 
+#include "chunk_header.hpp"
+
 namespace strata::collectives {
-
-/// What an operation is, as both sides of a chunk must agree.
-struct OpSignature {
-  uint16_t op = 0;  ///< OpKind
-  uint16_t type = 0;
-  uint16_t redop = 0;
-  int32_t root = -1;
-  uint64_t count = 0;
-};
-
-enum class OpKind : uint16_t {
-  AllReduce = 1,
-  AllGather = 2,
-  ReduceScatter = 3,
-  Broadcast = 4,
-  AllToAll = 5,
-  SendRecv = 6,
-};
-const char* toString(OpKind kind) noexcept;
 
 /// A piece this rank sends to one peer: payload from src (any local memory).
 struct OutPiece {

@@ -158,13 +158,16 @@ struct Config::Impl {
   }
 
   void readFile(const std::filesystem::path& path);
+  /// The content of a configuration file; `name` stands for its path in messages.
+  void readText(std::string_view text, const std::string& name);
   void walk(const toml::table& table, const std::string& prefix, const std::string& file);
   void readEnvironment();
 };
 
-/// The one reader of Config's Impl outside its members (config::source).
+/// The one way into Config's Impl outside its members (config::source, config::fromText).
 struct ConfigAccess {
   static const Config::Impl& impl(const Config& c) { return *c.impl_; }
+  static Config::Impl& mutableImpl(Config& c) { return *c.impl_; }
 };
 
 void Config::Impl::readFile(const std::filesystem::path& path) {
@@ -183,15 +186,19 @@ void Config::Impl::readFile(const std::filesystem::path& path) {
     throw Error(ErrorCode::InvalidConfig,
                 fmt::format("{}: cannot read configuration file (is it a directory?)", name));
   }
+  readText(text.str(), name);
+  STRATA_LOG(Debug, "config", "read configuration file {}", name);
+}
+
+void Config::Impl::readText(std::string_view text, const std::string& name) {
   toml::table root;
   try {
-    root = toml::parse(text.str(), name);
+    root = toml::parse(text, name);
   } catch (const toml::parse_error& e) {
     throw Error(ErrorCode::InvalidConfig, fmt::format("{}:{}: not valid TOML: {}", name,
                                                       e.source().begin.line, e.description()));
   }
   walk(root, "", name);
-  STRATA_LOG(Debug, "config", "read configuration file {}", name);
 }
 
 namespace {
@@ -394,6 +401,12 @@ std::string Config::describe() const {
                    info.mustMatch ? "; must match on every rank" : "");
   }
   return out;
+}
+
+Config config::fromText(std::string_view text, std::string_view name) {
+  Config config;
+  ConfigAccess::mutableImpl(config).readText(text, std::string(name));
+  return config;
 }
 
 std::string config::source(const Config& config, std::string_view key) {

@@ -27,41 +27,16 @@
 #include "base/config_keys.hpp"
 #include "base/handshake.hpp"
 #include "base/log.hpp"
-#include "base/wire.hpp"
+#include "base/mesh_frames.hpp"
 
 namespace strata::mesh {
 namespace {
 
-constexpr size_t kMaxControlPayload = 4096;
 constexpr size_t kReadBudget = 4u << 20;  // per connection per poll round, for fairness
 constexpr int kPollCapMs = 1000;
 constexpr size_t kStageSize = 64u << 10;
 constexpr int kStarMaxRanks = 128;
 constexpr size_t kStarMaxBytes = 64u << 10;
-
-// The frame header (docs/wire-format.md, "Peer frames"), little-endian through wire.hpp's
-// codec, built in place so that the send fast path needs no allocation.
-void encodeHeader(uint8_t* h, FrameType type, int32_t tag, uint64_t len) {
-  wire::storeLe<uint32_t>(h, kFrameMagic);
-  h[4] = kFrameVersion;
-  h[5] = static_cast<uint8_t>(type);
-  wire::storeLe<uint16_t>(h + 6, 0);  // flags
-  wire::storeLe<int32_t>(h + 8, tag);
-  wire::storeLe<uint64_t>(h + 12, len);
-}
-
-struct FrameHeader {
-  uint32_t magic;
-  uint8_t version;
-  uint8_t type;
-  int32_t tag;
-  uint64_t length;
-};
-
-FrameHeader decodeHeader(const uint8_t* h) {
-  return {wire::loadLe<uint32_t>(h), h[4], h[5], wire::loadLe<int32_t>(h + 8),
-          wire::loadLe<uint64_t>(h + 12)};
-}
 
 std::string tagText(int tag) {
   switch (tag) {
@@ -254,7 +229,7 @@ struct PeerMesh::Impl {
   void queueFrame(Conn& c, FrameType type, int32_t tag, const uint8_t* data, size_t len) {
     OutFrame f;
     f.bytes.resize(kFrameHeaderSize + len);
-    encodeHeader(f.bytes.data(), type, tag, len);
+    encodeFrameHeader(f.bytes.data(), type, tag, len);
     if (len) std::memcpy(f.bytes.data() + kFrameHeaderSize, data, len);
     f.seq = ++c.queuedSeq;
     c.outq.push_back(std::move(f));
@@ -277,9 +252,7 @@ struct PeerMesh::Impl {
     p.lostWhy = std::move(why);
     STRATA_LOG(Warn, opt.backend.c_str(), "rank {} lost: {}", peer, p.lostWhy);
     if (tellOthers && !aborted) {
-      wire::Writer w;
-      w.i32(peer);
-      queueControlToAll(FrameType::Lost, w.data(), nullptr);
+      queueControlToAll(FrameType::Lost, encodeLost(peer), nullptr);
     }
     cv.notify_all();
   }
@@ -344,10 +317,9 @@ struct PeerMesh::Impl {
         int origin = -1;
         std::string reason;
         try {
-          wire::Reader r({c.payload.data.get(), c.payload.size}, "abort frame");
-          origin = r.i32();
-          reason = r.str(kMaxControlPayload);
-          r.expectEnd();
+          AbortPayload a = decodeAbort({c.payload.data.get(), c.payload.size});
+          origin = a.origin;
+          reason = std::move(a.reason);
         } catch (const Error& e) {
           protocolViolation(c, e.what());
           return;
@@ -358,9 +330,7 @@ struct PeerMesh::Impl {
           abortOrigin = origin;
           abortReason = reason;
           STRATA_LOG(Error, opt.backend.c_str(), "rank {} aborted the job: {}", origin, reason);
-          wire::Writer w;
-          w.i32(origin).str(reason);
-          queueControlToAll(FrameType::Abort, w.data(), &c);
+          queueControlToAll(FrameType::Abort, encodeAbort(origin, reason), &c);
         }
         cv.notify_all();
         break;
@@ -368,9 +338,7 @@ struct PeerMesh::Impl {
       case FrameType::Lost: {
         int who = -1;
         try {
-          wire::Reader r({c.payload.data.get(), c.payload.size}, "peer-lost frame");
-          who = r.i32();
-          r.expectEnd();
+          who = decodeLost({c.payload.data.get(), c.payload.size});
         } catch (const Error& e) {
           protocolViolation(c, e.what());
           return;
@@ -388,29 +356,15 @@ struct PeerMesh::Impl {
 
   /// Validates a complete frame header and prepares the payload; false if it was refused.
   bool startFrame(Conn& c) {
-    auto [magic, version, type, tag, len] = decodeHeader(c.header);
+    FrameHeader h = decodeFrameHeader(c.header);
     c.headerGot = 0;
-    if (magic != kFrameMagic) {
-      protocolViolation(c, fmt::format("bad frame magic 0x{:08x}", magic));
+    if (std::string why = checkFrameHeader(h, opt.maxMessage); !why.empty()) {
+      protocolViolation(c, why);
       return false;
     }
-    if (version != kFrameVersion) {
-      protocolViolation(c, fmt::format("unknown frame version {}", version));
-      return false;
-    }
-    if (type < 1 || type > 4) {
-      protocolViolation(c, fmt::format("unknown frame type {}", type));
-      return false;
-    }
-    uint64_t limit = type == 1 ? opt.maxMessage : kMaxControlPayload;
-    if (len > limit) {
-      protocolViolation(c, fmt::format("frame of {} bytes exceeds the limit of {} bytes "
-                                       "(bootstrap.max_message)",
-                                       len, limit));
-      return false;
-    }
-    c.type = static_cast<FrameType>(type);
-    c.tag = tag;
+    const uint64_t len = h.length;
+    c.type = static_cast<FrameType>(h.type);
+    c.tag = h.tag;
     c.payload.size = len;
     c.payload.data.reset(len ? new uint8_t[len] : nullptr);
     c.payloadGot = 0;
@@ -556,9 +510,8 @@ struct PeerMesh::Impl {
     STRATA_LOG(Debug, opt.backend.c_str(), "accepted the connection from rank {}", r);
     // Anything we queued for this peer before (abort, lost) goes out on it too.
     if (aborted) {
-      wire::Writer w;
-      w.i32(abortOrigin).str(abortReason);
-      queueFrame(*p.in, FrameType::Abort, 0, w.data().data(), w.size());
+      auto body = encodeAbort(abortOrigin, abortReason);
+      queueFrame(*p.in, FrameType::Abort, 0, body.data(), body.size());
     }
   }
 
@@ -773,9 +726,8 @@ struct PeerMesh::Impl {
     p.connecting.reset();
     p.out = std::move(c);
     if (aborted) {
-      wire::Writer w;
-      w.i32(abortOrigin).str(abortReason);
-      queueFrame(*p.out, FrameType::Abort, 0, w.data().data(), w.size());
+      auto body = encodeAbort(abortOrigin, abortReason);
+      queueFrame(*p.out, FrameType::Abort, 0, body.data(), body.size());
     }
     STRATA_LOG(Debug, opt.backend.c_str(), "connected to rank {} at {}", peer, p.address);
     cv.notify_all();
@@ -839,7 +791,7 @@ struct PeerMesh::Impl {
     std::unique_lock lk(mu);
     Conn& c = outgoing(lk, peer, deadline, op, tag);
     uint8_t header[kFrameHeaderSize];
-    encodeHeader(header, FrameType::Data, tag, bytes);
+    encodeFrameHeader(header, FrameType::Data, tag, bytes);
     size_t written = 0;
     const size_t total = kFrameHeaderSize + bytes;
     if (c.outq.empty()) {
@@ -1059,9 +1011,7 @@ void PeerMesh::abort(std::string_view reason) noexcept {
     I.abortOrigin = I.opt.rank;
     I.abortReason = std::string(reason.substr(0, 1024));
     STRATA_LOG(Error, I.opt.backend.c_str(), "aborting the job: {}", I.abortReason);
-    wire::Writer w;
-    w.i32(I.opt.rank).str(I.abortReason);
-    I.queueControlToAll(FrameType::Abort, w.data(), nullptr);
+    I.queueControlToAll(FrameType::Abort, encodeAbort(I.opt.rank, I.abortReason), nullptr);
     I.cv.notify_all();
     I.flushAll(lk, Deadline::after(2.0));
   } catch (...) {

@@ -52,9 +52,19 @@ std::vector<uint8_t> encodeHost(const HostRecord& h) {
 
 HostRecord decodeHost(std::span<const uint8_t> slot, int slotRank, int size) {
   const std::string what = "transport host record";
+  // The Context's slots are kHostSlot bytes; a shorter one must not make the decoder read past
+  // it (the header, or the body the header announces).
+  if (slot.size() < wire::kRecordHeaderSize) {
+    bad(what, slotRank, fmt::format("a slot of {} bytes cannot hold a record header", slot.size()));
+  }
   auto header = wire::decodeHeader(slot.first(wire::kRecordHeaderSize), kVersion,
                                    kHostSlot - wire::kRecordHeaderSize, what);
   if (header.kind != kKindHost) bad(what, slotRank, fmt::format("record kind {}", header.kind));
+  if (header.length > slot.size() - wire::kRecordHeaderSize) {
+    bad(what, slotRank,
+        fmt::format("the header announces {} body bytes, the slot holds {}", header.length,
+                    slot.size() - wire::kRecordHeaderSize));
+  }
   auto rec = wire::decodeRecord(slot.first(wire::kRecordHeaderSize + header.length), kKindHost,
                                 kVersion, kHostSlot, what);
   wire::Reader r(rec.body, what);

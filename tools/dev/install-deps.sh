@@ -10,6 +10,9 @@ set -euo pipefail
 packages=(
   # toolchain and build system
   build-essential g++ meson ninja-build pkg-config git ca-certificates
+  # the fuzz targets (tests/fuzz, CI's fuzz step): clang and its runtimes (libclang_rt.fuzzer,
+  # asan, ubsan are in libclang-rt-14-dev, which clang only recommends)
+  clang libclang-rt-14-dev
   # libraries the core and the backends build against
   libboost-test-dev libtomlplusplus-dev libfmt-dev libcli11-dev libssl-dev
   libpmix-dev libucx-dev libfabric-dev libfabric-bin libhwloc-dev

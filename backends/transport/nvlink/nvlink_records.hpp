@@ -62,7 +62,7 @@ struct Endpoint {
 };
 
 std::vector<uint8_t> encodeDescriptor(const MemoryDescriptor& d);
-/// Throws ProtocolError (message starting with "nvlink memory descriptor") for a malformed,
+/// Throws ProtocolError (its message naming the "nvlink memory descriptor") for a malformed,
 /// truncated or inconsistent record (offset + length past the allocation, no handle, ...).
 MemoryDescriptor decodeDescriptor(std::span<const uint8_t> record);
 

@@ -51,6 +51,16 @@ std::vector<uint8_t> encodeDescriptor(const MemoryDescriptor& descriptor);
 /// names it in errors. Throws ProtocolError. Semantic checks (pid, size) are importMemory()'s.
 MemoryDescriptor decodeDescriptor(std::span<const uint8_t> record, std::string_view what);
 
+/// The content of an shm endpoint record (kind 51): who the peer is, checked against what the
+/// bootstrap reported.
+struct Endpoint {
+  int32_t pid = 0;
+  uint64_t hostId = 0;
+};
+std::vector<uint8_t> encodeEndpoint(const Endpoint& endpoint);
+/// Decodes the structure of an endpoint record; throws ProtocolError naming `what`.
+Endpoint decodeEndpoint(std::span<const uint8_t> record, std::string_view what);
+
 /// Creates the shm transport (name "shm"). The core's transport registry calls it.
 std::unique_ptr<backend::Transport> createShmTransport(const backend::TransportInit& init);
 

@@ -42,6 +42,10 @@ STRATA_API double getDouble(const Config& config, std::string_view key);
 STRATA_API bool getBool(const Config& config, std::string_view key);
 /// Accepts plain numbers and K/M/G/T suffixes (powers of 1024), "64M".
 STRATA_API uint64_t getBytes(const Config& config, std::string_view key);
+/// A Config from the text of a TOML configuration file (`name` stands for its path in
+/// messages), without the environment: what Config::fromFile reads, for tests and fuzzing.
+/// Throws InvalidConfig like fromFile.
+STRATA_API Config fromText(std::string_view text, std::string_view name);
 /// Where the effective value came from: "default", "file <path>:<line>", "env <NAME>", "set()".
 STRATA_API std::string source(const Config& config, std::string_view key);
 

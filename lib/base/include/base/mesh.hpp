@@ -21,15 +21,10 @@
 #include <strata/export.hpp>
 
 #include "deadline.hpp"
+#include "mesh_frames.hpp"
 #include "socket.hpp"
 
 namespace strata::mesh {
-
-/// Frame header: magic u32 "STRF", version u8, type u8, flags u16, tag i32, length u64.
-inline constexpr uint32_t kFrameMagic = 0x46525453u;
-inline constexpr uint8_t kFrameVersion = 1;
-inline constexpr size_t kFrameHeaderSize = 20;
-enum class FrameType : uint8_t { Data = 1, Goodbye = 2, Abort = 3, Lost = 4 };
 
 /// Tags below zero are reserved for the engine's own collectives and for backends.
 inline constexpr int kTagAllGather = -2;
