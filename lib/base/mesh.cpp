@@ -266,9 +266,7 @@ struct PeerMesh::Impl {
     abortOrigin = opt.rank;
     abortReason = why.substr(0, 1024);
     STRATA_LOG(Error, opt.backend.c_str(), "aborting the job: {}", abortReason);
-    wire::Writer w;
-    w.i32(opt.rank).str(abortReason);
-    queueControlToAll(FrameType::Abort, w.data(), nullptr);
+    queueControlToAll(FrameType::Abort, encodeAbort(opt.rank, abortReason), nullptr);
     cv.notify_all();
   }
 
@@ -299,15 +297,11 @@ struct PeerMesh::Impl {
         cv.notify_all();
         break;
       case FrameType::Goodbye:
-        if (c.payload.size > 0) {
-          try {
-            wire::Reader r({c.payload.data.get(), c.payload.size}, "goodbye frame");
-            p.goodbyeWhy = r.str(kMaxControlPayload);
-            r.expectEnd();
-          } catch (const Error& e) {
-            protocolViolation(c, e.what());
-            return;
-          }
+        try {
+          p.goodbyeWhy = decodeGoodbye({c.payload.data.get(), c.payload.size});
+        } catch (const Error& e) {
+          protocolViolation(c, e.what());
+          return;
         }
         c.goodbye = true;
         p.finished = true;
@@ -1032,13 +1026,7 @@ void PeerMesh::close() noexcept {
     I.flushAll(lk, Deadline::after(flushSeconds));
     // A rank whose own call failed says why: its peers, still waiting for it, would otherwise
     // be told it finished (and name it, not the rank behind its failure).
-    std::vector<uint8_t> why;
-    if (!I.failure.empty()) {
-      wire::Writer w;
-      w.str(I.failure.substr(0, kMaxControlPayload - 16));
-      why = w.data();
-    }
-    I.queueControlToAll(FrameType::Goodbye, why, nullptr);
+    I.queueControlToAll(FrameType::Goodbye, encodeGoodbye(I.failure), nullptr);
     // Not 2 s as before: with hundreds of ranks per core a closing rank may not run for that
     // long, and a connection closed with its goodbye unsent makes the peer report it lost. A
     // live peer takes the frame at once; only a full socket to a stuck peer waits this long.

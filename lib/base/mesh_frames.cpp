@@ -52,6 +52,22 @@ AbortPayload decodeAbort(std::span<const uint8_t> payload) {
   return a;
 }
 
+std::vector<uint8_t> encodeGoodbye(std::string_view failure) {
+  if (failure.empty()) return {};
+  wire::Writer w;
+  // The str's 4-byte length fits in the payload limit too.
+  w.str(failure.substr(0, kMaxControlPayload - 16));
+  return w.take();
+}
+
+std::string decodeGoodbye(std::span<const uint8_t> payload) {
+  if (payload.empty()) return {};
+  wire::Reader r(payload, "goodbye frame");
+  std::string why = r.str(kMaxControlPayload);
+  r.expectEnd();
+  return why;
+}
+
 std::vector<uint8_t> encodeLost(int32_t rank) {
   wire::Writer w;
   w.i32(rank);

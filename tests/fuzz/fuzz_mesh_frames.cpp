@@ -35,9 +35,18 @@ void payload(mesh::FrameType type, std::span<const uint8_t> p) {
         FUZZ_CHECK(fuzz::same(mesh::encodeLost(who), p));
         break;
       }
+      case mesh::FrameType::Goodbye: {
+        std::string why = mesh::decodeGoodbye(p);
+        FUZZ_CHECK(why.size() <= mesh::kMaxControlPayload);
+        // Re-encodes to the same bytes, unless empty (sent as no payload) or past what a sender
+        // writes (it cuts the text 16 bytes short of the limit).
+        if (!why.empty() && why.size() <= mesh::kMaxControlPayload - 16) {
+          FUZZ_CHECK(fuzz::same(mesh::encodeGoodbye(why), p));
+        }
+        break;
+      }
       case mesh::FrameType::Data:
-      case mesh::FrameType::Goodbye:
-        break;  // DATA is the user's; GOODBYE's payload is ignored
+        break;  // DATA is the user's
     }
   } catch (const Error& e) {
     fuzz::expectCode(e, ErrorCode::ProtocolError);

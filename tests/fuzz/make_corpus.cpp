@@ -103,6 +103,9 @@ void meshSeeds() {
   put("mesh-frames", "data", data);
   put("mesh-frames", "abort", abort);
   put("mesh-frames", "lost", lost);
+  put("mesh-frames", "goodbye-failed",
+      frame(FrameType::Goodbye, 0,
+            strata::mesh::encodeGoodbye("allReduce timed out waiting for rank 2")));
   put("mesh-frames", "stream",
       cat(cat(cat(frame(FrameType::Data, -2, seq(16, 0)), lost), abort), bye));
 }

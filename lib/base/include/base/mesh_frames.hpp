@@ -1,8 +1,8 @@
 #pragma once
 
 // The frames of the peer mesh (docs/wire-format.md, "Peer frames"), without any I/O: the fixed
-// 20-byte header, its checks, and the two control payloads (ABORT, LOST). mesh.cpp reads them
-// from its peers' sockets; tests/fuzz feeds them arbitrary bytes.
+// 20-byte header, its checks, and the two control payloads (GOODBYE, ABORT, LOST). mesh.cpp reads
+// them from its peers' sockets; tests/fuzz feeds them arbitrary bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +46,13 @@ struct AbortPayload {
 std::vector<uint8_t> encodeAbort(int32_t origin, std::string_view reason);
 /// Throws ProtocolError for a truncated or oversized payload or trailing bytes.
 AbortPayload decodeAbort(std::span<const uint8_t> payload);
+
+/// GOODBYE payload: empty when the rank finished well, else the failure of one of its own calls
+/// (str, at most kMaxControlPayload bytes; longer text is cut).
+std::vector<uint8_t> encodeGoodbye(std::string_view failure);
+/// The failure a GOODBYE carries ("" for an empty payload); throws ProtocolError for a truncated
+/// or oversized string or trailing bytes.
+std::string decodeGoodbye(std::span<const uint8_t> payload);
 
 /// LOST payload: the rank i32 whose connection broke.
 std::vector<uint8_t> encodeLost(int32_t rank);
