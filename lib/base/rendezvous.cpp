@@ -246,11 +246,24 @@ void serve(int listenFd, const Options& opt,
   if (!failure.empty()) throw Error(ErrorCode::InvalidConfig, failure, failurePeer);
 }
 
+namespace {
+
+std::string brokeNote(const std::string& broke) {
+  if (broke.empty()) return {};
+  return fmt::format("; this rank's check-in connection broke before rank 0 answered ({})", broke);
+}
+
+}  // namespace
+
 std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const Options& opt,
                              int rank, const std::vector<uint8_t>& hello) {
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
-  std::string what = fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
+  std::string what =
+      fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
   bool connectedOnce = false;
+  // A check-in whose connection broke before rank 0 answered (the network, or a relay, reset
+  // it): the retries that follow may find the rendezvous over; the final error says so.
+  std::string brokeAfterCheckIn;
   for (;;) {
     net::Fd fd;
     try {
@@ -258,19 +271,20 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
       // Nothing listens there (any more): rank 0 is gone or never started.
-      throw Error(ErrorCode::Timeout,
-                  fmt::format("{} (bootstrap.connect_timeout={} s). Rank 0 {}: check its output "
-                              "for why",
-                              e.what(), opt.connectTimeout,
-                              connectedOnce ? "took an earlier connection but no longer accepts: it "
-                                              "exited or was killed, or this host cannot reach it "
-                                              "any more"
-                                            : "is not running (it exited, was killed or has not "
-                                              "started), listens elsewhere, this host cannot "
-                                              "reach it, or it has finished its rendezvous "
-                                              "already (then the job runs without this process: "
-                                              "was it given the rank of a live one?)"),
-                  0);
+      throw Error(
+          ErrorCode::Timeout,
+          fmt::format("{} (bootstrap.connect_timeout={} s){}. Rank 0 {}: check its "
+                      "output for why",
+                      e.what(), opt.connectTimeout, brokeNote(brokeAfterCheckIn),
+                      connectedOnce ? "took an earlier connection but no longer accepts: it "
+                                      "exited or was killed, or this host cannot reach it "
+                                      "any more"
+                                    : "is not running (it exited, was killed or has not "
+                                      "started), listens elsewhere, this host cannot "
+                                      "reach it, or it has finished its rendezvous "
+                                      "already (then the job runs without this process: "
+                                      "was it given the rank of a live one?)"),
+          0);
     }
     connectedOnce = true;
     bool checkedIn = false;
@@ -305,11 +319,20 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
                     0);
       }
       if (!transient) {
-        if (e.code() == ErrorCode::Timeout && std::string(e.what()).find("rank 0 (") ==
-                                                  std::string::npos) {
+        if (e.code() == ErrorCode::Timeout &&
+            std::string(e.what()).find("rank 0 (") == std::string::npos) {
           // e.what() starts with `what` already. The port took the connection, so something
           // holds it; a rank 0 that finished its rendezvous never answers again (strata-run's
           // root socket stays open for the life of rank 0).
+          if (!brokeAfterCheckIn.empty()) {
+            throw Error(ErrorCode::Timeout,
+                        fmt::format("{}{}, and rank 0 did not complete a new check-in within "
+                                    "bootstrap.connect_timeout={} s: the network between this "
+                                    "host and rank 0's failed, or rank 0 gave up on this rank "
+                                    "(check its output)",
+                                    e.what(), brokeNote(brokeAfterCheckIn), opt.connectTimeout),
+                        0);
+          }
           throw Error(ErrorCode::Timeout,
                       fmt::format("{}: rank 0 accepted the connection but did not complete the "
                                   "check-in within bootstrap.connect_timeout={} s. Either rank 0 "
@@ -322,6 +345,7 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
         }
         throw;
       }
+      if (checkedIn && brokeAfterCheckIn.empty()) brokeAfterCheckIn = e.what();
       STRATA_LOG(Debug, opt.backend.c_str(), "rendezvous attempt failed, retrying: {}", e.what());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
