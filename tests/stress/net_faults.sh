@@ -23,6 +23,8 @@
 #         stall-PHASE  relay: nothing crosses for 3 s (less than the timeouts): must complete
 #         cut-PHASE    relay: every connection between the hosts is reset: every rank must fail
 #                      with Timeout or PeerLost naming a rank of the other host, as for down
+#                      (cut-create: or complete, when the cut hit only check-ins, which are
+#                      retried)
 #   Success cases must end within 4 x the timeout + 60 s of the start.
 #   PHASE create | allgather | connect | allreduce
 # env:  NETFAULT_TIMEOUT  bootstrap.timeout, connect_timeout and transport.timeout (default 8)
@@ -259,6 +261,12 @@ for r in 0 1 2 3; do
       [[ $st == ok && ${rc[$r]} == 0 ]] || fail "rank $r: expected success, got: $line (exit ${rc[$r]})"
       ;;
     down | cut)
+      # A cut during creation may hit only check-ins, which a rank retries until
+      # bootstrap.connect_timeout: then the job completes (the results are checked by the ranks).
+      if [[ $fault == cut && $phase == create && $st == ok && ${rc[$r]} == 0 ]]; then
+        echo "rank $r: completed: the cut hit the rendezvous only, and the check-in was retried"
+        continue
+      fi
       code=$(field code "$line") peer=$(field peer "$line") at=$(field at "$line")
       msg=${line#* msg=}
       if [[ $st != error ]]; then fail "rank $r: expected a Timeout or PeerLost error, got: $line"; continue; fi
