@@ -1023,10 +1023,34 @@ void PeerMesh::close() noexcept {
     // ranks on 2 cores such reports reached ranks still in their last call and failed it.
     I.closing = true;
     const double flushSeconds = std::min(I.opt.timeout > 0 ? I.opt.timeout : 10.0, 10.0);
-    I.flushAll(lk, Deadline::after(flushSeconds));
     // A rank whose own call failed says why: its peers, still waiting for it, would otherwise
     // be told it finished (and name it, not the rank behind its failure).
-    I.queueControlToAll(FrameType::Goodbye, encodeGoodbye(I.failure), nullptr);
+    const std::vector<uint8_t> goodbye = encodeGoodbye(I.failure);
+    std::vector<char> told(I.peers.size(), 0);
+    // Each peer gets its goodbye only after everything queued for it (on both connections) is
+    // written. A failed rank tells the peers with nothing queued at once: the first flush can
+    // take flushSeconds on a connection to an unreachable host, and a peer of this host waiting
+    // for this rank would time out first, naming this rank instead of the cause.
+    auto queueGoodbyes = [&](bool onlyIdle) {
+      for (size_t i = 0; i < I.peers.size(); ++i) {
+        auto& p = I.peers[i];
+        if (!p || told[i]) continue;
+        bool idle = true;
+        for (const Conn* c : {p->out.get(), p->in.get()}) {
+          if (c && c->fd.valid() && !c->outq.empty()) idle = false;
+        }
+        if (onlyIdle && !idle) continue;
+        for (Conn* c : {p->out.get(), p->in.get()}) {
+          if (c && c->fd.valid())
+            I.queueFrame(*c, FrameType::Goodbye, 0, goodbye.data(), goodbye.size());
+        }
+        told[i] = 1;
+      }
+      I.wakeDriver();
+    };
+    if (!I.failure.empty()) queueGoodbyes(true);
+    I.flushAll(lk, Deadline::after(flushSeconds));
+    queueGoodbyes(false);
     // Not 2 s as before: with hundreds of ranks per core a closing rank may not run for that
     // long, and a connection closed with its goodbye unsent makes the peer report it lost. A
     // live peer takes the frame at once; only a full socket to a stuck peer waits this long.
