@@ -110,7 +110,17 @@ std::vector<net::Fd> collect(
       ready[static_cast<size_t>(r)] = c.hs.takeFd();  // it gets the REJECT too
       return;
     }
-    if (r == 0 || ready[static_cast<size_t>(r)].valid()) {
+    // The same rank again, on a new connection, after its first one was closed or reset: a
+    // check-in retried because the network (or a relay) broke the first connection, not a
+    // second process. Take the new connection in place of the dead one.
+    const bool retried = r != 0 && ready[static_cast<size_t>(r)].valid() &&
+                         net::peerHasClosed(ready[static_cast<size_t>(r)].get());
+    if (retried) {
+      STRATA_LOG(Debug, sub,
+                 "rendezvous: rank {} checked in again from {}; its first connection (from {}) "
+                 "was closed, so this is a retry",
+                 r, c.hs.remote().toString(), from[static_cast<size_t>(r)]);
+    } else if (r == 0 || ready[static_cast<size_t>(r)].valid()) {
       failurePeer = r;
       failure = fmt::format(
           "rendezvous: rank {} checked in twice (from {} and from {}); two "
@@ -128,7 +138,7 @@ std::vector<net::Fd> collect(
     }
     from[static_cast<size_t>(r)] = c.hs.remote().toString();
     ready[static_cast<size_t>(r)] = c.hs.takeFd();
-    if (failure.empty()) ++count;
+    if (failure.empty() && !retried) ++count;
   };
 
   while (count < n && failure.empty()) {

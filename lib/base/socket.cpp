@@ -23,6 +23,18 @@
 
 namespace strata::net {
 
+bool peerHasClosed(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  int rc = ::poll(&p, 1, 0);
+  if (rc <= 0) return false;
+  if (p.revents & (POLLERR | POLLNVAL)) return true;
+  char b = 0;
+  ssize_t got = ::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got == 0) return true;
+  if (got < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  return false;
+}
+
 std::string errnoText(int err) {
   char buf[256];
   // GNU strerror_r returns a pointer that may or may not be buf.

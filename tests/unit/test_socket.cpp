@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <atomic>
 #include <optional>
 #include <thread>
 
@@ -288,4 +289,84 @@ BOOST_AUTO_TEST_CASE(rendezvous_fails_on_a_second_rank_0) {
   BOOST_TEST(std::string(err->what()).find("rank 0 checked in twice") != std::string::npos,
              err->what());
   BOOST_TEST(is(rejected, ErrorCode::InvalidConfig));
+}
+
+// A rank whose check-in connection was closed (a relay or the network reset it) and that
+// checks in again is a retry, not a second process: the rendezvous completes. A second live
+// connection for the same rank still fails it.
+BOOST_AUTO_TEST_CASE(rendezvous_takes_a_retried_check_in_and_refuses_a_live_duplicate) {
+  for (bool firstClosed : {true, false}) {
+    BOOST_TEST_CONTEXT("first connection " << (firstClosed ? "closed" : "still open")) {
+      Listener l;
+      net::setNonBlocking(l.fd.get());
+      rendezvous::Options o;
+      o.backend = "tcp";
+      o.root = l.addr.toString();
+      o.secret = "secret";
+      o.size = 3;
+      o.helloKind = 10;
+      o.connectTimeout = 5;
+      o.handshakeTimeout = 5;
+      std::optional<Error> err;
+      std::atomic<int> checkIns{0};
+      std::thread server([&] {
+        try {
+          rendezvous::serve(
+              l.fd.get(), o, [&](int, const std::vector<uint8_t>&) { ++checkIns; },
+              [](int) { return wire::encodeRecord(10, 1, std::vector<uint8_t>{}); });
+        } catch (const Error& e) {
+          err = e;
+        }
+      });
+      const auto hello = wire::encodeRecord(10, 1, std::vector<uint8_t>{});
+      {
+        auto c = net::connectWithRetry({l.addr}, Deadline::after(5), "c");
+        handshake::connectSide(c.get(), "secret", handshake::Purpose::Rendezvous, 1, 3, 0,
+                               Deadline::after(5), "c");
+        handshake::writeRecord(c.get(), hello, Deadline::after(5), "c");
+        // Wait until the server has read the check-in (it then holds the connection).
+        for (int i = 0; i < 500 && checkIns == 0; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        BOOST_TEST(checkIns == 1);
+        if (!firstClosed) {
+          std::optional<Error> second;
+          try {
+            rendezvous::checkIn({l.addr}, o, 1, hello);
+          } catch (const Error& e) {
+            second = e;
+          }
+          server.join();
+          BOOST_REQUIRE(err.has_value());
+          BOOST_TEST(std::string(err->what()).find("rank 1 checked in twice") !=
+                         std::string::npos,
+                     err->what());
+          BOOST_REQUIRE(second.has_value());
+          BOOST_TEST(is(*second, ErrorCode::InvalidConfig));
+          continue;
+        }
+      }  // closed: the retry below takes its place
+      std::optional<Error> e1, e2;
+      std::thread r1([&] {
+        try {
+          rendezvous::checkIn({l.addr}, o, 1, hello);
+        } catch (const Error& e) {
+          e1 = e;
+        }
+      });
+      std::thread r2([&] {
+        try {
+          rendezvous::checkIn({l.addr}, o, 2, hello);
+        } catch (const Error& e) {
+          e2 = e;
+        }
+      });
+      r1.join();
+      r2.join();
+      server.join();
+      BOOST_TEST(!err.has_value(), (err ? err->what() : ""));
+      BOOST_TEST(!e1.has_value(), (e1 ? e1->what() : ""));
+      BOOST_TEST(!e2.has_value(), (e2 ? e2->what() : ""));
+    }
+  }
 }

@@ -97,6 +97,11 @@ STRATA_API void writeFull(int fd, const void* buf, size_t n, const Deadline& dea
 /// strerror_r as a string.
 STRATA_API std::string errnoText(int err);
 
+/// True when the other end of a connected socket that is expected to send nothing has closed
+/// or reset it (EOF or an error pending); false while it is open or has bytes waiting. Does not
+/// block and consumes nothing.
+STRATA_API bool peerHasClosed(int fd);
+
 /// Descriptors one process of a job of `ranks` ranks holds at most: two bootstrap sockets and
 /// one transport handle (the shm transport's pidfd) per peer, plus a margin for the rest.
 STRATA_API uint64_t descriptorsNeeded(int ranks);
