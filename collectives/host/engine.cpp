@@ -15,6 +15,7 @@
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
 #include "base/log.hpp"
+#include "base/watch.hpp"
 #include "base/wire.hpp"
 #include "chunk_header.hpp"
 #include "reduce.hpp"
@@ -650,44 +651,51 @@ void Engine::run(Plan& plan, const char* what) {
     if (progress) {
       backoff.reset();
       lastProgress = now;
+      watch::progressed();
       continue;
     }
     if (now - lastCheck > kPeerCheckPeriod) {
       lastCheck = now;
       checkNeededPeers(plan, idx, what);
-      if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {
-        // Name the peer this rank is stuck on: first one it expects data from and has nothing
-        // of (a peer whose chunks wait in the slots for a reduction round is not the culprit),
-        // then one it cannot send to (slots full), then any with work left.
-        std::string call = describeCall(plan.sig, what);
-        auto culprit = [&]() -> int {
-          for (int pass = 0; pass < 3; ++pass) {
-            for (size_t p = 0; p < n; ++p) {
-              if (p == static_cast<size_t>(rank_)) continue;
-              const Link& link = links_[p];
-              bool expecting = idx[p] < plan.in[p].size();
-              bool sending = plan.waitForSends && !link.out.empty();
-              if (pass == 0 && expecting && link.arrived == link.consumed) return int(p);
-              if (pass == 1 && sending && link.sent - link.acked >= depth_) return int(p);
-              if (pass == 2 && (expecting || sending)) return int(p);
-            }
+      // Name the peer this rank is stuck on: first one it expects data from and has nothing
+      // of (a peer whose chunks wait in the slots for a reduction round is not the culprit),
+      // then one it cannot send to (slots full), then any with work left. Published for the
+      // status service (base/watch.hpp) at each check, so that peers asking learn it.
+      const int culprit = [&]() -> int {
+        for (int pass = 0; pass < 3; ++pass) {
+          for (size_t p = 0; p < n; ++p) {
+            if (p == static_cast<size_t>(rank_)) continue;
+            const Link& link = links_[p];
+            bool expecting = idx[p] < plan.in[p].size();
+            bool sending = plan.waitForSends && !link.out.empty();
+            if (pass == 0 && expecting && link.arrived == link.consumed) return int(p);
+            if (pass == 1 && sending && link.sent - link.acked >= depth_) return int(p);
+            if (pass == 2 && (expecting || sending)) return int(p);
           }
-          return -1;
-        }();
+        }
+        return -1;
+      }();
+      std::string progressText;
+      if (culprit >= 0) {
+        const Link& link = links_[culprit];
+        progressText = fmt::format("{} of {} pieces from it received, {} pieces to it not yet sent",
+                                   idx[culprit] + (link.arrived - link.consumed),
+                                   plan.in[culprit].size(), link.out.size());
+        watch::waitingFor(culprit, progressText, lastProgress);
+      }
+      if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {
+        std::string call = describeCall(plan.sig, what);
         if (culprit < 0) {
           throw Error(ErrorCode::Timeout,
                       fmt::format("{} made no progress for {} s", call, timeout_));
         }
-        const Link& link = links_[culprit];
         throw Error(
             ErrorCode::Timeout,
-            fmt::format("{} made no progress for {} s: waiting for rank {} ({} of {} "
-                        "pieces from it received, {} pieces to it not yet sent); that "
+            fmt::format("{} made no progress for {} s: waiting for rank {} ({}); that "
                         "rank may be stuck, slower, or in another call: every rank must "
                         "call the same collectives in the same order. Raise "
                         "transport.timeout for slow peers",
-                        call, timeout_, culprit, idx[culprit] + (link.arrived - link.consumed),
-                        plan.in[culprit].size(), link.out.size()),
+                        call, timeout_, culprit, progressText),
             culprit);
       }
     }

@@ -187,6 +187,16 @@ constexpr KeyInfo kKeys[] = {
      "CUDA module: threads per block of the collective kernels (the kernels are compiled for at "
      "most 512).",
      false},
+    {"watch.enabled", Type::Bool, "true", "",
+     "Run the status service (one thread per process while a bootstrap of two or more ranks "
+     "exists): a rank whose call times out asks the others what they are doing and names the "
+     "rank at fault first, and strata-info --job can ask a live job (docs/errors.md, \"When a "
+     "job stalls\").",
+     false},
+    {"watch.query_timeout", Type::Double, "1", "0.05..60",
+     "Seconds a rank whose call failed waits for the other ranks' answers before it reports the "
+     "error (a stopped rank never answers). The error comes this much after the timeout.",
+     false},
 
 };
 // END KEYS

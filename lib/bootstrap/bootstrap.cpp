@@ -13,6 +13,7 @@
 #include "base/hmac.hpp"
 #include "base/log.hpp"
 #include "base/mesh.hpp"
+#include "base/watch.hpp"
 #include "bootstrap/registry.hpp"
 #include "base/wire.hpp"
 
@@ -119,7 +120,7 @@ std::unique_ptr<Bootstrap> Bootstrap::create(const Config& config) {
   checkAgreement(*b, config);
   STRATA_LOG(Debug, "bootstrap", "{} bootstrap ready: rank {} of {} (local {} of {})",
              b->backend(), b->rank(), b->size(), b->localRank(), b->localSize());
-  return b;
+  return watch::attach(std::move(b), config);
 }
 
 }  // namespace strata

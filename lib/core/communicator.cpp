@@ -23,6 +23,7 @@
 
 #include "base/config_keys.hpp"
 #include "base/strings.hpp"
+#include "base/watch.hpp"
 #include "bootstrap/registry.hpp"
 #include "buffer_kind.hpp"
 
@@ -106,6 +107,10 @@ struct Communicator::Impl {
   /// later call fails at once instead of mixing up data.
   mutable std::optional<Error> broken;  // asyncError() const may set it
   const Candidate* last = nullptr;      ///< what the last call chose
+  /// The status service's view (base/watch.hpp): this communicator's label and call count.
+  std::shared_ptr<watch::Scope> scope;
+  std::string domain;
+  uint64_t calls = 0;
 
   void loadBackends(const Config& config);
   void resolveForced(const Config& config);
@@ -380,10 +385,13 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   }
   const Candidate& c = select(r, what);  // NotSupported leaves the communicator usable
   last = &c;
+  watch::Call call(scope, domain, what, ++calls);
   try {
     c.algorithm->run(r);
   } catch (const Error& e) {
-    broken = explain(e);
+    // A timeout, or a chunk of another operation: ask the other ranks what they are doing and
+    // name the one at fault first (bounded by watch.query_timeout).
+    broken = explain(watch::diagnose(e));
     leaveNote(*broken);
     throw *broken;
   } catch (const std::exception& e) {
@@ -415,9 +423,17 @@ bool processGone(pid_t pid) {
 // the failing rank leaves them a note on the bootstrap, whose connections inside the host still
 // work, and a rank that lost a peer of its host reads that peer's note into its own error.
 void Communicator::Impl::leaveNote(const Error& e) const noexcept {
-  if ((e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Timeout) || e.peer() < 0) return;
+  if ((e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Timeout &&
+       e.code() != ErrorCode::ProtocolError) ||
+      e.peer() < 0) {
+    return;
+  }
+  // "root N\n<who is at fault>\n<this rank's error>": N is the rank that diagnose() found at
+  // fault (-1: none), so that a rank reading the note can name it first as well.
   std::array<char, kFailureNoteBytes> note{};
-  std::string text = fmt::format("rank {} failed first: {}", rank, e.what());
+  const watch::Verdict v = watch::lastVerdict();
+  std::string text = fmt::format("root {}\n{}\nrank {} failed first: {}", v.root, v.text, rank,
+                                 e.what());
   std::memcpy(note.data(), text.data(), std::min(text.size(), note.size() - 1));
   for (int p = 0; p < size; ++p) {
     if (p == rank || p == e.peer()) continue;
@@ -442,7 +458,27 @@ Error Communicator::Impl::explain(const Error& e) const {
     std::array<char, kFailureNoteBytes> note{};
     bootstrap->recv(q, kTagFailureNote, note.data(), note.size());
     note.back() = '\0';
-    return Error(e.code(), fmt::format("{} ({})", e.what(), note.data()), q);
+    std::string_view all(note.data());
+    int root = -1;
+    std::string verdict, first(all);
+    if (all.rfind("root ", 0) == 0) {
+      auto nl1 = all.find('\n');
+      auto nl2 = nl1 == std::string_view::npos ? nl1 : all.find('\n', nl1 + 1);
+      if (nl2 != std::string_view::npos) {
+        root = std::atoi(std::string(all.substr(5, nl1 - 5)).c_str());
+        verdict = all.substr(nl1 + 1, nl2 - nl1 - 1);
+        first = all.substr(nl2 + 1);
+      }
+    }
+    if (root >= 0 && root < size && root != q && !verdict.empty()) {
+      // The rank that exited had found who was at fault: say that first.
+      return Error(e.code(),
+                   fmt::format("{} (found by rank {} before it failed and exited). This rank "
+                               "({}): {} ({})",
+                               verdict, q, rank, e.what(), first),
+                   root);
+    }
+    return Error(e.code(), fmt::format("{} ({})", e.what(), first), q);
   } catch (const std::exception&) {
     return e;  // no note: it exited without failing a call (killed, or another cause)
   }
@@ -477,6 +513,8 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
     throw;
   }
   impl->resolveForced(config);
+  impl->scope = watch::scopeOf(impl->bootstrap.get());
+  if (impl->scope) impl->domain = watch::nextDomain(*impl->scope);
   return std::make_unique<Communicator>(std::move(impl));
 }
 

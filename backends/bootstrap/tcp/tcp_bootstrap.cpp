@@ -27,6 +27,7 @@
 #include "base/netif.hpp"
 #include "base/rendezvous.hpp"
 #include "base/socket.hpp"
+#include "base/watch.hpp"
 #include "base/wire.hpp"
 
 namespace strata::tcp {
@@ -400,7 +401,7 @@ std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch, cons
   info.secret = launch.secret;
   info.launcher = tcp::kExplicitLauncher;
   info.rootFd = (launch.rank == 0 && listener != nullptr) ? listener->fd() : -1;
-  return std::make_unique<tcp::TcpBootstrap>(config, info);
+  return watch::attach(std::make_unique<tcp::TcpBootstrap>(config, info), config, info);
 }
 
 }  // namespace strata

@@ -20,7 +20,8 @@
 
 namespace strata::handshake {
 
-enum class Purpose : uint8_t { Rendezvous = 1, Mesh = 2 };
+/// Status: the status service of lib/base/watch.hpp (any rank, or a tool, may ask).
+enum class Purpose : uint8_t { Rendezvous = 1, Mesh = 2, Status = 3 };
 
 using Nonce = std::array<uint8_t, 32>;
 using Mac = std::array<uint8_t, 32>;

@@ -1,0 +1,182 @@
+#pragma once
+
+// The watch: what every rank is doing, for the rank whose call timed out and for
+// `strata-info --job` (docs/errors.md, "When a job stalls").
+//
+// Each process runs one small service thread while it holds a bootstrap of two or more ranks.
+// For every such bootstrap (a "scope") it listens on a TCP port of the bootstrap's interface,
+// authenticated with the job secret, and on an abstract unix socket "@strata-status.<pid>"
+// (same user only) for local tools. Asked, it answers with the calls that the process's threads
+// are in on that bootstrap: operation, sequence number, the rank each waits for and since when.
+// A thread answers even while the program computes or waits in a collective; a stopped process
+// (SIGSTOP, a debugger) does not, which is how it is found.
+//
+// Before a call reports a Timeout (or a ProtocolError that may be a mismatched call), diagnose()
+// asks every peer within watch.query_timeout and puts the rank(s) really at fault first in the
+// message: one that does not answer, one in another call, one in no call, one that exited. The
+// exchange never blocks longer than that and falls back to the plain message.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/bootstrap.hpp>
+#include <strata/config.hpp>
+#include <strata/error.hpp>
+#include <strata/export.hpp>
+
+namespace strata {
+struct LaunchInfo;
+}
+
+namespace strata::watch {
+
+/// One call of one thread, as reported to peers and tools.
+struct CallState {
+  std::string domain;     ///< "bootstrap", "communicator 0", "connection"
+  std::string op;         ///< "allReduce", "allGather", "semaphore wait", ...
+  uint64_t seq = 0;       ///< per domain, from 1; 0 for point-to-point calls (not matched)
+  double seconds = 0;     ///< how long the call has run
+  int32_t waitingFor = -1;  ///< the rank it waits for, -1 when none or not known
+  double waitingSeconds = 0;  ///< how long it has waited for that rank without progress
+  std::string detail;     ///< "0 of 3 pieces from it received"
+  bool failed = false;    ///< the call has failed and this rank is finding out why
+};
+
+/// What one rank answered.
+struct RankState {
+  int32_t rank = -1;
+  int32_t size = 0;
+  int32_t pid = 0;
+  std::string host;
+  uint64_t jobId = 0;
+  std::vector<CallState> calls;  ///< outermost first per thread
+};
+
+/// How asking one peer went.
+struct Answer {
+  enum class Kind : uint8_t { Answered, NoAnswer, Exited, Unreachable, Failed, Self };
+  Kind kind = Kind::Failed;
+  RankState state;
+  std::string error;  ///< for NoAnswer/Exited/Unreachable/Failed
+};
+
+/// A peer's published facts (exchanged when the scope opens).
+struct PeerInfo {
+  std::string address;  ///< status service "host:port" ("" when the peer has none)
+  std::string host;
+  int32_t pid = 0;
+};
+
+class Scope;
+
+/// Wraps a freshly created bootstrap: exchanges status addresses (one allGather), registers the
+/// scope and reports every call through it. Size-1 bootstraps and watch.enabled=false are
+/// returned unwrapped. `inner` stays reachable through unwrap().
+STRATA_API std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner,
+                                             const Config& config);
+/// The same for a bootstrap whose launch was given explicitly (createTcpBootstrap): its secret
+/// and root (the interface hint) come from `launch`.
+STRATA_API std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner,
+                                             const Config& config, const LaunchInfo& launch);
+/// The backend object behind a bootstrap attach() returned (the same object otherwise).
+STRATA_API Bootstrap& unwrap(Bootstrap& b);
+/// The scope of a bootstrap returned by attach(), null when it is not watched.
+STRATA_API std::shared_ptr<Scope> scopeOf(const Bootstrap* b);
+
+/// A job-unique label for the next Communicator created on this scope ("communicator 0").
+STRATA_API std::string nextDomain(Scope& scope);
+
+/// While alive, the calling thread is in this call (calls nest).
+class STRATA_API Call {
+ public:
+  Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op, uint64_t seq);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+  uint64_t seq() const noexcept;
+  struct Rec;  ///< defined in watch.cpp
+
+ private:
+  std::shared_ptr<Scope> scope_;
+  std::shared_ptr<Rec> rec_;
+  Rec* prev_ = nullptr;
+  Scope* prevScope_ = nullptr;
+};
+
+/// The next sequence number of a per-scope domain counter (bootstrap collectives).
+STRATA_API uint64_t nextBootstrapSeq(Scope& scope);
+
+/// The calling thread's innermost call waits for `peer` (no progress since `since`). Cheap; a
+/// no-op outside a call.
+STRATA_API void waitingFor(int peer, std::string_view detail,
+                           std::chrono::steady_clock::time_point since) noexcept;
+STRATA_API void waitingFor(int peer, std::string_view detail) noexcept;
+/// The calling thread's innermost call made progress (waits for nobody now).
+STRATA_API void progressed() noexcept;
+
+/// Sets waitingFor for the duration of a blocking wait inside a call.
+class STRATA_API Waiting {
+ public:
+  Waiting(int peer, std::string_view detail) noexcept { waitingFor(peer, detail); }
+  ~Waiting() { progressed(); }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+};
+
+/// Asks the peers what they are doing and rewrites `e` (a failure of the calling thread's
+/// innermost call) to name the rank(s) at fault first. Returns `e` unchanged when there is no
+/// call, the scope is not watched, the error is not a Timeout/ProtocolError, or nothing more is
+/// learned. Bounded by watch.query_timeout; never throws.
+STRATA_API Error diagnose(const Error& e) noexcept;
+
+/// What the calling thread's last diagnose() found: the first rank at fault (-1: none) and the
+/// text naming it (without this rank's own error).
+struct Verdict {
+  int root = -1;
+  std::string text;
+};
+STRATA_API Verdict lastVerdict() noexcept;
+
+/// Asks every rank of the scope (bounded by `seconds`); the own rank's entry is Kind::Self.
+STRATA_API std::vector<Answer> collect(Scope& scope, double seconds);
+/// The analysis of a set of answers as text lines (roots first), for tools.
+STRATA_API std::string describeJob(Scope& scope, const std::vector<Answer>& answers);
+
+// ---- wire (docs/wire-format.md, "Status service") ----
+inline constexpr uint16_t kRequestKind = 60;
+inline constexpr uint16_t kAnswerKind = 61;
+inline constexpr uint16_t kWatchVersion = 1;
+enum class RequestType : uint8_t { Status = 1, List = 2, Dump = 3 };
+struct Request {
+  RequestType type = RequestType::Status;
+  uint64_t jobId = 0;  ///< 0: any (List, or a process with one scope)
+};
+STRATA_API std::vector<uint8_t> encodeRequest(const Request& r);
+STRATA_API Request decodeRequest(std::span<const uint8_t> record);
+/// An answer: the states of the scopes asked for (Status: one; List: every scope, no calls),
+/// or a text (Dump), or an error text.
+struct Reply {
+  std::vector<RankState> states;
+  std::string text;
+  std::string error;
+};
+STRATA_API std::vector<uint8_t> encodeReply(const Reply& r);
+STRATA_API Reply decodeReply(std::span<const uint8_t> record);
+inline constexpr size_t kMaxReply = 4u << 20;
+
+/// For tools: asks a process's local status socket (abstract "@strata-status.<pid>").
+STRATA_API Reply askLocal(int32_t pid, const Request& request, double seconds);
+/// For tools: asks a status listener over TCP with the job secret.
+STRATA_API Reply askRemote(const std::string& address, const std::string& secret,
+                           const Request& request, double seconds);
+/// Pids of this host's processes that run a status service (from /proc/net/unix).
+STRATA_API std::vector<int32_t> localServices();
+
+}  // namespace strata::watch
