@@ -901,7 +901,11 @@ std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
   std::string out = fmt::format("job {:016x}: {} ranks, asked from rank {}\n", scope.jobId,
                                 scope.size, scope.rank);
   for (size_t p = 0; p < answers.size(); ++p) {
-    out += stateLine(answers[p], static_cast<int>(p)) + "\n";
+    out += stateLine(answers[p], static_cast<int>(p));
+    if (p < scope.peers.size() && !scope.peers[p].address.empty()) {
+      out += "  [status " + scope.peers[p].address + "]";
+    }
+    out += "\n";
   }
   // The reference: the most common innermost (domain, op, seq) among ranks in a call.
   std::map<std::tuple<std::string, std::string, uint64_t>, int> count;

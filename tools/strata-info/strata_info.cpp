@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include <strata/strata.hpp>
 
+#include "base/launcher.hpp"
+#include "base/watch.hpp"
 #include "bootstrap/registry.hpp"
 #include "strata_info_features.h"
 
@@ -104,6 +109,88 @@ int run(bool showConfig, bool onlyConfig) {
   return 0;
 }
 
+/// A variable of another process's environment (readable for the same user), or "".
+std::string environOf(int32_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
+  }
+  return {};
+}
+
+void printDump(const strata::watch::Reply& r, const std::string& from) {
+  if (!r.error.empty()) {
+    throw strata::Error(strata::ErrorCode::PeerLost, from + ": " + r.error);
+  }
+  std::printf("%s", r.text.c_str());
+}
+
+/// strata-info --job: what every rank of a live job is doing, asked through one of its
+/// processes (docs/errors.md, "When a job stalls").
+int askJob(int32_t pid, const std::string& address, double seconds) {
+  namespace w = strata::watch;
+  if (!address.empty()) {
+    strata::Config config = strata::Config::load();
+    std::string secret = strata::detectLaunch(config).secret;
+    if (secret.empty()) {
+      throw strata::Error(strata::ErrorCode::InvalidConfig,
+                          "--address needs the job secret: set STRATA_SECRET or "
+                          "bootstrap.secret_file as the job had it (or ask a process of this "
+                          "host with --pid)");
+    }
+    printDump(w::askRemote(address, secret, {w::RequestType::Dump, 0}, seconds), address);
+    return 0;
+  }
+  std::vector<int32_t> pids;
+  if (pid > 0) {
+    pids.push_back(pid);
+  } else {
+    // Processes of this host with a status service; under a launcher's environment (srun
+    // --overlap --jobid, or strata-run's), only those of the same job.
+    const char* slurmJob = std::getenv("SLURM_JOB_ID");
+    const char* root = std::getenv("STRATA_ROOT");
+    for (int32_t p : w::localServices()) {
+      if (slurmJob && environOf(p, "SLURM_JOB_ID") != slurmJob) continue;
+      if (!slurmJob && root && environOf(p, "STRATA_ROOT") != root) continue;
+      pids.push_back(p);
+    }
+    if (pids.empty()) {
+      throw strata::Error(
+          strata::ErrorCode::PeerLost,
+          std::string("no strata process with a status service on this host") +
+              (slurmJob ? std::string(" in Slurm job ") + slurmJob : std::string()) +
+              " (a job's ranks run one while they hold a bootstrap of 2 or more ranks, unless "
+              "watch.enabled = false; under Slurm run this on one of the job's nodes: srun "
+              "--overlap --jobid JOB -w NODE -n 1 strata-info --job)");
+    }
+  }
+  // One process per job is enough: it asks all the others.
+  std::map<uint64_t, int32_t> jobs;
+  std::string lastError;
+  for (int32_t p : pids) {
+    try {
+      auto list = w::askLocal(p, {w::RequestType::List, 0}, seconds);
+      for (const auto& s : list.states) jobs.emplace(s.jobId, p);
+    } catch (const strata::Error& e) {
+      lastError = e.what();
+    }
+  }
+  if (jobs.empty()) {
+    throw strata::Error(strata::ErrorCode::PeerLost,
+                        "no strata job answered" +
+                            (lastError.empty() ? std::string() : ": " + lastError));
+  }
+  bool first = true;
+  for (const auto& [job, p] : jobs) {
+    if (!first) std::printf("\n");
+    first = false;
+    printDump(w::askLocal(p, {w::RequestType::Dump, job}, seconds),
+              "process " + std::to_string(p));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,13 +204,31 @@ int main(int argc, char** argv) {
   app.add_flag("--config", showConfig,
                "print the effective value of every configuration key and where it came from");
   app.add_flag("--version", version, "print the version only");
+  bool job = false;
+  int32_t pid = 0;
+  std::string address;
+  double seconds = 5;
+  app.add_flag("--job", job,
+               "ask a live job what every rank is doing (its call, sequence number, the rank it "
+               "waits for and since when), through a strata process of this host");
+  app.add_option("--pid", pid, "with --job: ask through this process (same user)");
+  app.add_option("--address", address,
+                 "with --job: ask the status service at HOST:PORT (a rank's, as --job prints "
+                 "them) with the job secret (STRATA_SECRET or bootstrap.secret_file)");
+  app.add_option("--timeout", seconds, "with --job: seconds to wait for the answer")
+      ->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
+  if ((pid != 0 || !address.empty()) && !job) {
+    std::fprintf(stderr, "strata-info: --pid and --address go with --job\n");
+    return 2;
+  }
   try {
     if (version) {
       std::printf("strata %s\n", strata::versionString());
       return 0;
     }
     if (algorithms) return listAlgorithms();
+    if (job) return askJob(pid, address, seconds);
     return run(showConfig, showConfig);
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "strata-info: %s: %s\n", std::string(strata::toString(e.code())).c_str(),
