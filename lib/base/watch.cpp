@@ -90,6 +90,10 @@ class Scope {
 
   std::mutex mu;
   std::vector<std::shared_ptr<Call::Rec>> calls;  ///< active, in start order
+  /// Per domain, the last call that failed, until the next call of that domain starts: a rank
+  /// that failed and went on (into a barrier, or its own code) still answers that it was in
+  /// that call, so that a slower peer's analysis does not take it for a rank elsewhere.
+  std::map<std::string, std::shared_ptr<Call::Rec>> failed;
 
   RankState snapshot() {
     RankState s;
@@ -99,7 +103,10 @@ class Scope {
     s.host = host;
     s.jobId = jobId;
     std::lock_guard lk(mu);
-    for (auto& c : calls) {
+    std::vector<Call::Rec*> all;
+    for (auto& [domain, c] : failed) all.push_back(c.get());
+    for (auto& c : calls) all.push_back(c.get());
+    for (Call::Rec* c : all) {
       if (s.calls.size() >= kMaxCallsReported) break;
       CallState cs;
       cs.domain = c->domain;
@@ -148,6 +155,7 @@ Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op
   {
     std::lock_guard lk(scope_->mu);
     scope_->calls.push_back(rec_);
+    scope_->failed.erase(rec_->domain);
   }
   prev_ = tlsCall;
   prevScope_ = tlsScope;
@@ -162,6 +170,10 @@ Call::~Call() {
   {
     std::lock_guard lk(scope_->mu);
     std::erase(scope_->calls, rec_);
+    if (rec_->failed.load(std::memory_order_relaxed)) {
+      scope_->failed[rec_->domain] = std::move(rec_);
+      return;
+    }
   }
   if (!tlsSpare) tlsSpare = std::move(rec_);
 }
@@ -785,6 +797,21 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       major = k;
     }
   }
+  // For a point-to-point wait (no sequence number) only the ranks on this rank's chain of
+  // waits matter: the others may be anywhere.
+  std::vector<bool> onChain(static_cast<size_t>(n), ref.seq > 0);
+  if (ref.seq == 0 && selfRank >= 0 && selfRank < n) {
+    int q = selfRank;
+    for (int hop = 0; hop < n; ++hop) {
+      onChain[static_cast<size_t>(q)] = true;
+      const CallState* c = cur[static_cast<size_t>(q)];
+      if (!c || c->waitingFor < 0 || c->waitingFor >= n) break;
+      q = c->waitingFor;
+      if (onChain[static_cast<size_t>(q)]) break;
+      onChain[static_cast<size_t>(q)] = true;
+      if (!cur[static_cast<size_t>(q)]) break;
+    }
+  }
   const std::string majorLabel = major.second > 0
                                      ? fmt::format("{} #{}", major.first, major.second)
                                      : major.first;
@@ -814,6 +841,7 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       case Answer::Kind::Answered:
       case Answer::Kind::Self:
         if (!c) {
+          if (!onChain[static_cast<size_t>(p)]) continue;
           r.kind = RootKind::Elsewhere;
           if (!a.state.calls.empty()) {
             const CallState& other = a.state.calls.back();
@@ -839,8 +867,6 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
     }
     v.roots.push_back(std::move(r));
   }
-  std::stable_sort(v.roots.begin(), v.roots.end(),
-                   [](const Root& a, const Root& b) { return a.kind < b.kind; });
   // Who waited for whom: follow each rank's waits to a root.
   std::vector<bool> isRoot(static_cast<size_t>(n), false);
   for (auto& r : v.roots) isRoot[static_cast<size_t>(r.rank)] = true;
@@ -857,6 +883,11 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       }
     }
   }
+  // By kind; within a kind, ranks that others wait for first.
+  std::stable_sort(v.roots.begin(), v.roots.end(), [&](const Root& a, const Root& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    return v.waiters.count(a.rank) > v.waiters.count(b.rank);
+  });
   return v;
 }
 
@@ -904,7 +935,7 @@ std::string stateLine(const Answer& a, int rank) {
       s += fmt::format(", waiting for rank {} for {:.1f} s", c.waitingFor, c.waitingSeconds);
       if (!c.detail.empty()) s += " (" + c.detail + ")";
     }
-    if (c.failed) s += " [failed, being diagnosed]";
+    if (c.failed) s += " [failed]";
   }
   return s;
 }

@@ -471,8 +471,15 @@ Error Communicator::Impl::explain(const Error& e) const {
         first = all.substr(nl2 + 1);
       }
     }
-    if (root >= 0 && root < size && root != q && !verdict.empty()) {
+    if (root >= 0 && root < size && !verdict.empty()) {
       // The rank that exited had found who was at fault: say that first.
+      if (root == q) {
+        return Error(e.code(),
+                     fmt::format("{} (as rank {} found before it failed and exited). This rank "
+                                 "({}): {}",
+                                 verdict, q, rank, e.what()),
+                     root);
+      }
       return Error(e.code(),
                    fmt::format("{} (found by rank {} before it failed and exited). This rank "
                                "({}): {} ({})",
