@@ -37,12 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr const char* kSub = "watch";
-constexpr size_t kMaxRequest = 64;
-constexpr size_t kMaxCallsReported = 16;
 constexpr size_t kMaxConnections = 512;
 constexpr double kConnectionSeconds = 3.0;
-constexpr uint16_t kExchangeKind = 62;
-constexpr size_t kExchangeSlot = 512;
 
 std::string hostName() {
   char buf[256] = {};
@@ -196,87 +192,7 @@ void progressed() noexcept {
   if (Call::Rec* c = tlsCall) c->waitingFor.store(-1, std::memory_order_relaxed);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Wire
-
-std::vector<uint8_t> encodeRequest(const Request& r) {
-  wire::Writer w;
-  w.u8(static_cast<uint8_t>(r.type)).u64(r.jobId);
-  return wire::encodeRecord(kRequestKind, kWatchVersion, w.data());
-}
-
-Request decodeRequest(std::span<const uint8_t> record) {
-  auto d = wire::decodeRecord(record, kRequestKind, kWatchVersion, kMaxRequest, "status request");
-  wire::Reader r(d.body, "status request");
-  Request q;
-  uint8_t t = r.u8("type");
-  if (t < 1 || t > 3) {
-    throw Error(ErrorCode::ProtocolError, fmt::format("status request: unknown type {}", t));
-  }
-  q.type = static_cast<RequestType>(t);
-  q.jobId = r.u64("job id");
-  r.expectEnd();
-  return q;
-}
-
-namespace {
-void writeState(wire::Writer& w, const RankState& s) {
-  w.i32(s.rank).i32(s.size).i32(s.pid).str(s.host).u64(s.jobId);
-  w.u16(static_cast<uint16_t>(std::min(s.calls.size(), kMaxCallsReported)));
-  for (size_t i = 0; i < s.calls.size() && i < kMaxCallsReported; ++i) {
-    const CallState& c = s.calls[i];
-    w.str(c.domain.substr(0, 64)).str(c.op.substr(0, 64)).u64(c.seq).f64(c.seconds);
-    w.i32(c.waitingFor).f64(c.waitingSeconds).str(c.detail.substr(0, 256)).u8(c.failed ? 1 : 0);
-  }
-}
-
-RankState readState(wire::Reader& r) {
-  RankState s;
-  s.rank = r.i32("rank");
-  s.size = r.i32("size");
-  s.pid = r.i32("pid");
-  s.host = r.str(256, "host");
-  s.jobId = r.u64("job id");
-  uint16_t n = r.u16("call count");
-  if (n > kMaxCallsReported) {
-    throw Error(ErrorCode::ProtocolError, fmt::format("status reply: {} calls", n));
-  }
-  for (uint16_t i = 0; i < n; ++i) {
-    CallState c;
-    c.domain = r.str(64, "domain");
-    c.op = r.str(64, "op");
-    c.seq = r.u64("seq");
-    c.seconds = r.f64("seconds");
-    c.waitingFor = r.i32("waiting for");
-    c.waitingSeconds = r.f64("waiting seconds");
-    c.detail = r.str(256, "detail");
-    c.failed = r.u8("failed") != 0;
-    s.calls.push_back(std::move(c));
-  }
-  return s;
-}
-}  // namespace
-
-std::vector<uint8_t> encodeReply(const Reply& rep) {
-  wire::Writer w;
-  w.str(rep.error.substr(0, 4096)).str(rep.text.substr(0, kMaxReply / 2));
-  w.u32(static_cast<uint32_t>(rep.states.size()));
-  for (auto& s : rep.states) writeState(w, s);
-  return wire::encodeRecord(kAnswerKind, kWatchVersion, w.data());
-}
-
-Reply decodeReply(std::span<const uint8_t> record) {
-  auto d = wire::decodeRecord(record, kAnswerKind, kWatchVersion, kMaxReply, "status reply");
-  wire::Reader r(d.body, "status reply");
-  Reply rep;
-  rep.error = r.str(4096, "error");
-  rep.text = r.str(kMaxReply / 2, "text");
-  uint32_t n = r.u32("state count");
-  if (n > 4096) throw Error(ErrorCode::ProtocolError, fmt::format("status reply: {} states", n));
-  for (uint32_t i = 0; i < n; ++i) rep.states.push_back(readState(r));
-  r.expectEnd();
-  return rep;
-}
+// The records: watch_codec.cpp.
 
 // ---------------------------------------------------------------------------------------------
 // The service thread
@@ -1090,31 +1006,6 @@ class Watched final : public Bootstrap {
   std::shared_ptr<Scope> scope_;
 };
 
-std::vector<uint8_t> encodeExchange(uint64_t jobId, const std::string& secret, const PeerInfo& me) {
-  wire::Writer w;
-  w.u64(jobId).str(secret).str(me.address).str(me.host.substr(0, 200)).i32(me.pid);
-  auto rec = wire::encodeRecord(kExchangeKind, kWatchVersion, w.data());
-  rec.resize(kExchangeSlot, 0);
-  return rec;
-}
-
-PeerInfo decodeExchange(const uint8_t* slot, int rank, uint64_t* jobId, std::string* secret) {
-  std::string what = fmt::format("status exchange record of rank {}", rank);
-  auto h = wire::decodeHeader({slot, wire::kRecordHeaderSize}, kExchangeKind, kExchangeSlot, what);
-  if (h.length > kExchangeSlot - wire::kRecordHeaderSize) {
-    throw Error(ErrorCode::ProtocolError, "malformed " + what, rank);
-  }
-  wire::Reader r({slot + wire::kRecordHeaderSize, h.length}, what);
-  PeerInfo p;
-  *jobId = r.u64("job id");
-  *secret = r.str(128, "secret");
-  p.address = r.str(128, "address");
-  p.host = r.str(256, "host");
-  p.pid = r.i32("pid");
-  r.expectEnd();
-  return p;
-}
-
 }  // namespace
 
 std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config& config) {
@@ -1168,19 +1059,19 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
     statusSecret = crypto::toHex(raw);
   }
   std::vector<uint8_t> all(kExchangeSlot * static_cast<size_t>(scope->size));
-  auto slot = encodeExchange(mine, scope->rank == 0 ? statusSecret : std::string(), me);
+  auto slot = encodeExchange({mine, scope->rank == 0 ? statusSecret : std::string(), me});
   std::memcpy(all.data() + kExchangeSlot * static_cast<size_t>(scope->rank), slot.data(),
               kExchangeSlot);
   inner->allGather(all.data(), kExchangeSlot);
   scope->peers.resize(static_cast<size_t>(scope->size));
   for (int r = 0; r < scope->size; ++r) {
-    uint64_t id = 0;
-    std::string secret;
-    scope->peers[static_cast<size_t>(r)] =
-        decodeExchange(all.data() + kExchangeSlot * static_cast<size_t>(r), r, &id, &secret);
+    Exchange x = decodeExchange(
+        std::span<const uint8_t>(all).subspan(kExchangeSlot * static_cast<size_t>(r), kExchangeSlot),
+        r);
+    scope->peers[static_cast<size_t>(r)] = std::move(x.peer);
     if (r == 0) {
-      scope->jobId = id;
-      scope->secret = launch.secret.empty() ? secret : launch.secret;
+      scope->jobId = x.jobId;
+      scope->secret = launch.secret.empty() ? x.secret : launch.secret;
     }
   }
   service().add(scope);
