@@ -61,7 +61,12 @@ RankState readState(wire::Reader& r) {
     c.waitingFor = r.i32("waiting for");
     c.waitingSeconds = r.f64("waiting seconds");
     c.detail = r.str(kMaxDetail, "detail");
-    c.failed = r.u8("failed") != 0;
+    const uint8_t failed = r.u8("failed");
+    if (failed > 1) {  // a flag: 0 or 1, so that every reply has one encoding
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("status reply: call flag 'failed' is {} (0 or 1)", failed));
+    }
+    c.failed = failed == 1;
     s.calls.push_back(std::move(c));
   }
   return s;
@@ -101,14 +106,23 @@ std::vector<uint8_t> encodeExchange(const Exchange& e) {
 }
 
 Exchange decodeExchange(std::span<const uint8_t> slot, int rank) {
-  std::string what = fmt::format("status exchange record of rank {}", rank);
+  const std::string what = fmt::format("status exchange record of rank {}", rank);
+  auto bad = [&](const std::string& why) {
+    throw Error(ErrorCode::ProtocolError, fmt::format("malformed {}: {}", what, why), rank);
+  };
   if (slot.size() < wire::kRecordHeaderSize) {
-    throw Error(ErrorCode::ProtocolError, "malformed " + what, rank);
+    bad(fmt::format("a slot of {} bytes cannot hold a record header", slot.size()));
   }
-  auto h =
-      wire::decodeHeader(slot.first(wire::kRecordHeaderSize), kExchangeKind, kExchangeSlot, what);
-  if (h.length > std::min(kExchangeSlot, slot.size()) - wire::kRecordHeaderSize) {
-    throw Error(ErrorCode::ProtocolError, "malformed " + what, rank);
+  // The version and the kind are checked like decodeRecord() does (a slot of another kind or
+  // version is another build's record, not this one with other fields).
+  auto h = wire::decodeHeader(slot.first(wire::kRecordHeaderSize), kWatchVersion,
+                              kExchangeSlot - wire::kRecordHeaderSize, what);
+  if (h.kind != kExchangeKind) {
+    bad(fmt::format("record kind {} (expected {})", h.kind, kExchangeKind));
+  }
+  if (h.length > slot.size() - wire::kRecordHeaderSize) {
+    bad(fmt::format("the header announces {} body bytes, the slot holds {}", h.length,
+                    slot.size() - wire::kRecordHeaderSize));
   }
   wire::Reader r(slot.subspan(wire::kRecordHeaderSize, h.length), what);
   Exchange e;

@@ -95,7 +95,7 @@ struct Reply {
 };
 STRATA_API std::vector<uint8_t> encodeReply(const Reply& r);
 /// A whole record; refuses more than kMaxCallsReported calls in a state, more than kMaxStates
-/// states and a text field over its limit.
+/// states, a text field over its limit and a `failed` byte other than 0 or 1.
 STRATA_API Reply decodeReply(std::span<const uint8_t> record);
 
 /// One rank's exchange record: the job id rank 0 drew, the status secret (rank 0's, when the
