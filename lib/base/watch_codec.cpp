@@ -31,7 +31,7 @@ Request decodeRequest(std::span<const uint8_t> record) {
 
 namespace {
 void writeState(wire::Writer& w, const RankState& s) {
-  w.i32(s.rank).i32(s.size).i32(s.pid).str(s.host).u64(s.jobId);
+  w.i32(s.rank).i32(s.size).i32(s.pid).str(s.host.substr(0, kMaxHost)).u64(s.jobId);
   w.u16(static_cast<uint16_t>(std::min(s.calls.size(), kMaxCallsReported)));
   for (size_t i = 0; i < s.calls.size() && i < kMaxCallsReported; ++i) {
     const CallState& c = s.calls[i];
@@ -76,8 +76,9 @@ RankState readState(wire::Reader& r) {
 std::vector<uint8_t> encodeReply(const Reply& rep) {
   wire::Writer w;
   w.str(rep.error.substr(0, kMaxError)).str(rep.text.substr(0, kMaxText));
-  w.u32(static_cast<uint32_t>(rep.states.size()));
-  for (auto& s : rep.states) writeState(w, s);
+  const size_t n = std::min(rep.states.size(), kMaxStates);
+  w.u32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) writeState(w, rep.states[i]);
   return wire::encodeRecord(kAnswerKind, kWatchVersion, w.data());
 }
 
@@ -96,7 +97,20 @@ Reply decodeReply(std::span<const uint8_t> record) {
   return rep;
 }
 
+static_assert(wire::kRecordHeaderSize + 8 + 3 * 4 + kMaxExchangeSecret + kMaxExchangeAddress +
+                      kExchangeHost + 4 <=
+                  kExchangeSlot,
+              "the largest exchange record must fit its slot");
+
 std::vector<uint8_t> encodeExchange(const Exchange& e) {
+  // Every rank decodes every slot: a field its decoder refuses would fail the job's start on all
+  // of them, so refuse it here, where it is made.
+  if (e.secret.size() > kMaxExchangeSecret || e.peer.address.size() > kMaxExchangeAddress) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("status exchange record: a {}-byte secret or {}-byte address is over "
+                            "the limit of {} bytes",
+                            e.secret.size(), e.peer.address.size(), kMaxExchangeSecret));
+  }
   wire::Writer w;
   w.u64(e.jobId).str(e.secret).str(e.peer.address).str(e.peer.host.substr(0, kExchangeHost));
   w.i32(e.peer.pid);
@@ -129,7 +143,7 @@ Exchange decodeExchange(std::span<const uint8_t> slot, int rank) {
   e.jobId = r.u64("job id");
   e.secret = r.str(kMaxExchangeSecret, "secret");
   e.peer.address = r.str(kMaxExchangeAddress, "address");
-  e.peer.host = r.str(kMaxHost, "host");
+  e.peer.host = r.str(kExchangeHost, "host");
   e.peer.pid = r.i32("pid");
   r.expectEnd();
   return e;

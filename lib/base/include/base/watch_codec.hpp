@@ -59,7 +59,7 @@ inline constexpr size_t kMaxRequest = 64;
 inline constexpr size_t kMaxReply = 4u << 20;
 /// Calls per rank state: the encoder writes the first 16, the decoder refuses more.
 inline constexpr size_t kMaxCallsReported = 16;
-/// Rank states per reply: the decoder refuses more.
+/// Rank states per reply: the encoder writes the first 4096, the decoder refuses more.
 inline constexpr size_t kMaxStates = 4096;
 // Text fields: the encoder cuts each to its limit (bytes), the decoder refuses longer ones.
 inline constexpr size_t kMaxError = 4096;
@@ -71,8 +71,9 @@ inline constexpr size_t kMaxDetail = 256;
 
 /// Each rank's slot in the exchange allGather (the record, zero-padded).
 inline constexpr size_t kExchangeSlot = 512;
-/// Exchange fields: the host name is cut to kExchangeHost bytes; the decoder refuses a secret
-/// or address over 128 bytes and a host name over 256.
+/// Exchange fields: the encoder refuses a secret or an address over 128 bytes and cuts the host
+/// name to 200; the decoder refuses longer ones. 8 + 3 x 4 + 128 + 128 + 200 + 4 body bytes and
+/// the header fit the slot.
 inline constexpr size_t kMaxExchangeSecret = 128;
 inline constexpr size_t kMaxExchangeAddress = 128;
 inline constexpr size_t kExchangeHost = 200;
@@ -105,7 +106,7 @@ struct Exchange {
   std::string secret;
   PeerInfo peer;
 };
-/// kExchangeSlot bytes.
+/// kExchangeSlot bytes. Throws Error(Internal) for a secret or address over 128 bytes.
 STRATA_API std::vector<uint8_t> encodeExchange(const Exchange& e);
 /// Rank `rank`'s slot (kExchangeSlot bytes in the allGather; any size is checked): the record
 /// at its start, the padding after it ignored. Errors name the rank (Error::peer()).
