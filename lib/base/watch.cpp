@@ -1,4 +1,5 @@
 #include "base/watch.hpp"
+#include "base/watch_testing.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -811,11 +812,10 @@ std::string stateLine(const Answer& a, int rank) {
   return s;
 }
 
-}  // namespace
-
-std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
-  std::string out = fmt::format("job {:016x}: {} ranks, asked from rank {}\n", scope.jobId,
-                                scope.size, scope.rank);
+std::string describeAnswers(uint64_t jobId, int size, int rank,
+                            const std::vector<Answer>& answers) {
+  std::string out =
+      fmt::format("job {:016x}: {} ranks, asked from rank {}\n", jobId, size, rank);
   for (size_t p = 0; p < answers.size(); ++p) {
     out += stateLine(answers[p], static_cast<int>(p)) + "\n";
   }
@@ -840,7 +840,7 @@ std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
                                [](auto& a, auto& b) { return a.second < b.second; });
   CallState ref;
   std::tie(ref.domain, ref.op, ref.seq) = best->first;
-  Analysis v = analyse(answers, ref, scope.rank);
+  Analysis v = analyse(answers, ref, rank);
   if (v.roots.empty()) {
     out += fmt::format("verdict: every rank answered; the ranks in a call are in {} {} "
                        "(nobody is stopped or in another call)\n",
@@ -849,6 +849,12 @@ std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
     out += "verdict: " + verdictText(v, answers, -1) + "\n";
   }
   return out;
+}
+
+}  // namespace
+
+std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
+  return describeAnswers(scope.jobId, scope.size, scope.rank, answers);
 }
 
 Error diagnose(const Error& e) noexcept {
@@ -1040,7 +1046,13 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
         net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr), iface.addrLen);
     a.setPort(0);
     scope->listener = net::listenOn(a, 256);
-    scope->address = me.address = net::localAddress(scope->listener.get()).toString();
+    std::string address = net::localAddress(scope->listener.get()).toString();
+    if (address.size() > kMaxExchangeAddress) {
+      scope->listener.reset();
+      throw Error(ErrorCode::Internal,
+                  fmt::format("its address {} is too long to publish", address));
+    }
+    scope->address = me.address = address;
   } catch (const std::exception& e) {
     STRATA_LOG(Warn, kSub,
                "rank {}: no status service ({}); a stalled job's errors will not say which rank "
@@ -1051,15 +1063,16 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
   crypto::randomBytes(std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mine), sizeof mine));
   // The status port takes the job secret; without one, rank 0 makes one for the status service
   // and sends it over the bootstrap (authenticated itself, or PMIx's), so that only the job's
-  // ranks can ask (local tools use the same-user unix socket instead).
-  std::string statusSecret = launch.secret;
-  if (statusSecret.empty() && scope->rank == 0) {
+  // ranks can ask (local tools use the same-user unix socket instead). The job secret itself is
+  // never sent: every rank has it, and it may be longer than the exchange record holds.
+  std::string madeSecret;
+  if (launch.secret.empty() && scope->rank == 0) {
     std::array<uint8_t, 24> raw{};
     crypto::randomBytes(raw);
-    statusSecret = crypto::toHex(raw);
+    madeSecret = crypto::toHex(raw);
   }
   std::vector<uint8_t> all(kExchangeSlot * static_cast<size_t>(scope->size));
-  auto slot = encodeExchange({mine, scope->rank == 0 ? statusSecret : std::string(), me});
+  auto slot = encodeExchange({mine, madeSecret, me});
   std::memcpy(all.data() + kExchangeSlot * static_cast<size_t>(scope->rank), slot.data(),
               kExchangeSlot);
   inner->allGather(all.data(), kExchangeSlot);
@@ -1088,5 +1101,29 @@ std::shared_ptr<Scope> scopeOf(const Bootstrap* b) {
   return nullptr;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Test seam (base/watch_testing.hpp)
+
+namespace testing {
+
+std::string rankList(std::vector<int> ranks) {
+  return watch::rankList(std::move(ranks));
+}
+
+Finding analyse(const std::vector<Answer>& answers, const CallState& ref, int selfRank) {
+  Analysis v = watch::analyse(answers, ref, selfRank);
+  Finding f;
+  for (const Root& r : v.roots) f.roots.push_back(r.rank);
+  f.waiters = v.waiters;
+  f.text = verdictText(v, answers, selfRank);
+  return f;
+}
+
+std::string describe(uint64_t jobId, int rank, const std::vector<Answer>& answers) {
+  return describeAnswers(jobId, static_cast<int>(answers.size()), rank, answers);
+}
+
+}  // namespace testing
 
 }  // namespace strata::watch
