@@ -299,7 +299,7 @@ BOOST_AUTO_TEST_CASE(exchange_rejections_name_the_rank) {
   expectError([&] { decodeExchange(std::span(slot).first(11), 5); }, ErrorCode::ProtocolError,
               "rank 5");
   // The record kind and version are checked (decodeExchange once passed the kind as the maximum
-  // version: any kind and versions up to 62 were taken).
+  // version: any kind and versions up to 62, its kind number then, were taken).
   for (uint16_t kind : {uint16_t(0), kAnswerKind, uint16_t(84), uint16_t(0xdd)}) {
     Bytes bad = slot;
     wire::storeLe<uint16_t>(bad.data() + 6, kind);

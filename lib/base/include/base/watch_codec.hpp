@@ -48,9 +48,9 @@ struct PeerInfo {
 };
 
 // ---- record kinds and limits (docs/wire-format.md, "Status service") ----
-inline constexpr uint16_t kRequestKind = 60;
-inline constexpr uint16_t kAnswerKind = 61;
-inline constexpr uint16_t kExchangeKind = 62;
+inline constexpr uint16_t kRequestKind = 90;
+inline constexpr uint16_t kAnswerKind = 91;
+inline constexpr uint16_t kExchangeKind = 92;
 inline constexpr uint16_t kWatchVersion = 1;
 
 /// A request record's body (its limit; a request body is 9 bytes).
