@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <strata/error.hpp>
 #include "base/wire.hpp"
-#include "strata/error.hpp"
 
 namespace strata::watch {
 

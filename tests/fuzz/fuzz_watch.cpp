@@ -97,9 +97,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int rank = input.byte();
   std::span<const uint8_t> bytes = input.rest();
   switch (which) {
-    case 0: request(bytes); break;
-    case 1: reply(bytes); break;
-    default: exchange(bytes, rank); break;
+    case 0:
+      request(bytes);
+      break;
+    case 1:
+      reply(bytes);
+      break;
+    default:
+      exchange(bytes, rank);
+      break;
   }
   return 0;
 }

@@ -308,8 +308,8 @@ void watchSeeds() {
   error.error = "this process (pid 4242) has no job 0000000000000007";
   seed("reply-error", 1, 0, w::encodeReply(error));
   seed("exchange-rank0", 2, 0,
-       w::encodeExchange({0x5eed0123456789abull, std::string(48, 'f'),
-                          {"127.0.0.1:40123", "node17", 4242}}));
+       w::encodeExchange(
+           {0x5eed0123456789abull, std::string(48, 'f'), {"127.0.0.1:40123", "node17", 4242}}));
   seed("exchange-rank3", 2, 3, w::encodeExchange({0x1111, "", {"[::1]:40124", "node18", 77}}));
 }
 
