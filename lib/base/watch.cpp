@@ -857,14 +857,14 @@ std::string stateLine(const Answer& a, int rank) {
   return s;
 }
 
-std::string describeAnswers(uint64_t jobId, int size, int rank,
-                            const std::vector<Answer>& answers) {
+std::string describeAnswers(uint64_t jobId, int size, int rank, const std::vector<Answer>& answers,
+                            const std::vector<PeerInfo>& peers = {}) {
   std::string out =
       fmt::format("job {:016x}: {} ranks, asked from rank {}\n", jobId, size, rank);
   for (size_t p = 0; p < answers.size(); ++p) {
     out += stateLine(answers[p], static_cast<int>(p));
-    if (p < scope.peers.size() && !scope.peers[p].address.empty()) {
-      out += "  [status " + scope.peers[p].address + "]";
+    if (p < peers.size() && !peers[p].address.empty()) {
+      out += "  [status " + peers[p].address + "]";
     }
     out += "\n";
   }
@@ -903,7 +903,7 @@ std::string describeAnswers(uint64_t jobId, int size, int rank,
 }  // namespace
 
 std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
-  return describeAnswers(scope.jobId, scope.size, scope.rank, answers);
+  return describeAnswers(scope.jobId, scope.size, scope.rank, answers, scope.peers);
 }
 
 Error diagnose(const Error& e) noexcept {
