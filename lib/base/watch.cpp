@@ -513,7 +513,7 @@ std::vector<Answer> collect(Scope& scope, double seconds) {
     int peer = -1;
     std::optional<handshake::ConnectSide> cs;
     net::Fd fd;
-    handshake::RecordReader reader{kMaxReply};
+    handshake::RecordReader reader{kMaxPeerReply};
     bool done = false;
   };
   std::vector<Query> qs;

@@ -241,7 +241,7 @@ BOOST_AUTO_TEST_CASE(reply_rejections) {
 
   wire::Writer states;
   states.str("").str("").u32(kMaxStates + 1);
-  expectError([&] { decodeReply(replyRecord(states)); }, ErrorCode::ProtocolError, "4097 states");
+  expectError([&] { decodeReply(replyRecord(states)); }, ErrorCode::ProtocolError, std::to_string(kMaxStates + 1) + " states");
 
   wire::Writer failed;
   failed.str("").str("").u32(1);

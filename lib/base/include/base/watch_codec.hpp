@@ -55,12 +55,15 @@ inline constexpr uint16_t kWatchVersion = 1;
 
 /// A request record's body (its limit; a request body is 9 bytes).
 inline constexpr size_t kMaxRequest = 64;
-/// A whole reply record's body.
-inline constexpr size_t kMaxReply = 4u << 20;
+/// A whole reply record's body: a dump of a job of 100k ranks (about 200 bytes of state and of
+/// text per rank) fits.
+inline constexpr size_t kMaxReply = 64u << 20;
+/// A peer's answer to a status request: one rank's state (at most 16 calls of < 500 bytes).
+inline constexpr size_t kMaxPeerReply = 64u << 10;
 /// Calls per rank state: the encoder writes the first 16, the decoder refuses more.
 inline constexpr size_t kMaxCallsReported = 16;
-/// Rank states per reply: the encoder writes the first 4096, the decoder refuses more.
-inline constexpr size_t kMaxStates = 4096;
+/// Rank states per reply: the encoder writes the first 131072, the decoder refuses more.
+inline constexpr size_t kMaxStates = 1u << 17;
 // Text fields: the encoder cuts each to its limit (bytes), the decoder refuses longer ones.
 inline constexpr size_t kMaxError = 4096;
 inline constexpr size_t kMaxText = kMaxReply / 2;
