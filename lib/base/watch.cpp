@@ -748,6 +748,21 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       if (!cur[static_cast<size_t>(q)]) break;
     }
   }
+  // At each sequence number the ranks are in, the operation most of them are in there (ties:
+  // this rank's, else the first by name).
+  std::map<uint64_t, std::string> opAt;
+  for (auto& [k, ranks] : byCall) {
+    auto& best = opAt[k.second];
+    const bool mine = selfRank >= 0 && selfRank < n && cur[static_cast<size_t>(selfRank)] &&
+                      cur[static_cast<size_t>(selfRank)]->seq == k.second &&
+                      cur[static_cast<size_t>(selfRank)]->op == k.first;
+    if (best.empty()) {
+      best = k.first;
+      continue;
+    }
+    const size_t have = byCall[{best, k.second}].size();
+    if (ranks.size() > have || (ranks.size() == have && mine)) best = k.first;
+  }
   const std::string majorLabel = major.second > 0
                                      ? fmt::format("{} #{}", major.first, major.second)
                                      : major.first;
@@ -792,12 +807,19 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
           }
           break;
         }
-        if (ref.seq > 0 && c->seq > 0 && (c->op != major.first || c->seq != major.second)) {
-          r.kind = RootKind::Mismatch;
-          std::vector<int> majors = byCall[major];
-          r.why = fmt::format("is in {} #{} while {} {} in {}", c->op, c->seq, ranksWord(majors),
-                              majors.size() == 1 ? "is" : "are", majorLabel);
-          break;
+        if (ref.seq > 0 && c->seq > 0) {
+          // Another operation at the same sequence number is a mismatch. Another sequence
+          // number is not by itself: a rank that got all it needed from a call goes on to the
+          // next one while the others still wait (a broadcast's root may run ahead further).
+          const std::string& right = opAt[c->seq];
+          if (!right.empty() && c->op != right) {
+            r.kind = RootKind::Mismatch;
+            const std::vector<int>& others = byCall[{right, c->seq}];
+            r.why = fmt::format("is in {} #{} while {} {} in {} #{}", c->op, c->seq,
+                                ranksWord(others), others.size() == 1 ? "is" : "are", right,
+                                c->seq);
+            break;
+          }
         }
         continue;
     }
