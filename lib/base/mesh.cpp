@@ -28,6 +28,7 @@
 #include "base/handshake.hpp"
 #include "base/log.hpp"
 #include "base/mesh_frames.hpp"
+#include "base/watch.hpp"
 
 namespace strata::mesh {
 namespace {
@@ -822,6 +823,8 @@ struct PeerMesh::Impl {
     uint64_t seq = f.seq = ++c.queuedSeq;
     c.outq.push_back(std::move(f));
     wakeDriver();
+    watch::Waiting waiting(peer, fmt::format("{} to it not yet taken ({}, {} bytes)", op,
+                                             tagText(tag), bytes));
     waitUntil(
         lk, [&] { return c.doneSeq >= seq || !c.fd.valid(); }, deadline,
         [&] {
@@ -864,6 +867,11 @@ struct PeerMesh::Impl {
       auto it = p.inbox.find(tag);
       return (it != p.inbox.end() && !it->second.empty()) || p.lost || p.finished;
     };
+    std::optional<watch::Waiting> waiting;
+    if (!ready()) {
+      waiting.emplace(peer, fmt::format("{} from it not yet received ({}, {} bytes)", op,
+                                        tagText(tag), bytes));
+    }
     waitUntil(
         lk, ready, deadline,
         [&] {

@@ -92,7 +92,15 @@ void Connection::updateAndSync(const RegisteredMemory& dst, uint64_t dstOffset, 
 void Connection::flush(double timeoutSeconds) {
   auto& I = *impl_;
   double t = timeoutSeconds < 0 ? I.timeout : timeoutSeconds;
-  I.guarded([&] { I.conn->flush(t > 0 ? t : 1e18); });
+  watch::Call call(I.scope, "connection", "flush", 0);
+  watch::waitingFor(I.peer, fmt::format("writes to it not yet complete over {}", I.transportName));
+  try {
+    I.guarded([&] { I.conn->flush(t > 0 ? t : 1e18); });
+  } catch (const Error& e) {
+    // Stuck on the peer: ask the job who is at fault (bounded by watch.query_timeout).
+    if (e.code() == ErrorCode::Timeout) throw watch::diagnose(e);
+    throw;
+  }
 }
 
 void Connection::progress() {

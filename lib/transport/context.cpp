@@ -505,6 +505,7 @@ std::vector<std::shared_ptr<Connection>> Context::connect(std::span<const int> p
     impl->transportName = names[i];
     impl->transport = I.find(names[i]);
     impl->timeout = I.timeout;
+    impl->scope = watch::scopeOf(I.bootstrap.get());
     impl->conn = impl->transport->connect(I.peerInfo(p), c.endpoint);
     impl->localArena = I.pool(names[i], *this)->arena;
     impl->peerArena = transport::deserializeWith(*this, c.arena, p, names[i]);

@@ -13,6 +13,8 @@
 #include <strata/backend/transport.hpp>
 #include <strata/transport.hpp>
 
+#include "base/watch.hpp"
+
 namespace strata::transport {
 
 /// Tags the Context uses on the bootstrap; far above what applications use (documented in
@@ -104,6 +106,8 @@ struct Connection::Impl {
   RegisteredMemory peerArena;
   /// This rank's arena for this transport (counters the peer raises).
   RegisteredMemory localArena;
+  /// The status service's view of the context's bootstrap (base/watch.hpp), or null.
+  std::shared_ptr<watch::Scope> scope;
   /// Rethrows PeerLost for every call once the peer was lost.
   void checkLost();
   template <typename F>

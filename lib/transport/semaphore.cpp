@@ -10,6 +10,7 @@
 
 #include "base/backoff.hpp"
 #include "base/deadline.hpp"
+#include "base/watch.hpp"
 #include "context_impl.hpp"
 #include "records.hpp"
 
@@ -76,6 +77,8 @@ void HostSemaphore::wait(double timeoutSeconds) {
   const bool canBlock = tr.blockingWaitSupported();
   // A signal from a running peer lands within microseconds: spin 20 us before yielding.
   Backoff backoff(20, 1);
+  watch::Call call(transport::Access::impl(*I.conn).scope, "connection", "semaphore wait", 0);
+  watch::waitingFor(peer(), fmt::format("signal {} from it not yet received", I.expected + 1));
   for (;;) {
     if (I.load() > I.expected) {
       ++I.expected;
@@ -88,12 +91,12 @@ void HostSemaphore::wait(double timeoutSeconds) {
       lastCheck = now;
       I.conn->checkPeer();
       if (deadline.expired()) {
-        throw Error(ErrorCode::Timeout,
+        throw watch::diagnose(Error(ErrorCode::Timeout,
                     fmt::format("semaphore wait for rank {} over {} timed out after {} s (signals "
                                 "received {}, waiting for {}); the peer may be stuck or slower: "
                                 "raise transport.timeout",
                                 peer(), I.conn->transport(), t, I.expected, I.expected + 1),
-                    peer());
+                    peer()));
       }
     }
     if (canBlock && now - start > kPollPhase) {
