@@ -6,7 +6,8 @@
 // usage: stall DIR MODE [COUNT]
 //   Before anything else the rank writes DIR/pid.R (its pid). Then, by MODE:
 //   allreduce  Communicator::create, then allReduce of COUNT floats (default 1024) in a loop;
-//              after the first call it writes DIR/at.R.
+//              after the first call it writes DIR/at.R; the rank named by env STALL_HOLD
+//              then waits for DIR/go.R (in the application's own code) before its next call.
 //   allgather  Bootstrap::create, then Bootstrap::allGather of COUNT bytes per rank (default 64)
 //              in a loop; DIR/at.R after the first.
 //   flush      Bootstrap, Context and one Connection to every peer (the transport of
@@ -75,8 +76,7 @@ void waitFor(const std::string& name) {
 }
 
 double epoch() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 [[noreturn]] void failed(const strata::Error& e) {
@@ -101,6 +101,8 @@ void ok() {
 int runAllReduce(size_t count) {
   auto comm = strata::Communicator::create();
   rank = comm->rank();
+  const char* h = std::getenv("STALL_HOLD");
+  const int hold = h ? std::atoi(h) : -1;
   std::vector<float> send(count, 1.0f), recv(count);
   for (uint64_t i = 1;; ++i) {
     where = "allReduce #" + std::to_string(i);
@@ -115,7 +117,10 @@ int runAllReduce(size_t count) {
                    static_cast<unsigned long long>(i), recv[0], comm->size());
       return 1;
     }
-    if (i == 1) touch("at." + std::to_string(rank));
+    if (i == 1) {
+      touch("at." + std::to_string(rank));
+      if (rank == hold) waitFor("go." + std::to_string(rank));
+    }
     if (exists("end")) break;
   }
   ok();
@@ -184,7 +189,13 @@ int runFlush(size_t bytes) {
   for (uint64_t i = 1;; ++i) {
     where = "put+flush round " + std::to_string(i);
     for (auto& port : ports) port.put(bytes * static_cast<uint64_t>(rank), 0, bytes);
-    for (auto& port : ports) port.flush();
+    // As a kernel would, but without spinning: 16 ranks spinning on 2 cores would starve the
+    // proxy threads whose errors the test times.
+    for (auto& port : ports) {
+      uint64_t id = 0;
+      while (!port.tryFlush(&id)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      while (!port.fifo.done(id)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
     try {
       proxy.check();
     } catch (const strata::Error& e) {
@@ -206,6 +217,13 @@ int runMismatch(size_t count) {
   std::vector<float> send(count, 1.0f), recv(count);
   for (int i = 1; i <= 3; ++i) {
     const bool bcast = i == 3 && rank == odd;
+    if (bcast) {
+      // The others are in allReduce #3 (or about to be) when this rank finds the mismatch and
+      // asks them: else a rank still finishing #2 would blur the picture.
+      for (int p = 0; p < comm->size(); ++p) {
+        if (p != rank) waitFor("at." + std::to_string(p));
+      }
+    }
     where = std::string(bcast ? "broadcast" : "allReduce") + " #" + std::to_string(i);
     try {
       if (bcast) {
@@ -269,9 +287,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const strata::Error& e) {
     if (where == "create" || where == "connect") {
-      std::printf("stall: rank %d: RESULT FAILED code=%s peer=%d at=%.3f call=%s msg: %s\n",
-                  rank, std::string(strata::toString(e.code())).c_str(), e.peer(), epoch(),
-                  where.c_str(), e.what());
+      std::printf("stall: rank %d: RESULT FAILED code=%s peer=%d at=%.3f call=%s msg: %s\n", rank,
+                  std::string(strata::toString(e.code())).c_str(), e.peer(), epoch(), where.c_str(),
+                  e.what());
     }
     return 3;
   } catch (const std::exception& e) {

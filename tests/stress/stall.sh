@@ -8,7 +8,8 @@
 # the script where they are through files; no pass/fail decision depends on a sleep.
 #
 # usage: stall.sh CASE STRATA_RUN STALL [STRATA_PERF] [STRATA_INFO]
-#   CASE  allreduce-n4 allreduce-n16 allgather-n4 allgather-n16 flush-n4 mismatch
+#   CASE  allreduce-n4 allreduce-n16 allreduce-note-n4 allgather-n4 allgather-n16 flush-n4
+#         flush-n16 mismatch
 #         info-healthy info-stalled perf-allreduce
 # Exit status: 0 passed, 1 failed, 77 skipped (what the case needs is not here).
 set -u
@@ -176,11 +177,40 @@ sigstop() {
 
 case_allreduce_n4() { sigstop 4 allreduce 1024; }
 case_allreduce_n16() { sigstop 16 allreduce 256; }
+# Rank 3 is held in its own code while rank 2 is stopped: ranks 0 and 1 time out (naming rank 2
+# first, then rank 3 as in no call) and exit; then rank 3 calls allReduce and finds them gone
+# (PeerLost): it must name rank 2 first too, from rank 0's failure note, at once.
+case_allreduce_note_n4() {
+  start_job 4 allreduce 1024 STALL_HOLD=3
+  wait_files 90 $(ranks_from at. 4) || return
+  stop_rank $STOPPED
+  wait_results $((T + 30)) 0 1
+  check_named $STOPPED $((T + 2)) 0 1
+  local r p end=$((SECONDS + 30))
+  for r in 0 1; do
+    p=$(cat "$work/pid.$r")
+    while kill -0 "$p" 2>/dev/null && [[ $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]]; do
+      ((SECONDS < end)) || { fail "rank $r did not exit after its error"; break; }
+      sleep 0.05
+    done
+  done
+  t_stop=$EPOCHREALTIME  # rank 3's bound runs from its release
+  touch "$work/go.3"
+  wait_results 30 3
+  check_named $STOPPED $((T + 2)) 3
+  [[ $(result_line 3) == *"code=PeerLost"*"(found by rank "[01]" before it failed and exited)"* ]] ||
+    fail "rank 3 did not name rank 2 through a failure note (PeerLost ... found by rank 0 or 1)"
+  end_job
+}
+
 # The bootstrap's own timeout bounds each collective.
 case_allgather_n4() { sigstop 4 allgather 64 STRATA_BOOTSTRAP_TIMEOUT=$T; }
 case_allgather_n16() { sigstop 16 allgather 64 STRATA_BOOTSTRAP_TIMEOUT=$T; }
 # The fabric transport (tcp provider on lo): a write completes only with the peer's progress, so
 # a flush to a stopped peer blocks until the proxy's flush timeout (transport.timeout).
+case_flush_n16() {
+  sigstop 16 flush 65536 STRATA_TRANSPORT_INTRA_NODE=fabric "STRATA_TRANSPORT_FABRIC_PROVIDER=tcp;ofi_rxm"
+}
 case_flush_n4() {
   sigstop 4 flush 262144 STRATA_TRANSPORT_INTRA_NODE=fabric "STRATA_TRANSPORT_FABRIC_PROVIDER=tcp;ofi_rxm"
 }
