@@ -33,14 +33,20 @@ STOPPED=2  # the rank the cases stop
 work=$(mktemp -d "${TMPDIR:-/tmp}/stall.XXXXXX")
 bg_pids=()    # jobs and helpers we started
 stopped=()    # ranks we stopped
+# is_ours PID: PID still runs one of our programs (not a process that reused the pid).
+is_ours() {
+  local cmd
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
+  [[ $cmd == *"$bin"* || ( -n $perf && $cmd == *"$perf"* ) ]]
+}
 cleanup() {
   local p f
-  for p in "${stopped[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  # Ranks whose pids they recorded (they may outlive a failing case).
+  for p in "${stopped[@]}"; do is_ours "$p" && kill -CONT "$p" && kill -9 "$p"; done 2>/dev/null
+  # Ranks whose pids they recorded (they may outlive a failing case), if still ours.
   for f in "$work"/pid.* "$work"/perf.pids; do
     [[ -r $f ]] || continue
     for p in $(cat "$f" 2>/dev/null); do
-      [[ $p =~ ^[0-9]+$ ]] && kill -CONT "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
+      [[ $p =~ ^[0-9]+$ ]] && is_ours "$p" && kill -CONT "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
     done
   done
   for p in "${bg_pids[@]}"; do
@@ -89,13 +95,13 @@ start_job() {
 # end_job: kills what is left of the job (the stopped rank first) and waits for the launcher.
 end_job() {
   local p
-  for p in "${stopped[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  for p in "${stopped[@]}"; do is_ours "$p" && kill -CONT "$p" && kill -9 "$p"; done 2>/dev/null
   stopped=()
   touch "$work/end"
   local end=$((SECONDS + 30))
   while kill -0 "$job_pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.05; done
   if kill -0 "$job_pid" 2>/dev/null; then
-    for f in "$work"/pid.*; do kill -9 "$(cat "$f")" 2>/dev/null; done
+    for f in "$work"/pid.*; do is_ours "$(cat "$f")" && kill -9 "$(cat "$f")" 2>/dev/null; done
     kill -9 "$job_pid" 2>/dev/null
   fi
   wait "$job_pid" 2>/dev/null
