@@ -122,6 +122,7 @@ class Scope {
 namespace {
 thread_local Call::Rec* tlsCall = nullptr;
 thread_local Scope* tlsScope = nullptr;
+thread_local std::shared_ptr<Call::Rec> tlsSpare;
 thread_local std::string tlsDiagnosed;  ///< the last message diagnose() produced
 thread_local int tlsVerdictRoot = -1;
 thread_local std::string tlsVerdictText;
@@ -130,7 +131,17 @@ thread_local std::string tlsVerdictText;
 Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op, uint64_t seq)
     : scope_(std::move(scope)) {
   if (!scope_) return;
-  rec_ = std::make_shared<Rec>();
+  // One record per thread is reused (a collective call must stay cheap); nested calls and
+  // records still listed by a reply being built get fresh ones.
+  if (tlsSpare && tlsSpare.use_count() == 1) {
+    rec_ = std::move(tlsSpare);
+    rec_->waitingFor.store(-1, std::memory_order_relaxed);
+    rec_->failed.store(false, std::memory_order_relaxed);
+    rec_->detail.clear();
+    rec_->start = Clock::now();
+  } else {
+    rec_ = std::make_shared<Rec>();
+  }
   rec_->domain = std::move(domain);
   rec_->op = op;
   rec_->seq = seq;
@@ -148,8 +159,11 @@ Call::~Call() {
   if (!scope_) return;
   tlsCall = prev_;
   tlsScope = prevScope_;
-  std::lock_guard lk(scope_->mu);
-  std::erase(scope_->calls, rec_);
+  {
+    std::lock_guard lk(scope_->mu);
+    std::erase(scope_->calls, rec_);
+  }
+  if (!tlsSpare) tlsSpare = std::move(rec_);
 }
 
 uint64_t Call::seq() const noexcept { return rec_ ? rec_->seq : 0; }
@@ -948,7 +962,10 @@ Error diagnose(const Error& e) noexcept {
       tlsVerdictText.clear();
     }
     if (!rec || !scope || scope->size < 2) return e;
-    if (e.code() != ErrorCode::Timeout && e.code() != ErrorCode::ProtocolError) return e;
+    if (e.code() != ErrorCode::Timeout && e.code() != ErrorCode::ProtocolError &&
+        e.code() != ErrorCode::PeerLost) {
+      return e;
+    }
     if (tlsDiagnosed == e.what()) return e;  // an inner call's diagnosis, passing through
     rec->failed = true;
     auto answers = collect(*scope, scope->queryTimeout);
@@ -1084,7 +1101,12 @@ class Watched final : public Bootstrap {
     try {
       f();
     } catch (const Error& e) {
-      if (e.code() == ErrorCode::Timeout || e.code() == ErrorCode::ProtocolError) {
+      // A peer that closed its bootstrap because a call of its own failed is not the cause
+      // either: it waited for someone too.
+      if (e.code() == ErrorCode::Timeout || e.code() == ErrorCode::ProtocolError ||
+          (e.code() == ErrorCode::PeerLost &&
+           std::string_view(e.what()).find("after a call of its own failed") !=
+               std::string_view::npos)) {
         throw diagnose(e);
       }
       throw;

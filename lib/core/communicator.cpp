@@ -390,8 +390,9 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
     c.algorithm->run(r);
   } catch (const Error& e) {
     // A timeout, or a chunk of another operation: ask the other ranks what they are doing and
-    // name the one at fault first (bounded by watch.query_timeout).
-    broken = explain(watch::diagnose(e));
+    // name the one at fault first (bounded by watch.query_timeout). A lost peer is the cause
+    // itself, or left a note saying what was (explain).
+    broken = explain(e.code() == ErrorCode::PeerLost ? e : watch::diagnose(e));
     leaveNote(*broken);
     throw *broken;
   } catch (const std::exception& e) {

@@ -364,7 +364,7 @@ BOOST_AUTO_TEST_CASE(peer_killed) {
     return;
   }
   const int victim = env.size - 1;  // never rank 0, which may serve the rendezvous
-  constexpr int kTag = 800, kUnusedTag = 801;
+  constexpr int kTag = 800, kUnusedTag = 801, kAckTag = 802;
   Config cfg = Config::load();
   cfg.set("bootstrap.timeout", "30");
   if (Bootstrap::create(cfg)->backend() == "pmix") {
@@ -400,6 +400,13 @@ BOOST_AUTO_TEST_CASE(peer_killed) {
             _exit(3);
           }
         }
+        // Every peer has its message before the victim dies (a UCX send may complete before
+        // its bytes leave the process, and a killed process loses them).
+        for (int p = 0; p < bs->size(); ++p) {
+          if (p == victim) continue;
+          int32_t ack = -1;
+          bs->recv(p, kAckTag, &ack, sizeof(ack));
+        }
         raise(SIGKILL);
       } catch (const Error& error) {
         std::fprintf(stderr, "peer_killed child (rank %d): %s\n", victim, describe(error).c_str());
@@ -423,6 +430,7 @@ BOOST_AUTO_TEST_CASE(peer_killed) {
   int32_t value = -1;
   bs->recv(victim, kTag, &value, sizeof(value));
   BOOST_TEST(value == victim);
+  bs->send(victim, kAckTag, &me, sizeof(me));
 
   auto start = Clock::now();
   auto error = catchError([&] { bs->recv(victim, kUnusedTag, &value, sizeof(value)); });

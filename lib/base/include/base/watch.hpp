@@ -132,8 +132,9 @@ class STRATA_API Waiting {
 
 /// Asks the peers what they are doing and rewrites `e` (a failure of the calling thread's
 /// innermost call) to name the rank(s) at fault first. Returns `e` unchanged when there is no
-/// call, the scope is not watched, the error is not a Timeout/ProtocolError, or nothing more is
-/// learned. Bounded by watch.query_timeout; never throws.
+/// call, the scope is not watched, the error is not a Timeout, ProtocolError or PeerLost, or
+/// nothing more is learned. Bounded by watch.query_timeout; never throws. Callers pass PeerLost
+/// only where the lost peer may not be the cause (it reported a failure of its own).
 STRATA_API Error diagnose(const Error& e) noexcept;
 
 /// What the calling thread's last diagnose() found: the first rank at fault (-1: none) and the
