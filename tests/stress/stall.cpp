@@ -6,8 +6,8 @@
 // usage: stall DIR MODE [COUNT]
 //   Before anything else the rank writes DIR/pid.R (its pid). Then, by MODE:
 //   allreduce  Communicator::create, then allReduce of COUNT floats (default 1024) in a loop;
-//              after the first call it writes DIR/at.R; the rank named by env STALL_HOLD
-//              then waits for DIR/go.R (in the application's own code) before its next call.
+//              after the first call it writes DIR/at.R. With env STALL_HOLD=H, rank H then
+//              waits for DIR/go.H, the others for DIR/go.all, before their next call.
 //   allgather  Bootstrap::create, then Bootstrap::allGather of COUNT bytes per rank (default 64)
 //              in a loop; DIR/at.R after the first.
 //   flush      Bootstrap, Context and one Connection to every peer (the transport of
@@ -119,7 +119,7 @@ int runAllReduce(size_t count) {
     }
     if (i == 1) {
       touch("at." + std::to_string(rank));
-      if (rank == hold) waitFor("go." + std::to_string(rank));
+      if (hold >= 0) waitFor(rank == hold ? "go." + std::to_string(rank) : std::string("go.all"));
     }
     if (exists("end")) break;
   }

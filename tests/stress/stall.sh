@@ -189,6 +189,10 @@ case_allreduce_n16() { sigstop 16 allreduce 256; }
 case_allreduce_note_n4() {
   start_job 4 allreduce 1024 STALL_HOLD=3
   wait_files 90 $(ranks_from at. 4) || return
+  # Ranks 0-2 enter their 2nd allReduce (which waits for rank 3) and rank 2 is stopped in it at
+  # once. (Stopped before it, in its own code, rank 2 has not sent its part: rank 3 then finds
+  # the parts of ranks 0 and 1 delivered, waits for rank 2 and names it after its own timeout.)
+  touch "$work/go.all"
   stop_rank $STOPPED
   wait_results $((T + 30)) 0 1
   check_named $STOPPED $((T + 2)) 0 1
