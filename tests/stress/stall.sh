@@ -183,20 +183,37 @@ sigstop() {
 
 case_allreduce_n4() { sigstop 4 allreduce 1024; }
 case_allreduce_n16() { sigstop 16 allreduce 256; }
-# Rank 3 is held in its own code while rank 2 is stopped: ranks 0 and 1 time out (naming rank 2
-# first, then rank 3 as in no call) and exit; then rank 3 calls allReduce and finds them gone
-# (PeerLost): it must name rank 2 first too, from rank 0's failure note, at once.
+# Rank 3 is held in its own code before its 2nd allReduce; ranks 0-2 enter theirs (waiting for
+# rank 3), and rank 2 is stopped once strata-info shows it waiting there with its part sent.
+# Ranks 0 and 1 time out (naming rank 2 first, then rank 3 as in no call) and exit; then rank 3
+# is let go: its 2nd allReduce completes with the parts already delivered, and its 3rd finds
+# ranks 0 and 1 gone (PeerLost): it must name the same rank first, from a failure note, at once.
+# (Stopped before it had sent its part, rank 2 is what rank 3's 2nd allReduce waits for: rank 3
+# then names it after its own timeout, not through a note.) transport.timeout is 6 s here, so
+# that ranks 0-2 do not time out waiting for rank 3 before the script has stopped rank 2.
 case_allreduce_note_n4() {
-  start_job 4 allreduce 1024 STALL_HOLD=3
+  need_info
+  local t6=6
+  start_job 4 allreduce 1024 STALL_HOLD=3 STRATA_TRANSPORT_TIMEOUT=$t6
   wait_files 90 $(ranks_from at. 4) || return
-  # Ranks 0-2 enter their 2nd allReduce (which waits for rank 3) and rank 2 is stopped in it at
-  # once. (Stopped before it, in its own code, rank 2 has not sent its part: rank 3 then finds
-  # the parts of ranks 0 and 1 delivered, waits for rank 2 and names it after its own timeout.)
   touch "$work/go.all"
+  local out="" p0 end=$((SECONDS + 20))
+  p0=$(cat "$work/pid.0")
+  until grep -qE "^rank +2 .*allReduce #2 .*waiting for rank 3 .*0 pieces to it not yet sent" <<<"$out"; do
+    ((SECONDS < end)) || { fail "rank 2 was never seen waiting for rank 3 in allReduce #2: $out"; return; }
+    out=$(timeout -k 2 10 "$info" --job --pid "$p0" 2>&1)
+  done
   stop_rank $STOPPED
-  wait_results $((T + 30)) 0 1
-  check_named $STOPPED $((T + 2)) 0 1
-  local r p end=$((SECONDS + 30))
+  wait_results $((t6 + 30)) 0 1
+  # Two ranks are at fault for ranks 0 and 1: rank 2 (stopped) and rank 3 (in its own code, the
+  # rank they wait for). The analysis puts a rank that does not answer first (rank 2); what this
+  # case checks is that rank 3 names first the same rank as the note it reads.
+  local named
+  named=$(first_rank "$(result_line 0 | sed 's/.*msg: //')")
+  [[ $named == 2 || $named == 3 ]] || fail "rank 0 names rank ${named:-none} first, not rank 2 or 3"
+  check_named "${named:-2}" $((t6 + 2)) 0 1
+  local r p
+  end=$((SECONDS + 30))
   for r in 0 1; do
     p=$(cat "$work/pid.$r")
     while kill -0 "$p" 2>/dev/null && [[ $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]]; do
@@ -207,9 +224,9 @@ case_allreduce_note_n4() {
   t_stop=$EPOCHREALTIME  # rank 3's bound runs from its release
   touch "$work/go.3"
   wait_results 30 3
-  check_named $STOPPED $((T + 2)) 3
+  check_named "${named:-2}" $((t6 + 2)) 3
   [[ $(result_line 3) == *"code=PeerLost"*"(found by rank "[01]" before it failed and exited)"* ]] ||
-    fail "rank 3 did not name rank 2 through a failure note (PeerLost ... found by rank 0 or 1)"
+    fail "rank 3 did not name rank ${named:-2} through a failure note (PeerLost ... found by rank 0 or 1)"
   end_job
 }
 
