@@ -39,6 +39,7 @@ namespace {
 constexpr const char* kSub = "watch";
 constexpr size_t kMaxRequest = 64;
 constexpr size_t kMaxCallsReported = 16;
+constexpr size_t kMaxEnded = 4;
 constexpr size_t kMaxConnections = 512;
 constexpr double kConnectionSeconds = 3.0;
 constexpr uint16_t kExchangeKind = 62;
@@ -90,6 +91,9 @@ class Scope {
 
   std::mutex mu;
   std::vector<std::shared_ptr<Call::Rec>> calls;  ///< active, in start order
+  /// Calls that failed and returned (CallState::ended), oldest first, with their start times;
+  /// at most one per domain (the next call of the domain drops it) and kMaxEnded in all.
+  std::vector<std::pair<CallState, Clock::time_point>> ended;
 
   RankState snapshot() {
     RankState s;
@@ -99,6 +103,11 @@ class Scope {
     s.host = host;
     s.jobId = jobId;
     std::lock_guard lk(mu);
+    for (auto& [e, start] : ended) {
+      if (s.calls.size() + calls.size() >= kMaxCallsReported) break;
+      s.calls.push_back(e);
+      s.calls.back().seconds = secondsSince(start);
+    }
     for (auto& c : calls) {
       if (s.calls.size() >= kMaxCallsReported) break;
       CallState cs;
@@ -128,6 +137,32 @@ thread_local int tlsVerdictRoot = -1;
 thread_local std::string tlsVerdictText;
 }  // namespace
 
+namespace {
+// A failed call that returns stays visible (CallState::ended): a peer whose own timeout fires
+// later must still see that this rank was in the call and whom it waited for, not a rank "in
+// another call" (the bootstrap barrier it went on to) that it would name first. Under s.mu.
+void keepEnded(Scope& s, const Call::Rec& rec) noexcept {
+  try {
+    CallState cs;
+    cs.domain = rec.domain;
+    cs.op = rec.op;
+    cs.seq = rec.seq;
+    cs.waitingFor = rec.waitingFor.load(std::memory_order_relaxed);
+    if (cs.waitingFor >= 0) {
+      cs.waitingSeconds = secondsSince(
+          Clock::time_point(Clock::duration(rec.waitSince.load(std::memory_order_relaxed))));
+      cs.detail = rec.detail;
+    }
+    cs.failed = true;
+    cs.ended = true;
+    if (s.ended.size() >= kMaxEnded) s.ended.erase(s.ended.begin());
+    s.ended.emplace_back(std::move(cs), rec.start);
+  } catch (...) {
+    // Out of memory: the record is only lost.
+  }
+}
+}  // namespace
+
 Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op, uint64_t seq)
     : scope_(std::move(scope)) {
   if (!scope_) return;
@@ -147,6 +182,9 @@ Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op
   rec_->seq = seq;
   {
     std::lock_guard lk(scope_->mu);
+    if (!scope_->ended.empty()) {
+      std::erase_if(scope_->ended, [&](const auto& e) { return e.first.domain == rec_->domain; });
+    }
     scope_->calls.push_back(rec_);
   }
   prev_ = tlsCall;
@@ -162,6 +200,7 @@ Call::~Call() {
   {
     std::lock_guard lk(scope_->mu);
     std::erase(scope_->calls, rec_);
+    if (rec_->failed.load(std::memory_order_relaxed)) keepEnded(*scope_, *rec_);
   }
   if (!tlsSpare) tlsSpare = std::move(rec_);
 }
@@ -240,7 +279,8 @@ void writeState(wire::Writer& w, const RankState& s) {
   for (size_t i = 0; i < s.calls.size() && i < kMaxCallsReported; ++i) {
     const CallState& c = s.calls[i];
     w.str(c.domain.substr(0, 64)).str(c.op.substr(0, 64)).u64(c.seq).f64(c.seconds);
-    w.i32(c.waitingFor).f64(c.waitingSeconds).str(c.detail.substr(0, 256)).u8(c.failed ? 1 : 0);
+    w.i32(c.waitingFor).f64(c.waitingSeconds).str(c.detail.substr(0, 256));
+    w.u8(c.ended ? 2 : c.failed ? 1 : 0);
   }
 }
 
@@ -264,7 +304,9 @@ RankState readState(wire::Reader& r) {
     c.waitingFor = r.i32("waiting for");
     c.waitingSeconds = r.f64("waiting seconds");
     c.detail = r.str(256, "detail");
-    c.failed = r.u8("failed") != 0;
+    const uint8_t failed = r.u8("failed");  // 1: failed, being diagnosed; 2: failed, returned
+    c.failed = failed != 0;
+    c.ended = failed == 2;
     s.calls.push_back(std::move(c));
   }
   return s;
@@ -904,7 +946,11 @@ std::string stateLine(const Answer& a, int rank) {
       s += fmt::format(", waiting for rank {} for {:.1f} s", c.waitingFor, c.waitingSeconds);
       if (!c.detail.empty()) s += " (" + c.detail + ")";
     }
-    if (c.failed) s += " [failed, being diagnosed]";
+    if (c.ended) {
+      s += " [failed; the rank gave up on it]";
+    } else if (c.failed) {
+      s += " [failed, being diagnosed]";
+    }
   }
   return s;
 }

@@ -16,6 +16,9 @@
 //              every peer, then a flush of every channel; DIR/at.R after the first round.
 //   mismatch   Communicator::create, two allReduces, then the rank named by env STALL_ODD
 //              (default 3) calls broadcast (root 0) while the others call allReduce (#3 both).
+//   missing    Communicator::create, then the rank named by env STALL_ODD (default 3) enters a
+//              bootstrap barrier while the others call allReduce; they join the barrier after
+//              their error. DIR/at.R just before.
 //   idle       Communicator::create, two allReduces, then DIR/idle.R; waits for DIR/go (in the
 //              application's own code), then one more allReduce.
 // Every loop ends when DIR/end exists (then "RESULT ok"). A strata error prints
@@ -242,6 +245,36 @@ int runMismatch(size_t count) {
   return 1;
 }
 
+int runMissing(size_t count) {
+  auto comm = strata::Communicator::create();
+  rank = comm->rank();
+  const char* o = std::getenv("STALL_ODD");
+  const int odd = o ? std::atoi(o) : 3;
+  std::vector<float> send(count, 1.0f), recv(count);
+  touch("at." + std::to_string(rank));
+  if (rank != odd) {
+    where = "allReduce #1";
+    try {
+      comm->allReduce(send.data(), recv.data(), count, strata::DataType::Float32,
+                      strata::ReduceOp::Sum);
+      std::printf("stall: rank %d: RESULT ok (the allReduce without rank %d returned)\n", rank,
+                  odd);
+      return 1;
+    } catch (const strata::Error& e) {
+      try {
+        failed(e);
+      } catch (const strata::Error&) {
+      }
+    }
+  }
+  // Every rank meets here at last (the others after their error), as in an application that
+  // synchronises before it exits.
+  where = "bootstrap barrier";
+  comm->bootstrap().barrier();
+  if (rank == odd) ok();
+  return rank == odd ? 0 : 3;
+}
+
 int runIdle(size_t count) {
   auto comm = strata::Communicator::create();
   rank = comm->rank();
@@ -283,6 +316,7 @@ int main(int argc, char** argv) {
     if (mode == "flush") return runFlush(count ? count : 256 * 1024);
     if (mode == "mismatch") return runMismatch(count ? count : 1024);
     if (mode == "idle") return runIdle(count ? count : 1024);
+    if (mode == "missing") return runMissing(count ? count : 1024);
     std::fprintf(stderr, "stall: unknown mode '%s'\n", mode.c_str());
     return 2;
   } catch (const strata::Error& e) {

@@ -9,7 +9,7 @@
 #
 # usage: stall.sh CASE STRATA_RUN STALL [STRATA_PERF] [STRATA_INFO]
 #   CASE  allreduce-n4 allreduce-n16 allreduce-note-n4 allgather-n4 allgather-n16 flush-n4
-#         flush-n16 mismatch
+#         flush-n16 mismatch missing missing-1m
 #         info-healthy info-stalled perf-allreduce
 # Exit status: 0 passed, 1 failed, 77 skipped (what the case needs is not here).
 set -u
@@ -261,6 +261,31 @@ case_mismatch() {
     [[ $line == *"while ranks 0-2 are in allReduce #3"* ]] ||
       note "(rank $r: not every other rank was in allReduce #3 yet when rank 3 asked)"
   done
+  end_job
+}
+
+# Case 4b: rank 3 waits in a bootstrap barrier while the others call allReduce (#1): every one
+# of them names rank 3 first, "... is in bootstrap barrier #K while ranks 0-2 are in allReduce
+# #1", within transport.timeout + 2 s, even when another rank gave up first and went on into the
+# barrier (it must not be taken for a rank in another call).
+# Two sizes: one piece per peer through the slots, and 1 MiB by single copy (the ranks' timeouts
+# then fire further apart: collectives-failures-n3 missing_rank failed so before the watch kept
+# failed calls, 2 of 2 runs).
+case_missing() { missing 1024; }
+case_missing_1m() { missing 262144; }
+missing() {
+  start_job 4 missing "$1" STALL_ODD=3
+  wait_files 90 $(ranks_from at. 4) || return
+  t_stop=$EPOCHREALTIME
+  wait_results $((T + 30)) 0 1 2 3
+  check_named 3 $((T + 2)) 0 1 2
+  local r line
+  for r in 0 1 2; do
+    line=$(result_line "$r")
+    [[ $line =~ rank\ 3\ on\ host\ [^\ ]+\ \(pid\ [0-9]+\)\ is\ in\ bootstrap\ barrier\ \#[0-9]+\ while\ ranks\ 0-2\ are\ in\ allReduce\ \#1 ]] ||
+      fail "rank $r's message does not say 'rank 3 ... is in bootstrap barrier #K while ranks 0-2 are in allReduce #1'"
+  done
+  [[ $(result_line 3) == *"RESULT ok"* ]] || fail "rank 3's barrier did not complete: $(result_line 3)"
   end_job
 }
 

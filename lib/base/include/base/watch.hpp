@@ -47,6 +47,10 @@ struct CallState {
   double waitingSeconds = 0;  ///< how long it has waited for that rank without progress
   std::string detail;     ///< "0 of 3 pieces from it received"
   bool failed = false;    ///< the call has failed and this rank is finding out why
+  /// The call failed and has returned: this rank gave up on it (and may be in other calls now).
+  /// Kept until the next call of its domain, so that a rank whose timeout fires later does not
+  /// take a rank that gave up first for one that never came (waitingFor: as at the end).
+  bool ended = false;
 };
 
 /// What one rank answered.
