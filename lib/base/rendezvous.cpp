@@ -141,7 +141,23 @@ std::vector<net::Fd> collect(
     if (failure.empty() && !retried) ++count;
   };
 
-  while (count < n && failure.empty()) {
+  for (;;) {
+    if (count >= n && failure.empty()) {
+      // Everyone is in; a check-in whose connection has closed since (cut by the network or a
+      // relay) is retried by its rank, so wait for that instead of answering into the void.
+      for (int r = 1; r < n; ++r) {
+        auto& fd = ready[static_cast<size_t>(r)];
+        if (fd.valid() && net::peerHasClosed(fd.get())) {
+          STRATA_LOG(Debug, sub,
+                     "rendezvous: rank {}'s check-in connection (from {}) closed before the "
+                     "reply; waiting for its retry",
+                     r, from[static_cast<size_t>(r)]);
+          fd.reset();
+          --count;
+        }
+      }
+    }
+    if (count >= n || !failure.empty()) break;
     if (deadline.expired()) {
       std::vector<int> missing;
       for (int r = 1; r < n; ++r) {

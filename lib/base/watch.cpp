@@ -1,4 +1,5 @@
 #include "base/watch.hpp"
+#include "base/watch_testing.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -37,13 +38,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr const char* kSub = "watch";
-constexpr size_t kMaxRequest = 64;
-constexpr size_t kMaxCallsReported = 16;
-constexpr size_t kMaxEnded = 4;
 constexpr size_t kMaxConnections = 512;
 constexpr double kConnectionSeconds = 3.0;
-constexpr uint16_t kExchangeKind = 62;
-constexpr size_t kExchangeSlot = 512;
 
 std::string hostName() {
   char buf[256] = {};
@@ -91,9 +87,10 @@ class Scope {
 
   std::mutex mu;
   std::vector<std::shared_ptr<Call::Rec>> calls;  ///< active, in start order
-  /// Calls that failed and returned (CallState::ended), oldest first, with their start times;
-  /// at most one per domain (the next call of the domain drops it) and kMaxEnded in all.
-  std::vector<std::pair<CallState, Clock::time_point>> ended;
+  /// Per domain, the last call that failed, until the next call of that domain starts: a rank
+  /// that failed and went on (into a barrier, or its own code) still answers that it was in
+  /// that call, so that a slower peer's analysis does not take it for a rank elsewhere.
+  std::map<std::string, std::shared_ptr<Call::Rec>> failed;
 
   RankState snapshot() {
     RankState s;
@@ -103,12 +100,10 @@ class Scope {
     s.host = host;
     s.jobId = jobId;
     std::lock_guard lk(mu);
-    for (auto& [e, start] : ended) {
-      if (s.calls.size() + calls.size() >= kMaxCallsReported) break;
-      s.calls.push_back(e);
-      s.calls.back().seconds = secondsSince(start);
-    }
-    for (auto& c : calls) {
+    std::vector<Call::Rec*> all;
+    for (auto& [domain, c] : failed) all.push_back(c.get());
+    for (auto& c : calls) all.push_back(c.get());
+    for (Call::Rec* c : all) {
       if (s.calls.size() >= kMaxCallsReported) break;
       CallState cs;
       cs.domain = c->domain;
@@ -137,32 +132,6 @@ thread_local int tlsVerdictRoot = -1;
 thread_local std::string tlsVerdictText;
 }  // namespace
 
-namespace {
-// A failed call that returns stays visible (CallState::ended): a peer whose own timeout fires
-// later must still see that this rank was in the call and whom it waited for, not a rank "in
-// another call" (the bootstrap barrier it went on to) that it would name first. Under s.mu.
-void keepEnded(Scope& s, const Call::Rec& rec) noexcept {
-  try {
-    CallState cs;
-    cs.domain = rec.domain;
-    cs.op = rec.op;
-    cs.seq = rec.seq;
-    cs.waitingFor = rec.waitingFor.load(std::memory_order_relaxed);
-    if (cs.waitingFor >= 0) {
-      cs.waitingSeconds = secondsSince(
-          Clock::time_point(Clock::duration(rec.waitSince.load(std::memory_order_relaxed))));
-      cs.detail = rec.detail;
-    }
-    cs.failed = true;
-    cs.ended = true;
-    if (s.ended.size() >= kMaxEnded) s.ended.erase(s.ended.begin());
-    s.ended.emplace_back(std::move(cs), rec.start);
-  } catch (...) {
-    // Out of memory: the record is only lost.
-  }
-}
-}  // namespace
-
 Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op, uint64_t seq)
     : scope_(std::move(scope)) {
   if (!scope_) return;
@@ -182,10 +151,8 @@ Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op
   rec_->seq = seq;
   {
     std::lock_guard lk(scope_->mu);
-    if (!scope_->ended.empty()) {
-      std::erase_if(scope_->ended, [&](const auto& e) { return e.first.domain == rec_->domain; });
-    }
     scope_->calls.push_back(rec_);
+    scope_->failed.erase(rec_->domain);
   }
   prev_ = tlsCall;
   prevScope_ = tlsScope;
@@ -200,7 +167,10 @@ Call::~Call() {
   {
     std::lock_guard lk(scope_->mu);
     std::erase(scope_->calls, rec_);
-    if (rec_->failed.load(std::memory_order_relaxed)) keepEnded(*scope_, *rec_);
+    if (rec_->failed.load(std::memory_order_relaxed)) {
+      scope_->failed[rec_->domain] = std::move(rec_);
+      return;
+    }
   }
   if (!tlsSpare) tlsSpare = std::move(rec_);
 }
@@ -249,90 +219,7 @@ void progressed() noexcept {
   if (Call::Rec* c = tlsCall) c->waitingFor.store(-1, std::memory_order_relaxed);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Wire
-
-std::vector<uint8_t> encodeRequest(const Request& r) {
-  wire::Writer w;
-  w.u8(static_cast<uint8_t>(r.type)).u64(r.jobId);
-  return wire::encodeRecord(kRequestKind, kWatchVersion, w.data());
-}
-
-Request decodeRequest(std::span<const uint8_t> record) {
-  auto d = wire::decodeRecord(record, kRequestKind, kWatchVersion, kMaxRequest, "status request");
-  wire::Reader r(d.body, "status request");
-  Request q;
-  uint8_t t = r.u8("type");
-  if (t < 1 || t > 3) {
-    throw Error(ErrorCode::ProtocolError, fmt::format("status request: unknown type {}", t));
-  }
-  q.type = static_cast<RequestType>(t);
-  q.jobId = r.u64("job id");
-  r.expectEnd();
-  return q;
-}
-
-namespace {
-void writeState(wire::Writer& w, const RankState& s) {
-  w.i32(s.rank).i32(s.size).i32(s.pid).str(s.host).u64(s.jobId);
-  w.u16(static_cast<uint16_t>(std::min(s.calls.size(), kMaxCallsReported)));
-  for (size_t i = 0; i < s.calls.size() && i < kMaxCallsReported; ++i) {
-    const CallState& c = s.calls[i];
-    w.str(c.domain.substr(0, 64)).str(c.op.substr(0, 64)).u64(c.seq).f64(c.seconds);
-    w.i32(c.waitingFor).f64(c.waitingSeconds).str(c.detail.substr(0, 256));
-    w.u8(c.ended ? 2 : c.failed ? 1 : 0);
-  }
-}
-
-RankState readState(wire::Reader& r) {
-  RankState s;
-  s.rank = r.i32("rank");
-  s.size = r.i32("size");
-  s.pid = r.i32("pid");
-  s.host = r.str(256, "host");
-  s.jobId = r.u64("job id");
-  uint16_t n = r.u16("call count");
-  if (n > kMaxCallsReported) {
-    throw Error(ErrorCode::ProtocolError, fmt::format("status reply: {} calls", n));
-  }
-  for (uint16_t i = 0; i < n; ++i) {
-    CallState c;
-    c.domain = r.str(64, "domain");
-    c.op = r.str(64, "op");
-    c.seq = r.u64("seq");
-    c.seconds = r.f64("seconds");
-    c.waitingFor = r.i32("waiting for");
-    c.waitingSeconds = r.f64("waiting seconds");
-    c.detail = r.str(256, "detail");
-    const uint8_t failed = r.u8("failed");  // 1: failed, being diagnosed; 2: failed, returned
-    c.failed = failed != 0;
-    c.ended = failed == 2;
-    s.calls.push_back(std::move(c));
-  }
-  return s;
-}
-}  // namespace
-
-std::vector<uint8_t> encodeReply(const Reply& rep) {
-  wire::Writer w;
-  w.str(rep.error.substr(0, 4096)).str(rep.text.substr(0, kMaxReply / 2));
-  w.u32(static_cast<uint32_t>(rep.states.size()));
-  for (auto& s : rep.states) writeState(w, s);
-  return wire::encodeRecord(kAnswerKind, kWatchVersion, w.data());
-}
-
-Reply decodeReply(std::span<const uint8_t> record) {
-  auto d = wire::decodeRecord(record, kAnswerKind, kWatchVersion, kMaxReply, "status reply");
-  wire::Reader r(d.body, "status reply");
-  Reply rep;
-  rep.error = r.str(4096, "error");
-  rep.text = r.str(kMaxReply / 2, "text");
-  uint32_t n = r.u32("state count");
-  if (n > 4096) throw Error(ErrorCode::ProtocolError, fmt::format("status reply: {} states", n));
-  for (uint32_t i = 0; i < n; ++i) rep.states.push_back(readState(r));
-  r.expectEnd();
-  return rep;
-}
+// The records: watch_codec.cpp.
 
 // ---------------------------------------------------------------------------------------------
 // The service thread
@@ -626,7 +513,7 @@ std::vector<Answer> collect(Scope& scope, double seconds) {
     int peer = -1;
     std::optional<handshake::ConnectSide> cs;
     net::Fd fd;
-    handshake::RecordReader reader{kMaxReply};
+    handshake::RecordReader reader{kMaxPeerReply};
     bool done = false;
   };
   std::vector<Query> qs;
@@ -827,6 +714,21 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       major = k;
     }
   }
+  // For a point-to-point wait (no sequence number) only the ranks on this rank's chain of
+  // waits matter: the others may be anywhere.
+  std::vector<bool> onChain(static_cast<size_t>(n), ref.seq > 0);
+  if (ref.seq == 0 && selfRank >= 0 && selfRank < n) {
+    int q = selfRank;
+    for (int hop = 0; hop < n; ++hop) {
+      onChain[static_cast<size_t>(q)] = true;
+      const CallState* c = cur[static_cast<size_t>(q)];
+      if (!c || c->waitingFor < 0 || c->waitingFor >= n) break;
+      q = c->waitingFor;
+      if (onChain[static_cast<size_t>(q)]) break;
+      onChain[static_cast<size_t>(q)] = true;
+      if (!cur[static_cast<size_t>(q)]) break;
+    }
+  }
   const std::string majorLabel = major.second > 0
                                      ? fmt::format("{} #{}", major.first, major.second)
                                      : major.first;
@@ -856,6 +758,7 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       case Answer::Kind::Answered:
       case Answer::Kind::Self:
         if (!c) {
+          if (!onChain[static_cast<size_t>(p)]) continue;
           r.kind = RootKind::Elsewhere;
           if (!a.state.calls.empty()) {
             const CallState& other = a.state.calls.back();
@@ -881,8 +784,6 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
     }
     v.roots.push_back(std::move(r));
   }
-  std::stable_sort(v.roots.begin(), v.roots.end(),
-                   [](const Root& a, const Root& b) { return a.kind < b.kind; });
   // Who waited for whom: follow each rank's waits to a root.
   std::vector<bool> isRoot(static_cast<size_t>(n), false);
   for (auto& r : v.roots) isRoot[static_cast<size_t>(r.rank)] = true;
@@ -899,6 +800,11 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
       }
     }
   }
+  // By kind; within a kind, ranks that others wait for first.
+  std::stable_sort(v.roots.begin(), v.roots.end(), [&](const Root& a, const Root& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    return v.waiters.count(a.rank) > v.waiters.count(b.rank);
+  });
   return v;
 }
 
@@ -946,24 +852,19 @@ std::string stateLine(const Answer& a, int rank) {
       s += fmt::format(", waiting for rank {} for {:.1f} s", c.waitingFor, c.waitingSeconds);
       if (!c.detail.empty()) s += " (" + c.detail + ")";
     }
-    if (c.ended) {
-      s += " [failed; the rank gave up on it]";
-    } else if (c.failed) {
-      s += " [failed, being diagnosed]";
-    }
+    if (c.failed) s += " [failed]";
   }
   return s;
 }
 
-}  // namespace
-
-std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
-  std::string out = fmt::format("job {:016x}: {} ranks, asked from rank {}\n", scope.jobId,
-                                scope.size, scope.rank);
+std::string describeAnswers(uint64_t jobId, int size, int rank, const std::vector<Answer>& answers,
+                            const std::vector<PeerInfo>& peers = {}) {
+  std::string out =
+      fmt::format("job {:016x}: {} ranks, asked from rank {}\n", jobId, size, rank);
   for (size_t p = 0; p < answers.size(); ++p) {
     out += stateLine(answers[p], static_cast<int>(p));
-    if (p < scope.peers.size() && !scope.peers[p].address.empty()) {
-      out += "  [status " + scope.peers[p].address + "]";
+    if (p < peers.size() && !peers[p].address.empty()) {
+      out += "  [status " + peers[p].address + "]";
     }
     out += "\n";
   }
@@ -988,7 +889,7 @@ std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
                                [](auto& a, auto& b) { return a.second < b.second; });
   CallState ref;
   std::tie(ref.domain, ref.op, ref.seq) = best->first;
-  Analysis v = analyse(answers, ref, scope.rank);
+  Analysis v = analyse(answers, ref, rank);
   if (v.roots.empty()) {
     out += fmt::format("verdict: every rank answered; the ranks in a call are in {} {} "
                        "(nobody is stopped or in another call)\n",
@@ -997,6 +898,12 @@ std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
     out += "verdict: " + verdictText(v, answers, -1) + "\n";
   }
   return out;
+}
+
+}  // namespace
+
+std::string describeJob(Scope& scope, const std::vector<Answer>& answers) {
+  return describeAnswers(scope.jobId, scope.size, scope.rank, answers, scope.peers);
 }
 
 Error diagnose(const Error& e) noexcept {
@@ -1162,31 +1069,6 @@ class Watched final : public Bootstrap {
   std::shared_ptr<Scope> scope_;
 };
 
-std::vector<uint8_t> encodeExchange(uint64_t jobId, const std::string& secret, const PeerInfo& me) {
-  wire::Writer w;
-  w.u64(jobId).str(secret).str(me.address).str(me.host.substr(0, 200)).i32(me.pid);
-  auto rec = wire::encodeRecord(kExchangeKind, kWatchVersion, w.data());
-  rec.resize(kExchangeSlot, 0);
-  return rec;
-}
-
-PeerInfo decodeExchange(const uint8_t* slot, int rank, uint64_t* jobId, std::string* secret) {
-  std::string what = fmt::format("status exchange record of rank {}", rank);
-  auto h = wire::decodeHeader({slot, wire::kRecordHeaderSize}, kExchangeKind, kExchangeSlot, what);
-  if (h.length > kExchangeSlot - wire::kRecordHeaderSize) {
-    throw Error(ErrorCode::ProtocolError, "malformed " + what, rank);
-  }
-  wire::Reader r({slot + wire::kRecordHeaderSize, h.length}, what);
-  PeerInfo p;
-  *jobId = r.u64("job id");
-  *secret = r.str(128, "secret");
-  p.address = r.str(128, "address");
-  p.host = r.str(256, "host");
-  p.pid = r.i32("pid");
-  r.expectEnd();
-  return p;
-}
-
 }  // namespace
 
 std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config& config) {
@@ -1221,7 +1103,13 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
         net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr), iface.addrLen);
     a.setPort(0);
     scope->listener = net::listenOn(a, 256);
-    scope->address = me.address = net::localAddress(scope->listener.get()).toString();
+    std::string address = net::localAddress(scope->listener.get()).toString();
+    if (address.size() > kMaxExchangeAddress) {
+      scope->listener.reset();
+      throw Error(ErrorCode::Internal,
+                  fmt::format("its address {} is too long to publish", address));
+    }
+    scope->address = me.address = address;
   } catch (const std::exception& e) {
     STRATA_LOG(Warn, kSub,
                "rank {}: no status service ({}); a stalled job's errors will not say which rank "
@@ -1232,27 +1120,28 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
   crypto::randomBytes(std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mine), sizeof mine));
   // The status port takes the job secret; without one, rank 0 makes one for the status service
   // and sends it over the bootstrap (authenticated itself, or PMIx's), so that only the job's
-  // ranks can ask (local tools use the same-user unix socket instead).
-  std::string statusSecret = launch.secret;
-  if (statusSecret.empty() && scope->rank == 0) {
+  // ranks can ask (local tools use the same-user unix socket instead). The job secret itself is
+  // never sent: every rank has it, and it may be longer than the exchange record holds.
+  std::string madeSecret;
+  if (launch.secret.empty() && scope->rank == 0) {
     std::array<uint8_t, 24> raw{};
     crypto::randomBytes(raw);
-    statusSecret = crypto::toHex(raw);
+    madeSecret = crypto::toHex(raw);
   }
   std::vector<uint8_t> all(kExchangeSlot * static_cast<size_t>(scope->size));
-  auto slot = encodeExchange(mine, scope->rank == 0 ? statusSecret : std::string(), me);
+  auto slot = encodeExchange({mine, madeSecret, me});
   std::memcpy(all.data() + kExchangeSlot * static_cast<size_t>(scope->rank), slot.data(),
               kExchangeSlot);
   inner->allGather(all.data(), kExchangeSlot);
   scope->peers.resize(static_cast<size_t>(scope->size));
   for (int r = 0; r < scope->size; ++r) {
-    uint64_t id = 0;
-    std::string secret;
-    scope->peers[static_cast<size_t>(r)] =
-        decodeExchange(all.data() + kExchangeSlot * static_cast<size_t>(r), r, &id, &secret);
+    Exchange x = decodeExchange(
+        std::span<const uint8_t>(all).subspan(kExchangeSlot * static_cast<size_t>(r), kExchangeSlot),
+        r);
+    scope->peers[static_cast<size_t>(r)] = std::move(x.peer);
     if (r == 0) {
-      scope->jobId = id;
-      scope->secret = launch.secret.empty() ? secret : launch.secret;
+      scope->jobId = x.jobId;
+      scope->secret = launch.secret.empty() ? x.secret : launch.secret;
     }
   }
   service().add(scope);
@@ -1269,5 +1158,29 @@ std::shared_ptr<Scope> scopeOf(const Bootstrap* b) {
   return nullptr;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Test seam (base/watch_testing.hpp)
+
+namespace testing {
+
+std::string rankList(std::vector<int> ranks) {
+  return watch::rankList(std::move(ranks));
+}
+
+Finding analyse(const std::vector<Answer>& answers, const CallState& ref, int selfRank) {
+  Analysis v = watch::analyse(answers, ref, selfRank);
+  Finding f;
+  for (const Root& r : v.roots) f.roots.push_back(r.rank);
+  f.waiters = v.waiters;
+  f.text = verdictText(v, answers, selfRank);
+  return f;
+}
+
+std::string describe(uint64_t jobId, int rank, const std::vector<Answer>& answers) {
+  return describeAnswers(jobId, static_cast<int>(answers.size()), rank, answers);
+}
+
+}  // namespace testing
 
 }  // namespace strata::watch

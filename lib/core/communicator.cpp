@@ -474,8 +474,14 @@ Error Communicator::Impl::explain(const Error& e) const {
       }
     }
     if (root >= 0 && root < size && !verdict.empty()) {
-      // The rank that exited had found who was at fault (another rank, or itself: a mismatched
-      // call): say that first.
+      // The rank that exited had found who was at fault: say that first.
+      if (root == q) {
+        return Error(e.code(),
+                     fmt::format("{} (as rank {} found before it failed and exited). This rank "
+                                 "({}): {}",
+                                 verdict, q, rank, e.what()),
+                     root);
+      }
       return Error(e.code(),
                    fmt::format("{} (found by rank {} before it failed and exited). This rank "
                                "({}): {} ({})",

@@ -16,6 +16,7 @@
 #include "base/config_keys.hpp"
 #include "base/handshake_codec.hpp"
 #include "base/mesh_frames.hpp"
+#include "base/watch_codec.hpp"
 #include "base/wire.hpp"
 #include "collectives/host/chunk_header.hpp"
 #include "transport/records_testing.hpp"
@@ -262,6 +263,56 @@ void textSeeds() {
   put("netif", "default", Bytes{0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 1, 2, 200, 0x7e});
 }
 
+// The status service's records (fuzz_watch.cpp): byte 0 picks the record (0 request, 1 reply,
+// 2 exchange), byte 1 the rank of an exchange slot.
+void watchSeeds() {
+  namespace w = strata::watch;
+  auto seed = [](const std::string& name, uint8_t which, uint8_t rank, const Bytes& record) {
+    put("watch", name, cat(Bytes{which, rank}, record));
+  };
+  seed("request-status", 0, 0, w::encodeRequest({w::RequestType::Status, 0x5eed0123456789abull}));
+  seed("request-list", 0, 0, w::encodeRequest({w::RequestType::List, 0}));
+  seed("request-dump", 0, 0, w::encodeRequest({w::RequestType::Dump, 0x5eed0123456789abull}));
+  w::RankState stalled;
+  stalled.rank = 1;
+  stalled.size = 4;
+  stalled.pid = 4242;
+  stalled.host = "node17";
+  stalled.jobId = 0x5eed0123456789abull;
+  w::CallState comm;
+  comm.domain = "communicator 0";
+  comm.op = "allReduce";
+  comm.seq = 41;
+  comm.seconds = 5.25;
+  comm.waitingFor = 2;
+  comm.waitingSeconds = 5.0;
+  comm.detail = "0 of 3 pieces from it received";
+  comm.failed = true;
+  w::CallState boot;
+  boot.domain = "bootstrap";
+  boot.op = "barrier";
+  boot.seq = 3;
+  boot.seconds = 0.5;
+  stalled.calls = {comm, boot};
+  w::RankState idle = stalled;
+  idle.rank = 3;
+  idle.calls.clear();
+  w::Reply states;
+  states.states = {stalled, idle};
+  seed("reply-states", 1, 0, w::encodeReply(states));
+  w::Reply text;
+  text.states = {stalled};
+  text.text = "job 5eed0123456789ab: 4 ranks, asked from rank 1\nverdict: rank 2 ...\n";
+  seed("reply-text", 1, 0, w::encodeReply(text));
+  w::Reply error;
+  error.error = "this process (pid 4242) has no job 0000000000000007";
+  seed("reply-error", 1, 0, w::encodeReply(error));
+  seed("exchange-rank0", 2, 0,
+       w::encodeExchange(
+           {0x5eed0123456789abull, std::string(48, 'f'), {"127.0.0.1:40123", "node17", 4242}}));
+  seed("exchange-rank3", 2, 3, w::encodeExchange({0x1111, "", {"[::1]:40124", "node18", 77}}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,6 +331,7 @@ int main(int argc, char** argv) {
   nvlinkSeeds();
   configSeeds();
   textSeeds();
+  watchSeeds();
   std::printf("seeds written under %s\n", argv[1]);
   return 0;
 }

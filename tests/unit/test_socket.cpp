@@ -354,6 +354,11 @@ BOOST_AUTO_TEST_CASE(rendezvous_takes_a_retried_check_in_and_refuses_a_live_dupl
           e1 = e;
         }
       });
+      // The retry is taken before the last rank checks in.
+      for (int i = 0; i < 500 && checkIns < 2; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      BOOST_TEST(checkIns == 2);
       std::thread r2([&] {
         try {
           rendezvous::checkIn({l.addr}, o, 2, hello);

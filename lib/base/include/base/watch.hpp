@@ -31,37 +31,13 @@
 #include <strata/error.hpp>
 #include <strata/export.hpp>
 
+#include "base/watch_codec.hpp"
+
 namespace strata {
 struct LaunchInfo;
 }
 
 namespace strata::watch {
-
-/// One call of one thread, as reported to peers and tools.
-struct CallState {
-  std::string domain;     ///< "bootstrap", "communicator 0", "connection"
-  std::string op;         ///< "allReduce", "allGather", "semaphore wait", ...
-  uint64_t seq = 0;       ///< per domain, from 1; 0 for point-to-point calls (not matched)
-  double seconds = 0;     ///< how long the call has run
-  int32_t waitingFor = -1;  ///< the rank it waits for, -1 when none or not known
-  double waitingSeconds = 0;  ///< how long it has waited for that rank without progress
-  std::string detail;     ///< "0 of 3 pieces from it received"
-  bool failed = false;    ///< the call has failed and this rank is finding out why
-  /// The call failed and has returned: this rank gave up on it (and may be in other calls now).
-  /// Kept until the next call of its domain, so that a rank whose timeout fires later does not
-  /// take a rank that gave up first for one that never came (waitingFor: as at the end).
-  bool ended = false;
-};
-
-/// What one rank answered.
-struct RankState {
-  int32_t rank = -1;
-  int32_t size = 0;
-  int32_t pid = 0;
-  std::string host;
-  uint64_t jobId = 0;
-  std::vector<CallState> calls;  ///< outermost first per thread
-};
 
 /// How asking one peer went.
 struct Answer {
@@ -69,13 +45,6 @@ struct Answer {
   Kind kind = Kind::Failed;
   RankState state;
   std::string error;  ///< for NoAnswer/Exited/Unreachable/Failed
-};
-
-/// A peer's published facts (exchanged when the scope opens).
-struct PeerInfo {
-  std::string address;  ///< status service "host:port" ("" when the peer has none)
-  std::string host;
-  int32_t pid = 0;
 };
 
 class Scope;
@@ -154,27 +123,7 @@ STRATA_API std::vector<Answer> collect(Scope& scope, double seconds);
 /// The analysis of a set of answers as text lines (roots first), for tools.
 STRATA_API std::string describeJob(Scope& scope, const std::vector<Answer>& answers);
 
-// ---- wire (docs/wire-format.md, "Status service") ----
-inline constexpr uint16_t kRequestKind = 60;
-inline constexpr uint16_t kAnswerKind = 61;
-inline constexpr uint16_t kWatchVersion = 1;
-enum class RequestType : uint8_t { Status = 1, List = 2, Dump = 3 };
-struct Request {
-  RequestType type = RequestType::Status;
-  uint64_t jobId = 0;  ///< 0: any (List, or a process with one scope)
-};
-STRATA_API std::vector<uint8_t> encodeRequest(const Request& r);
-STRATA_API Request decodeRequest(std::span<const uint8_t> record);
-/// An answer: the states of the scopes asked for (Status: one; List: every scope, no calls),
-/// or a text (Dump), or an error text.
-struct Reply {
-  std::vector<RankState> states;
-  std::string text;
-  std::string error;
-};
-STRATA_API std::vector<uint8_t> encodeReply(const Reply& r);
-STRATA_API Reply decodeReply(std::span<const uint8_t> record);
-inline constexpr size_t kMaxReply = 4u << 20;
+// The records (request, reply, exchange) are in base/watch_codec.hpp.
 
 /// For tools: asks a process's local status socket (abstract "@strata-status.<pid>").
 STRATA_API Reply askLocal(int32_t pid, const Request& request, double seconds);
