@@ -5,11 +5,15 @@
 #define BOOST_TEST_MODULE watch
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <strata/bootstrap.hpp>
@@ -548,4 +552,51 @@ BOOST_AUTO_TEST_CASE(describe_a_healthy_and_a_stalled_job) {
       text.find("verdict: rank 2 on host h2 (pid 102) made no progress") != std::string::npos,
       text);
   BOOST_TEST(text.find("ranks 0, 1 waited for it") != std::string::npos, text);
+}
+
+// ---- the service, in this process ----
+
+// The status service answers (status, list, dump) while another thread enters and leaves calls
+// and changes what it waits for; run under ThreadSanitizer as well (docs/testing.md).
+BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
+  auto b = attach(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
+  auto scope = scopeOf(b.get());
+  BOOST_REQUIRE(scope != nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
+  std::thread worker([&] {
+    for (uint64_t i = 1; !stop; ++i) {
+      Call c(scope, "communicator 0", "allReduce", i);
+      waitingFor(1, "0 of 2 pieces from it received");
+      progressed();
+      waitingFor(1, "1 of 2 pieces from it received");
+      ++calls;
+    }
+  });
+  const int32_t pid = static_cast<int32_t>(::getpid());
+  uint64_t jobId = 0;
+  for (int i = 0; i < 50; ++i) {
+    Reply list = askLocal(pid, {RequestType::List, 0}, 5);
+    BOOST_REQUIRE(list.error.empty());
+    BOOST_REQUIRE(!list.states.empty());
+    jobId = list.states.front().jobId;
+    Reply st = askLocal(pid, {RequestType::Status, jobId}, 5);
+    BOOST_REQUIRE(st.states.size() == 1u);
+    BOOST_TEST(st.states.front().rank == 0);
+    for (const auto& c : st.states.front().calls) {
+      BOOST_TEST(c.op == "allReduce");
+      BOOST_TEST((c.waitingFor == -1 || c.waitingFor == 1));
+    }
+  }
+  Reply dump = askLocal(pid, {RequestType::Dump, jobId}, 10);
+  BOOST_TEST(dump.error.empty(), dump.error);
+  BOOST_TEST(dump.text.find("2 ranks, asked from rank 0") != std::string::npos, dump.text);
+  Reply none = askLocal(pid, {RequestType::Status, jobId + 1}, 5);
+  BOOST_TEST(none.error.find("has no job") != std::string::npos, none.error);
+  stop = true;
+  worker.join();
+  BOOST_TEST(calls > 0u);
+  b.reset();
+  // The last scope closed: the service thread and its socket are gone.
+  BOOST_CHECK_THROW(askLocal(pid, {RequestType::List, 0}, 1), Error);
 }
