@@ -178,6 +178,12 @@ sigstop() {
   stop_rank $STOPPED
   wait_results $((T + 30)) $(survivors "$n")
   check_named $STOPPED $((T + 2)) $(survivors "$n")
+  # The wait-for graph: the survivors' waits lead to rank 2 ("ranks 0, 1, 3 waited for it").
+  local r
+  for r in $(survivors "$n"); do
+    [[ $(result_line "$r") == *"rank $STOPPED on host "*"; ranks "*" waited for it. This rank"* ]] ||
+      fail "rank $r's message does not say which ranks waited for rank $STOPPED"
+  done
   end_job
 }
 
