@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -268,6 +269,19 @@ class Service {
     }
   }
 
+  /// In the child of a fork(): the service thread does not exist there, and a lock the parent's
+  /// threads held at the fork stays held. Start afresh (a bootstrap the child creates starts
+  /// a service of its own; one it inherited is not served).
+  void afterForkInChild() {
+    new (&lifeMu_) std::mutex;
+    new (&mu_) std::mutex;
+    new (&thread_) std::thread;  // the parent's handle: nothing to join here
+    scopes_.clear();
+    if (wakeFd_ >= 0) ::close(wakeFd_);
+    wakeFd_ = -1;
+    stop_ = false;
+  }
+
   std::vector<std::shared_ptr<Scope>> scopes() {
     std::lock_guard lk(mu_);
     std::vector<std::shared_ptr<Scope>> out;
@@ -325,7 +339,12 @@ void logRejected(const handshake::ListenSide& hs) {
 }
 
 Service& service() {
-  static Service* s = new Service;  // never destroyed: no join during static destruction
+  // Never destroyed: no join during static destruction.
+  static Service* s = [] {
+    auto* created = new Service;
+    ::pthread_atfork(nullptr, nullptr, [] { service().afterForkInChild(); });
+    return created;
+  }();
   return *s;
 }
 

@@ -5,10 +5,13 @@
 #define BOOST_TEST_MODULE watch
 #include <boost/test/unit_test.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <bit>
+#include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -599,4 +602,34 @@ BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
   b.reset();
   // The last scope closed: the service thread and its socket are gone.
   BOOST_CHECK_THROW(askLocal(pid, {RequestType::List, 0}, 1), Error);
+}
+
+// A process that forks while its status service runs (a PyTorch DataLoader worker, a test
+// that forks a stand-in rank): the child starts a service of its own for a bootstrap it creates,
+// and destroying what it inherited neither hangs nor touches the parent's.
+BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
+  auto parent = attach(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
+  BOOST_REQUIRE(scopeOf(parent.get()) != nullptr);
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    int rc = 0;
+    try {
+      auto own = attach(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
+      Reply r = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
+      if (r.states.size() != 1) rc = 2;
+      own.reset();
+      parent.reset();  // inherited: must not wait for the parent's thread
+    } catch (...) {
+      rc = 3;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "child status " << status);
+  Reply mine = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
+  BOOST_TEST(mine.states.size() == 1u);
 }
