@@ -135,6 +135,20 @@ wait_results() {
   done
 }
 
+# children_of PID [NAME]: the pids of PID's children (named NAME), from /proc.
+children_of() {
+  local f line rest comm fields
+  for f in /proc/[0-9]*/stat; do
+    { read -r line <"$f"; } 2>/dev/null || continue
+    rest=${line##*) }
+    read -ra fields <<<"$rest"
+    [[ ${fields[1]} == "$1" ]] || continue
+    comm=${line#*(}
+    comm=${comm%)*}
+    [[ -z ${2:-} || $comm == "$2" ]] && echo "${line%% *}"
+  done
+}
+
 # first_rank TEXT: the first "rank K" in TEXT ("ranks 0-2" does not count).
 first_rank() { grep -oE '(^|[^a-z])rank [0-9]+' <<<"$1" | head -n 1 | grep -oE '[0-9]+$'; }
 
@@ -384,10 +398,10 @@ case_perf_allreduce() {
     if ((SECONDS >= end)); then fail "strata-perf printed no header within 90 s"; return; fi
     sleep 0.05
   done
-  lpid=$(pgrep -x -P "$sub" strata-run 2>/dev/null | head -n 1)
+  lpid=$(children_of "$sub" strata-run | head -n 1)
   [[ -n $lpid ]] || { fail "no strata-run under the job's shell $sub"; return; }
   local c p2="" pids=()
-  for c in $(pgrep -P "$lpid" 2>/dev/null); do
+  for c in $(children_of "$lpid"); do
     pids+=("$c")
     tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "STRATA_RANK=$STOPPED" && p2=$c
   done
