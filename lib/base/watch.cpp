@@ -825,6 +825,27 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
     }
     v.roots.push_back(std::move(r));
   }
+  // A rank in another sequence number of the same operation that waits, directly or through
+  // others, for a rank at fault for another reason (not answering, exited, elsewhere) only lags
+  // behind because of it: a stopped rank that sent its part of allReduce #50 to some ranks
+  // and not to others leaves those in #50 while the rest are in #51. It waited; it is not the
+  // cause. (A rank that skipped a call waits for ranks that wait for it: it stays named.)
+  std::vector<bool> otherRoot(static_cast<size_t>(n), false);
+  for (auto& r : v.roots) {
+    if (r.kind != RootKind::Mismatch) otherRoot[static_cast<size_t>(r.rank)] = true;
+  }
+  std::erase_if(v.roots, [&](const Root& r) {
+    const CallState* c = cur[static_cast<size_t>(r.rank)];
+    if (r.kind != RootKind::Mismatch || !c || c->op != major.first) return false;
+    int q = r.rank;
+    for (int hop = 0; hop < n; ++hop) {
+      const CallState* w = cur[static_cast<size_t>(q)];
+      if (!w || w->waitingFor < 0 || w->waitingFor >= n) return false;
+      q = w->waitingFor;
+      if (otherRoot[static_cast<size_t>(q)]) return true;
+    }
+    return false;
+  });
   // Who waited for whom: follow each rank's waits to a root.
   std::vector<bool> isRoot(static_cast<size_t>(n), false);
   for (auto& r : v.roots) isRoot[static_cast<size_t>(r.rank)] = true;

@@ -437,7 +437,9 @@ void Communicator::Impl::leaveNote(const Error& e) const noexcept {
                                  e.what());
   std::memcpy(note.data(), text.data(), std::min(text.size(), note.size() - 1));
   for (int p = 0; p < size; ++p) {
-    if (p == rank || p == e.peer()) continue;
+    // The peer of the error is left out when it is the one at fault (or nothing more is known):
+    // not when the diagnosis found another rank, or this one (a mismatched call), at fault.
+    if (p == rank || (p == e.peer() && (v.root < 0 || v.root == p))) continue;
     try {
       // Small and on a connection the context's set-up opened: the kernel takes it at once.
       if (context->sameHost(p)) bootstrap->send(p, kTagFailureNote, note.data(), note.size());

@@ -500,6 +500,43 @@ BOOST_AUTO_TEST_CASE(analysis_names_a_mismatched_call) {
              f.text);
 }
 
+BOOST_AUTO_TEST_CASE(analysis_a_rank_behind_because_of_the_stopped_one_is_not_at_fault) {
+  // Rank 2 stopped while it sent its part of allReduce #50: ranks 0, 1, 3 got it and went on to
+  // #51, ranks 4 and 5 wait for it in #50 (stress-stall-allreduce-n16 named rank 4 first, as
+  // "in allReduce #50 while ranks ... are in allReduce #51").
+  std::vector<Answer> answers = {
+      answered(state(0, 6, {call("communicator 0", "allReduce", 51, 2)})),
+      answered(state(1, 6, {call("communicator 0", "allReduce", 51, 2)})),
+      silent(2, Answer::Kind::NoAnswer),
+      answered(state(3, 6, {call("communicator 0", "allReduce", 51, 2)})),
+      answered(state(4, 6, {call("communicator 0", "allReduce", 50, 2)})),
+      answered(state(5, 6, {call("communicator 0", "allReduce", 50, 4)})),  // through rank 4
+  };
+  for (int self : {0, 4}) {
+    answers[static_cast<size_t>(self)].kind = Answer::Kind::Self;
+    const uint64_t seq = self == 0 ? 51 : 50;
+    auto f = testing::analyse(answers, call("communicator 0", "allReduce", seq), self);
+    BOOST_TEST(f.roots == std::vector<int>{2}, f.text);
+    BOOST_TEST(f.waiters[2] == (std::vector<int>{0, 1, 3, 4, 5}), f.text);
+    answers[static_cast<size_t>(self)].kind = Answer::Kind::Answered;
+  }
+  // A rank that skipped a call (in #51 while the others are in #50, waiting for a rank that
+  // waits for it) is still named, even with a stopped rank besides.
+  answers = {
+      answered(state(0, 4, {call("communicator 0", "allReduce", 50, 3)})),
+      answered(state(1, 4, {call("communicator 0", "allReduce", 50, 3)})),
+      silent(2, Answer::Kind::NoAnswer),
+      answered(state(3, 4, {call("communicator 0", "allReduce", 51, 0)})),
+  };
+  answers[0].kind = Answer::Kind::Self;
+  auto f = testing::analyse(answers, call("communicator 0", "allReduce", 50), 0);
+  BOOST_TEST(f.roots == (std::vector<int>{3, 2}), f.text);
+  BOOST_TEST(f.text.rfind("rank 3 on host h3 (pid 103) is in allReduce #51 while ranks 0, 1 are "
+                          "in allReduce #50",
+                          0) == 0,
+             f.text);
+}
+
 BOOST_AUTO_TEST_CASE(analysis_orders_roots_and_skips_failed_answers) {
   // Rank 1 exited, rank 2 is not answering, rank 3's answer could not be read, rank 4 is in
   // no call, rank 5 is in another domain's call.

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -95,12 +96,21 @@ STRATA_API void waitingFor(int peer, std::string_view detail) noexcept;
 STRATA_API void progressed() noexcept;
 
 /// Sets waitingFor for the duration of a blocking wait inside a call.
+/// A wait that ends with an exception (its timeout) leaves the record as it is: the call's
+/// diagnose() and the peers asking then still learn whom this rank waited for.
 class STRATA_API Waiting {
  public:
-  Waiting(int peer, std::string_view detail) noexcept { waitingFor(peer, detail); }
-  ~Waiting() { progressed(); }
+  Waiting(int peer, std::string_view detail) noexcept : exceptions_(std::uncaught_exceptions()) {
+    waitingFor(peer, detail);
+  }
+  ~Waiting() {
+    if (std::uncaught_exceptions() == exceptions_) progressed();
+  }
   Waiting(const Waiting&) = delete;
   Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  int exceptions_;
 };
 
 /// Asks the peers what they are doing and rewrites `e` (a failure of the calling thread's
