@@ -703,6 +703,7 @@ struct Root {
   int rank = -1;
   RootKind kind = RootKind::NoAnswer;
   std::string why;
+  bool tentative = false;  ///< another sequence number only: see analyse()
 };
 
 struct Analysis {
@@ -820,6 +821,16 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
                                 c->seq);
             break;
           }
+          if (c->op != major.first || c->seq != major.second) {
+            // Tentative: kept below only when its waits come back to it (it skipped a call).
+            r.kind = RootKind::Mismatch;
+            r.tentative = true;
+            std::vector<int> majors = byCall[major];
+            r.why = fmt::format("is in {} #{} while {} {} in {}", c->op, c->seq,
+                                ranksWord(majors), majors.size() == 1 ? "is" : "are",
+                                majorLabel);
+            break;
+          }
         }
         continue;
     }
@@ -834,17 +845,21 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
   for (auto& r : v.roots) {
     if (r.kind != RootKind::Mismatch) otherRoot[static_cast<size_t>(r.rank)] = true;
   }
+  // Likewise a rank one call ahead or behind whose waits simply end (skew: it got all it
+  // needed from one call and went on). Only one whose waits come back to it is kept.
   std::erase_if(v.roots, [&](const Root& r) {
-    const CallState* c = cur[static_cast<size_t>(r.rank)];
-    if (r.kind != RootKind::Mismatch || !c || c->op != major.first) return false;
+    if (!r.tentative) return false;
+    std::vector<bool> seen(static_cast<size_t>(n), false);
     int q = r.rank;
-    for (int hop = 0; hop < n; ++hop) {
+    for (int hop = 0; hop <= n; ++hop) {
       const CallState* w = cur[static_cast<size_t>(q)];
-      if (!w || w->waitingFor < 0 || w->waitingFor >= n) return false;
+      if (!w || w->waitingFor < 0 || w->waitingFor >= n) return true;
+      seen[static_cast<size_t>(q)] = true;
       q = w->waitingFor;
       if (otherRoot[static_cast<size_t>(q)]) return true;
+      if (seen[static_cast<size_t>(q)]) return false;
     }
-    return false;
+    return true;
   });
   // Who waited for whom: follow each rank's waits to a root.
   std::vector<bool> isRoot(static_cast<size_t>(n), false);
