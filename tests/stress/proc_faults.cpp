@@ -30,6 +30,8 @@
 #include <strata/communicator.hpp>
 #include <strata/error.hpp>
 
+#include "tests/harness/marker_files.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -38,19 +40,11 @@ std::string dir;
 int rank = -1;
 
 bool exists(const std::string& name) {
-  return ::access((dir + "/" + name).c_str(), F_OK) == 0;
+  return strata::test::markerExists(dir, name);
 }
 
 void touch(const std::string& name, const std::string& text = "") {
-  std::string tmp = dir + "/." + name + ".tmp", path = dir + "/" + name;
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "proc-faults: cannot write %s\n", tmp.c_str());
-    std::exit(2);
-  }
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-  std::rename(tmp.c_str(), path.c_str());
+  strata::test::writeMarker(dir, name, text, "proc-faults");
 }
 
 void waitFor(const std::string& a, const std::string& b = "", const std::string& c = "") {

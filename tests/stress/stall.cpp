@@ -45,6 +45,8 @@
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
 
+#include "tests/harness/marker_files.hpp"
+
 namespace {
 
 std::string dir;
@@ -52,19 +54,11 @@ int rank = -1;
 std::string where = "create";
 
 bool exists(const std::string& name) {
-  return ::access((dir + "/" + name).c_str(), F_OK) == 0;
+  return strata::test::markerExists(dir, name);
 }
 
 void touch(const std::string& name, const std::string& text = "") {
-  std::string tmp = dir + "/." + name + ".tmp", path = dir + "/" + name;
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "stall: cannot write %s\n", tmp.c_str());
-    std::exit(2);
-  }
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-  std::rename(tmp.c_str(), path.c_str());
+  strata::test::writeMarker(dir, name, text, "stall");
 }
 
 void waitFor(const std::string& name) {
