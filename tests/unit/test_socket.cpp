@@ -218,20 +218,27 @@ BOOST_AUTO_TEST_CASE(handshake_drops_garbage_and_stalls_on_their_own_deadline) {
   BOOST_TEST(took < 3.0);
 }
 
+/// Options of a tcp rendezvous served on `l` with secret "secret".
+rendezvous::Options rendezvousOptions(const Listener& l, int size, double connectTimeout,
+                                      double handshakeTimeout) {
+  rendezvous::Options o;
+  o.backend = "tcp";
+  o.root = l.addr.toString();
+  o.secret = "secret";
+  o.size = size;
+  o.helloKind = 10;
+  o.connectTimeout = connectTimeout;
+  o.handshakeTimeout = handshakeTimeout;
+  return o;
+}
+
 // A rank that authenticates and then sends no check-in record is closed after
 // bootstrap.handshake_timeout, not kept (and polled every millisecond) until the rendezvous
 // deadline.
 BOOST_AUTO_TEST_CASE(rendezvous_closes_an_authenticated_rank_that_sends_no_record) {
   Listener l;
   net::setNonBlocking(l.fd.get());
-  rendezvous::Options o;
-  o.backend = "tcp";
-  o.root = l.addr.toString();
-  o.secret = "secret";
-  o.size = 2;
-  o.helloKind = 10;
-  o.connectTimeout = 3;
-  o.handshakeTimeout = 0.3;
+  rendezvous::Options o = rendezvousOptions(l, 2, 3, 0.3);
   std::optional<Error> err;
   std::thread server([&] {
     try {
@@ -262,14 +269,7 @@ BOOST_AUTO_TEST_CASE(rendezvous_closes_an_authenticated_rank_that_sends_no_recor
 BOOST_AUTO_TEST_CASE(rendezvous_fails_on_a_second_rank_0) {
   Listener l;
   net::setNonBlocking(l.fd.get());
-  rendezvous::Options o;
-  o.backend = "tcp";
-  o.root = l.addr.toString();
-  o.secret = "secret";
-  o.size = 2;
-  o.helloKind = 10;
-  o.connectTimeout = 5;
-  o.handshakeTimeout = 5;
+  rendezvous::Options o = rendezvousOptions(l, 2, 5, 5);
   std::optional<Error> err;
   std::thread server([&] {
     try {
@@ -299,14 +299,7 @@ BOOST_AUTO_TEST_CASE(rendezvous_takes_a_retried_check_in_and_refuses_a_live_dupl
     BOOST_TEST_CONTEXT("first connection " << (firstClosed ? "closed" : "still open")) {
       Listener l;
       net::setNonBlocking(l.fd.get());
-      rendezvous::Options o;
-      o.backend = "tcp";
-      o.root = l.addr.toString();
-      o.secret = "secret";
-      o.size = 3;
-      o.helloKind = 10;
-      o.connectTimeout = 5;
-      o.handshakeTimeout = 5;
+      rendezvous::Options o = rendezvousOptions(l, 3, 5, 5);
       std::optional<Error> err;
       std::atomic<int> checkIns{0};
       std::thread server([&] {
