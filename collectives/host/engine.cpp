@@ -689,14 +689,13 @@ void Engine::run(Plan& plan, const char* what) {
           throw Error(ErrorCode::Timeout,
                       fmt::format("{} made no progress for {} s", call, timeout_));
         }
-        throw Error(
-            ErrorCode::Timeout,
-            fmt::format("{} made no progress for {} s: waiting for rank {} ({}); that "
-                        "rank may be stuck, slower, or in another call: every rank must "
-                        "call the same collectives in the same order. Raise "
-                        "transport.timeout for slow peers",
-                        call, timeout_, culprit, progressText),
-            culprit);
+        throw Error(ErrorCode::Timeout,
+                    fmt::format("{} made no progress for {} s: waiting for rank {} ({}); that "
+                                "rank may be stuck, slower, or in another call: every rank must "
+                                "call the same collectives in the same order. Raise "
+                                "transport.timeout for slow peers",
+                                call, timeout_, culprit, progressText),
+                    culprit);
       }
     }
     backoff.pause();

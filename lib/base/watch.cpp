@@ -176,9 +176,13 @@ Call::~Call() {
   if (!tlsSpare) tlsSpare = std::move(rec_);
 }
 
-uint64_t Call::seq() const noexcept { return rec_ ? rec_->seq : 0; }
+uint64_t Call::seq() const noexcept {
+  return rec_ ? rec_->seq : 0;
+}
 
-uint64_t nextBootstrapSeq(Scope& scope) { return ++scope.bootstrapSeq; }
+uint64_t nextBootstrapSeq(Scope& scope) {
+  return ++scope.bootstrapSeq;
+}
 
 std::string nextDomain(Scope& scope) {
   return fmt::format("communicator {}", scope.communicators++);
@@ -228,7 +232,7 @@ void progressed() noexcept {
 namespace {
 
 struct Conn {
-  bool local = false;  ///< the unix socket (same user), no handshake
+  bool local = false;            ///< the unix socket (same user), no handshake
   std::shared_ptr<Scope> scope;  ///< tcp: the scope whose listener took it
   std::optional<handshake::ListenSide> hs;
   net::Fd fd;  ///< local connections
@@ -764,9 +768,8 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
     const size_t have = byCall[{best, k.second}].size();
     if (ranks.size() > have || (ranks.size() == have && mine)) best = k.first;
   }
-  const std::string majorLabel = major.second > 0
-                                     ? fmt::format("{} #{}", major.first, major.second)
-                                     : major.first;
+  const std::string majorLabel =
+      major.second > 0 ? fmt::format("{} #{}", major.first, major.second) : major.first;
   for (int p = 0; p < n; ++p) {
     const Answer& a = answers[static_cast<size_t>(p)];
     const CallState* c = cur[static_cast<size_t>(p)];
@@ -775,8 +778,9 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
     switch (a.kind) {
       case Answer::Kind::NoAnswer:
         r.kind = RootKind::NoAnswer;
-        r.why = "made no progress: it is not answering (stopped by a signal or a debugger, "
-                "swapping, or starved of CPU)";
+        r.why =
+            "made no progress: it is not answering (stopped by a signal or a debugger, "
+            "swapping, or starved of CPU)";
         break;
       case Answer::Kind::Exited:
         r.kind = RootKind::Exited;
@@ -803,8 +807,9 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
                                     : "this rank is",
                                 majorLabel);
           } else {
-            r.why = "is in no strata call: it is running the application's own code (or "
-                    "finished its calls early)";
+            r.why =
+                "is in no strata call: it is running the application's own code (or "
+                "finished its calls early)";
           }
           break;
         }
@@ -816,9 +821,9 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
           if (!right.empty() && c->op != right) {
             r.kind = RootKind::Mismatch;
             const std::vector<int>& others = byCall[{right, c->seq}];
-            r.why = fmt::format("is in {} #{} while {} {} in {} #{}", c->op, c->seq,
-                                ranksWord(others), others.size() == 1 ? "is" : "are", right,
-                                c->seq);
+            r.why =
+                fmt::format("is in {} #{} while {} {} in {} #{}", c->op, c->seq, ranksWord(others),
+                            others.size() == 1 ? "is" : "are", right, c->seq);
             break;
           }
           if (c->op != major.first || c->seq != major.second) {
@@ -826,9 +831,8 @@ Analysis analyse(const std::vector<Answer>& answers, const CallState& ref, int s
             r.kind = RootKind::Mismatch;
             r.tentative = true;
             std::vector<int> majors = byCall[major];
-            r.why = fmt::format("is in {} #{} while {} {} in {}", c->op, c->seq,
-                                ranksWord(majors), majors.size() == 1 ? "is" : "are",
-                                majorLabel);
+            r.why = fmt::format("is in {} #{} while {} {} in {}", c->op, c->seq, ranksWord(majors),
+                                majors.size() == 1 ? "is" : "are", majorLabel);
             break;
           }
         }
@@ -915,11 +919,16 @@ std::string stateLine(const Answer& a, int rank) {
                                  a.state.host.empty() ? "?" : a.state.host, a.state.pid);
   switch (a.kind) {
     case Answer::Kind::NoAnswer:
-      return head + "  NOT ANSWERING (stopped by a signal or a debugger, swapping, or starved of CPU)";
-    case Answer::Kind::Exited: return head + "  EXITED (its status port refuses connections)";
-    case Answer::Kind::Unreachable: return head + "  UNREACHABLE: " + a.error;
-    case Answer::Kind::Failed: return head + "  no answer: " + a.error;
-    default: break;
+      return head +
+             "  NOT ANSWERING (stopped by a signal or a debugger, swapping, or starved of CPU)";
+    case Answer::Kind::Exited:
+      return head + "  EXITED (its status port refuses connections)";
+    case Answer::Kind::Unreachable:
+      return head + "  UNREACHABLE: " + a.error;
+    case Answer::Kind::Failed:
+      return head + "  no answer: " + a.error;
+    default:
+      break;
   }
   if (a.state.calls.empty()) return head + "  not in any call";
   std::string s = head;
@@ -936,8 +945,7 @@ std::string stateLine(const Answer& a, int rank) {
 
 std::string describeAnswers(uint64_t jobId, int size, int rank, const std::vector<Answer>& answers,
                             const std::vector<PeerInfo>& peers = {}) {
-  std::string out =
-      fmt::format("job {:016x}: {} ranks, asked from rank {}\n", jobId, size, rank);
+  std::string out = fmt::format("job {:016x}: {} ranks, asked from rank {}\n", jobId, size, rank);
   for (size_t p = 0; p < answers.size(); ++p) {
     out += stateLine(answers[p], static_cast<int>(p));
     if (p < peers.size() && !peers[p].address.empty()) {
@@ -968,9 +976,10 @@ std::string describeAnswers(uint64_t jobId, int size, int rank, const std::vecto
   std::tie(ref.domain, ref.op, ref.seq) = best->first;
   Analysis v = analyse(answers, ref, rank);
   if (v.roots.empty()) {
-    out += fmt::format("verdict: every rank answered; the ranks in a call are in {} {} "
-                       "(nobody is stopped or in another call)\n",
-                       ref.domain, ref.seq > 0 ? fmt::format("{} #{}", ref.op, ref.seq) : ref.op);
+    out += fmt::format(
+        "verdict: every rank answered; the ranks in a call are in {} {} "
+        "(nobody is stopped or in another call)\n",
+        ref.domain, ref.seq > 0 ? fmt::format("{} #{}", ref.op, ref.seq) : ref.op);
   } else {
     out += "verdict: " + verdictText(v, answers, -1) + "\n";
   }
@@ -1045,8 +1054,8 @@ Reply askLocal(int32_t pid, const Request& request, double seconds) {
   }
   net::setNonBlocking(fd.get());
   handshake::writeRecord(fd.get(), encodeRequest(request), dl, "status request");
-  return decodeReply(handshake::readRecord(fd.get(), kMaxReply, dl,
-                                           fmt::format("status of process {}", pid)));
+  return decodeReply(
+      handshake::readRecord(fd.get(), kMaxReply, dl, fmt::format("status of process {}", pid)));
 }
 
 Reply askRemote(const std::string& address, const std::string& secret, const Request& request,
@@ -1212,9 +1221,9 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
   inner->allGather(all.data(), kExchangeSlot);
   scope->peers.resize(static_cast<size_t>(scope->size));
   for (int r = 0; r < scope->size; ++r) {
-    Exchange x = decodeExchange(
-        std::span<const uint8_t>(all).subspan(kExchangeSlot * static_cast<size_t>(r), kExchangeSlot),
-        r);
+    Exchange x = decodeExchange(std::span<const uint8_t>(all).subspan(
+                                    kExchangeSlot * static_cast<size_t>(r), kExchangeSlot),
+                                r);
     scope->peers[static_cast<size_t>(r)] = std::move(x.peer);
     if (r == 0) {
       scope->jobId = x.jobId;
@@ -1234,7 +1243,6 @@ std::shared_ptr<Scope> scopeOf(const Bootstrap* b) {
   if (auto* w = dynamic_cast<const Watched*>(b)) return w->scope();
   return nullptr;
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Test seam (base/watch_testing.hpp)

@@ -433,8 +433,8 @@ void Communicator::Impl::leaveNote(const Error& e) const noexcept {
   // fault (-1: none), so that a rank reading the note can name it first as well.
   std::array<char, kFailureNoteBytes> note{};
   const watch::Verdict v = watch::lastVerdict();
-  std::string text = fmt::format("root {}\n{}\nrank {} failed first: {}", v.root, v.text, rank,
-                                 e.what());
+  std::string text =
+      fmt::format("root {}\n{}\nrank {} failed first: {}", v.root, v.text, rank, e.what());
   std::memcpy(note.data(), text.data(), std::min(text.size(), note.size() - 1));
   for (int p = 0; p < size; ++p) {
     // The peer of the error is left out when it is the one at fault (or nothing more is known):

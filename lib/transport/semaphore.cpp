@@ -77,6 +77,10 @@ void HostSemaphore::wait(double timeoutSeconds) {
   const bool canBlock = tr.blockingWaitSupported();
   // A signal from a running peer lands within microseconds: spin 20 us before yielding.
   Backoff backoff(20, 1);
+  if (I.load() > I.expected) {  // already here: no need to tell the status service
+    ++I.expected;
+    return;
+  }
   watch::Call call(transport::Access::impl(*I.conn).scope, "connection", "semaphore wait", 0);
   watch::waitingFor(peer(), fmt::format("signal {} from it not yet received", I.expected + 1));
   for (;;) {
@@ -91,12 +95,13 @@ void HostSemaphore::wait(double timeoutSeconds) {
       lastCheck = now;
       I.conn->checkPeer();
       if (deadline.expired()) {
-        throw watch::diagnose(Error(ErrorCode::Timeout,
-                    fmt::format("semaphore wait for rank {} over {} timed out after {} s (signals "
-                                "received {}, waiting for {}); the peer may be stuck or slower: "
-                                "raise transport.timeout",
-                                peer(), I.conn->transport(), t, I.expected, I.expected + 1),
-                    peer()));
+        throw watch::diagnose(
+            Error(ErrorCode::Timeout,
+                  fmt::format("semaphore wait for rank {} over {} timed out after {} s (signals "
+                              "received {}, waiting for {}); the peer may be stuck or slower: "
+                              "raise transport.timeout",
+                              peer(), I.conn->transport(), t, I.expected, I.expected + 1),
+                  peer()));
       }
     }
     if (canBlock && now - start > kPollPhase) {

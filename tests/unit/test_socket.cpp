@@ -4,9 +4,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <atomic>
 #include <optional>
 #include <thread>
 
@@ -33,7 +33,9 @@ Error expectError(F f) {
   return Error(ErrorCode::Internal, "unreachable");
 }
 
-bool is(const Error& e, ErrorCode c) { return e.code() == c; }
+bool is(const Error& e, ErrorCode c) {
+  return e.code() == c;
+}
 
 net::SockAddr loopback(int family = AF_INET) {
   return net::SockAddr::parseNumeric(family == AF_INET ? "127.0.0.1:1" : "[::1]:1");
@@ -104,7 +106,8 @@ BOOST_AUTO_TEST_CASE(ipv4_and_ipv6_round_trip) {
     auto s = l->accept();
     std::vector<uint8_t> out(3 << 20), in(out.size());
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7);
-    std::thread w([&] { net::writeFull(c.get(), out.data(), out.size(), Deadline::after(10), "w"); });
+    std::thread w(
+        [&] { net::writeFull(c.get(), out.data(), out.size(), Deadline::after(10), "w"); });
     net::readFull(s.get(), in.data(), in.size(), Deadline::after(10), "r");
     w.join();
     BOOST_TEST((in == out));
@@ -190,8 +193,8 @@ BOOST_AUTO_TEST_CASE(handshake_rejects_a_wrong_secret_and_a_wrong_size) {
     handshake::ListenSide::State st{};
     std::thread server([&] { st = serve(std::move(s), "secret", 5); });
     auto e = expectError([&] {
-      handshake::connectSide(c.get(), size == 4 ? "wrong" : "secret", handshake::Purpose::Mesh,
-                             1, size, 0, Deadline::after(5), "c");
+      handshake::connectSide(c.get(), size == 4 ? "wrong" : "secret", handshake::Purpose::Mesh, 1,
+                             size, 0, Deadline::after(5), "c");
     });
     server.join();
     BOOST_TEST(is(e, ErrorCode::AuthFailed));
@@ -331,8 +334,7 @@ BOOST_AUTO_TEST_CASE(rendezvous_takes_a_retried_check_in_and_refuses_a_live_dupl
           }
           server.join();
           BOOST_REQUIRE(err.has_value());
-          BOOST_TEST(std::string(err->what()).find("rank 1 checked in twice") !=
-                         std::string::npos,
+          BOOST_TEST(std::string(err->what()).find("rank 1 checked in twice") != std::string::npos,
                      err->what());
           BOOST_REQUIRE(second.has_value());
           BOOST_TEST(is(*second, ErrorCode::InvalidConfig));

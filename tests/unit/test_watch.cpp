@@ -11,8 +11,8 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -248,7 +248,8 @@ BOOST_AUTO_TEST_CASE(reply_rejections) {
 
   wire::Writer states;
   states.str("").str("").u32(kMaxStates + 1);
-  expectError([&] { decodeReply(replyRecord(states)); }, ErrorCode::ProtocolError, std::to_string(kMaxStates + 1) + " states");
+  expectError([&] { decodeReply(replyRecord(states)); }, ErrorCode::ProtocolError,
+              std::to_string(kMaxStates + 1) + " states");
 
   wire::Writer failed;
   failed.str("").str("").u32(1);

@@ -177,16 +177,15 @@ int askJob(int32_t pid, const std::string& address, double seconds) {
     }
   }
   if (jobs.empty()) {
-    throw strata::Error(strata::ErrorCode::PeerLost,
-                        "no strata job answered" +
-                            (lastError.empty() ? std::string() : ": " + lastError));
+    throw strata::Error(
+        strata::ErrorCode::PeerLost,
+        "no strata job answered" + (lastError.empty() ? std::string() : ": " + lastError));
   }
   bool first = true;
   for (const auto& [job, p] : jobs) {
     if (!first) std::printf("\n");
     first = false;
-    printDump(w::askLocal(p, {w::RequestType::Dump, job}, seconds),
-              "process " + std::to_string(p));
+    printDump(w::askLocal(p, {w::RequestType::Dump, job}, seconds), "process " + std::to_string(p));
   }
   return 0;
 }

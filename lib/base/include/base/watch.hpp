@@ -57,8 +57,8 @@ STRATA_API std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner,
                                              const Config& config);
 /// The same for a bootstrap whose launch was given explicitly (createTcpBootstrap): its secret
 /// and root (the interface hint) come from `launch`.
-STRATA_API std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner,
-                                             const Config& config, const LaunchInfo& launch);
+STRATA_API std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config& config,
+                                             const LaunchInfo& launch);
 /// The backend object behind a bootstrap attach() returned (the same object otherwise).
 STRATA_API Bootstrap& unwrap(Bootstrap& b);
 /// The scope of a bootstrap returned by attach(), null when it is not watched.
