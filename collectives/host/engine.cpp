@@ -548,6 +548,7 @@ void Engine::run(Plan& plan, const char* what) {
   srcs.resize(n);
   Backoff backoff(spinUs_);
   auto lastProgress = std::chrono::steady_clock::now();
+  bool published = false;  // a wait was published to the status service (base/watch.hpp)
   auto lastCheck = lastProgress;
   for (;;) {
     bool progress = false;
@@ -651,7 +652,10 @@ void Engine::run(Plan& plan, const char* what) {
     if (progress) {
       backoff.reset();
       lastProgress = now;
-      watch::progressed();
+      if (published) {  // only after a wait was published: a fast call never touches it
+        watch::progressed();
+        published = false;
+      }
       continue;
     }
     if (now - lastCheck > kPeerCheckPeriod) {
@@ -682,6 +686,7 @@ void Engine::run(Plan& plan, const char* what) {
                                    idx[culprit] + (link.arrived - link.consumed),
                                    plan.in[culprit].size(), link.out.size());
         watch::waitingFor(culprit, progressText, lastProgress);
+        published = true;
       }
       if (timeout_ > 0 && now - lastProgress > std::chrono::duration<double>(timeout_)) {
         std::string call = describeCall(plan.sig, what);

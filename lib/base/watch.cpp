@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <list>
 #include <map>
@@ -52,6 +53,16 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+/// steady_clock's ticks from the kernel's coarse monotonic clock: the same clock at a few
+/// milliseconds' resolution, at a quarter of the cost (read at every collective call).
+int64_t coarseNow() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                     std::chrono::nanoseconds(ts.tv_nsec))
+      .count();
+}
+
 std::string socketName(int32_t pid) {
   return fmt::format("strata-status.{}", pid);
 }
@@ -62,9 +73,11 @@ std::string socketName(int32_t pid) {
 
 struct Call::Rec {
   std::string domain;
-  std::string op;
-  uint64_t seq = 0;
-  Clock::time_point start = Clock::now();
+  std::string op;  ///< Call's; a Slot's call names its op in opStatic instead
+  std::atomic<const char*> opStatic{nullptr};
+  std::atomic<uint64_t> seq{0};
+  std::atomic<int64_t> start{Clock::now().time_since_epoch().count()};
+  std::atomic<bool> active{true};  ///< a Slot's record between calls: false
   std::atomic<int32_t> waitingFor{-1};
   std::atomic<int64_t> waitSince{0};  ///< steady clock ticks
   std::string detail;                 ///< under the scope's mutex
@@ -106,11 +119,14 @@ class Scope {
     for (auto& c : calls) all.push_back(c.get());
     for (Call::Rec* c : all) {
       if (s.calls.size() >= kMaxCallsReported) break;
+      if (!c->active.load(std::memory_order_acquire)) continue;
       CallState cs;
       cs.domain = c->domain;
-      cs.op = c->op;
-      cs.seq = c->seq;
-      cs.seconds = secondsSince(c->start);
+      const char* op = c->opStatic.load(std::memory_order_relaxed);
+      cs.op = op ? std::string(op) : c->op;
+      cs.seq = c->seq.load(std::memory_order_relaxed);
+      cs.seconds = secondsSince(
+          Clock::time_point(Clock::duration(c->start.load(std::memory_order_relaxed))));
       cs.waitingFor = c->waitingFor.load(std::memory_order_relaxed);
       if (cs.waitingFor >= 0) {
         cs.waitingSeconds = secondsSince(
@@ -143,7 +159,7 @@ Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op
     rec_->waitingFor.store(-1, std::memory_order_relaxed);
     rec_->failed.store(false, std::memory_order_relaxed);
     rec_->detail.clear();
-    rec_->start = Clock::now();
+    rec_->start.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   } else {
     rec_ = std::make_shared<Rec>();
   }
@@ -153,7 +169,7 @@ Call::Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op
   {
     std::lock_guard lk(scope_->mu);
     scope_->calls.push_back(rec_);
-    scope_->failed.erase(rec_->domain);
+    if (!scope_->failed.empty()) scope_->failed.erase(rec_->domain);
   }
   prev_ = tlsCall;
   prevScope_ = tlsScope;
@@ -177,7 +193,48 @@ Call::~Call() {
 }
 
 uint64_t Call::seq() const noexcept {
-  return rec_ ? rec_->seq : 0;
+  return rec_ ? rec_->seq.load(std::memory_order_relaxed) : 0;
+}
+
+Slot::Slot(std::shared_ptr<Scope> scope, std::string domain) : scope_(std::move(scope)) {
+  if (!scope_) return;
+  rec_ = std::make_shared<Call::Rec>();
+  rec_->domain = std::move(domain);
+  rec_->active.store(false, std::memory_order_relaxed);
+  std::lock_guard lk(scope_->mu);
+  scope_->calls.push_back(rec_);
+}
+
+Slot::~Slot() {
+  if (!scope_) return;
+  std::lock_guard lk(scope_->mu);
+  std::erase(scope_->calls, rec_);
+}
+
+// No lock: the record is the slot's alone, and a reply being built reads each field atomically
+// (a reply may mix two consecutive calls' fields; it is a snapshot of a moving target anyway).
+Slot::Active::Active(Slot* slot, const char* op, uint64_t seq) noexcept
+    : slot_(slot && slot->rec_ ? slot : nullptr) {
+  if (!slot_) return;
+  Call::Rec& r = *slot_->rec_;
+  r.waitingFor.store(-1, std::memory_order_relaxed);
+  r.failed.store(false, std::memory_order_relaxed);
+  r.opStatic.store(op, std::memory_order_relaxed);
+  r.seq.store(seq, std::memory_order_relaxed);
+  r.start.store(coarseNow(), std::memory_order_relaxed);
+  r.active.store(true, std::memory_order_release);
+  prev_ = tlsCall;
+  prevScope_ = tlsScope;
+  tlsCall = &r;
+  tlsScope = slot_->scope_.get();
+}
+
+Slot::Active::~Active() {
+  if (!slot_) return;
+  tlsCall = prev_;
+  tlsScope = prevScope_;
+  Call::Rec& r = *slot_->rec_;
+  if (!r.failed.load(std::memory_order_relaxed)) r.active.store(false, std::memory_order_release);
 }
 
 uint64_t nextBootstrapSeq(Scope& scope) {
@@ -1010,8 +1067,9 @@ Error diagnose(const Error& e) noexcept {
     auto answers = collect(*scope, scope->queryTimeout);
     CallState ref;
     ref.domain = rec->domain;
-    ref.op = rec->op;
-    ref.seq = rec->seq;
+    const char* op = rec->opStatic.load(std::memory_order_relaxed);
+    ref.op = op ? std::string(op) : rec->op;
+    ref.seq = rec->seq.load(std::memory_order_relaxed);
     Analysis v = analyse(answers, ref, scope->rank);
     if (v.roots.empty()) return e;
     tlsVerdictRoot = v.roots.front().rank;

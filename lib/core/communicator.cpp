@@ -108,8 +108,7 @@ struct Communicator::Impl {
   mutable std::optional<Error> broken;  // asyncError() const may set it
   const Candidate* last = nullptr;      ///< what the last call chose
   /// The status service's view (base/watch.hpp): this communicator's label and call count.
-  std::shared_ptr<watch::Scope> scope;
-  std::string domain;
+  std::unique_ptr<watch::Slot> slot;
   uint64_t calls = 0;
 
   void loadBackends(const Config& config);
@@ -385,7 +384,7 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   }
   const Candidate& c = select(r, what);  // NotSupported leaves the communicator usable
   last = &c;
-  watch::Call call(scope, domain, what, ++calls);
+  watch::Slot::Active call(slot.get(), what, ++calls);
   try {
     c.algorithm->run(r);
   } catch (const Error& e) {
@@ -523,8 +522,10 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
     throw;
   }
   impl->resolveForced(config);
-  impl->scope = watch::scopeOf(impl->bootstrap.get());
-  if (impl->scope) impl->domain = watch::nextDomain(*impl->scope);
+  if (auto scope = watch::scopeOf(impl->bootstrap.get())) {
+    std::string domain = watch::nextDomain(*scope);
+    impl->slot = std::make_unique<watch::Slot>(std::move(scope), std::move(domain));
+  }
   return std::make_unique<Communicator>(std::move(impl));
 }
 

@@ -84,6 +84,36 @@ class STRATA_API Call {
   Scope* prevScope_ = nullptr;
 };
 
+/// A domain whose calls come one at a time and must cost next to nothing (a Communicator's
+/// collectives): its record is registered once, and each call only stores a few atomics.
+class STRATA_API Slot {
+ public:
+  Slot(std::shared_ptr<Scope> scope, std::string domain);
+  ~Slot();
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  /// While alive, the calling thread is in call `op` (a string with static lifetime) #seq of
+  /// the slot's domain. A call that failed (diagnose()) stays visible, marked failed, until the
+  /// next call of the slot begins.
+  class STRATA_API Active {
+   public:
+    Active(Slot* slot, const char* op, uint64_t seq) noexcept;
+    ~Active();
+    Active(const Active&) = delete;
+    Active& operator=(const Active&) = delete;
+
+   private:
+    Slot* slot_;
+    Call::Rec* prev_ = nullptr;
+    Scope* prevScope_ = nullptr;
+  };
+
+ private:
+  std::shared_ptr<Scope> scope_;
+  std::shared_ptr<Call::Rec> rec_;
+};
+
 /// The next sequence number of a per-scope domain counter (bootstrap collectives).
 STRATA_API uint64_t nextBootstrapSeq(Scope& scope);
 
