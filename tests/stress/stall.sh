@@ -334,6 +334,21 @@ case_info_healthy() {
   out=$(STRATA_ROOT=$root timeout -k 2 30 "$info" --job 2>&1)
   note "STRATA_ROOT=$root strata-info --job (exit $?): $(grep -c '^rank ' <<<"$out") rank lines"
   [[ $(grep -c '^rank ' <<<"$out") -eq 4 ]] || fail "strata-info --job under STRATA_ROOT did not list 4 ranks: $out"
+  # From anywhere, through a rank's status address, with the job secret (from a rank's
+  # environment, as strata-run gave it); a wrong secret and none are refused.
+  local secret addr rc
+  secret=$(tr '\0' '\n' <"/proc/$p0/environ" | sed -n 's/^STRATA_SECRET=//p')
+  addr=$(timeout -k 2 30 "$info" --job --pid "$p0" 2>&1 | grep -oE '\[status [^]]+\]' | sed -n '2s/\[status \(.*\)\]/\1/p')
+  out=$(env -u STRATA_ROOT STRATA_SECRET="$secret" timeout -k 2 30 "$info" --job --address "$addr" 2>&1)
+  note "strata-info --job --address $addr (exit $?): $(grep -c '^rank ' <<<"$out") rank lines"
+  [[ $(grep -c '^rank ' <<<"$out") -eq 4 ]] || fail "strata-info --job --address did not list 4 ranks: $out"
+  out=$(env -u STRATA_ROOT STRATA_SECRET=wrong timeout -k 2 30 "$info" --job --address "$addr" 2>&1)
+  rc=$?
+  note "with a wrong secret (exit $rc): $out"
+  [[ $rc -ne 0 && $out == *AuthFailed* ]] || fail "a wrong secret was not refused with AuthFailed: $out"
+  out=$(env -u STRATA_ROOT -u STRATA_SECRET timeout -k 2 30 "$info" --job --address "$addr" 2>&1)
+  rc=$?
+  [[ $rc -ne 0 && $out == *"needs the job secret"* ]] || fail "no secret: $out"
   touch "$work/go"
   local end=$((SECONDS + 60))
   while kill -0 "$job_pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.05; done
