@@ -43,12 +43,6 @@ constexpr const char* kSub = "watch";
 constexpr size_t kMaxConnections = 512;
 constexpr double kConnectionSeconds = 3.0;
 
-std::string hostName() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -95,7 +89,6 @@ class Scope {
   std::string host;
   int32_t pid = 0;
   net::Fd listener;
-  std::string address;
   std::atomic<uint64_t> bootstrapSeq{0};
   std::atomic<int> communicators{0};
 
@@ -190,10 +183,6 @@ Call::~Call() {
     }
   }
   if (!tlsSpare) tlsSpare = std::move(rec_);
-}
-
-uint64_t Call::seq() const noexcept {
-  return rec_ ? rec_->seq.load(std::memory_order_relaxed) : 0;
 }
 
 Slot::Slot(std::shared_ptr<Scope> scope, std::string domain) : scope_(std::move(scope)) {
@@ -577,8 +566,7 @@ Answer::Kind classify(const std::string& error, ErrorCode code) {
 }
 
 bool sameHostProcessGone(const std::string& host, int32_t pid) {
-  if (pid <= 0 || host != hostName()) return false;
-  return ::kill(pid, 0) != 0 && errno == ESRCH;
+  return pid > 0 && host == hostName() && processGone(pid);
 }
 
 }  // namespace
@@ -671,12 +659,8 @@ std::vector<Answer> collect(Scope& scope, double seconds) {
     if (deadline.expired()) {
       for (auto& q : qs) {
         if (q.done) continue;
-        if (q.cs) {
-          finish(q, classify(q.cs->error() + " timed out during the handshake", ErrorCode::Timeout),
-                 "no answer within watch.query_timeout");
-        } else {
-          finish(q, Answer::Kind::NoAnswer, "no answer within watch.query_timeout");
-        }
+        // Connected (the connect has its own, earlier deadline), but no answer.
+        finish(q, Answer::Kind::NoAnswer, "no answer within watch.query_timeout");
       }
       break;
     }
@@ -1253,7 +1237,7 @@ std::unique_ptr<Bootstrap> attach(std::unique_ptr<Bootstrap> inner, const Config
       throw Error(ErrorCode::Internal,
                   fmt::format("its address {} is too long to publish", address));
     }
-    scope->address = me.address = address;
+    me.address = address;
   } catch (const std::exception& e) {
     STRATA_LOG(Warn, kSub,
                "rank {}: no status service ({}); a stalled job's errors will not say which rank "

@@ -3,13 +3,9 @@
 
 #include <strata/communicator.hpp>
 
-#include <signal.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -22,6 +18,7 @@
 #include <strata/transport.hpp>
 
 #include "base/config_keys.hpp"
+#include "base/launcher.hpp"
 #include "base/strings.hpp"
 #include "base/watch.hpp"
 #include "bootstrap/registry.hpp"
@@ -399,23 +396,6 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
     throw;
   }
 }
-
-namespace {
-
-/// Whether the process has exited: no such pid, or a zombie not yet reaped by its parent (the
-/// shm transport's pidfd reports the exit at once, before the launcher reaps it).
-bool processGone(pid_t pid) {
-  if (::kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
-  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
-  const char state = line[paren + 2];
-  return state == 'Z' || state == 'X';
-}
-
-}  // namespace
 
 // A rank whose call fails because of a peer (Timeout, PeerLost) usually exits soon after. The
 // other ranks of its host then see only that a rank of their host exited (shm) and would name it,

@@ -4,6 +4,8 @@
 // STRATA_ROOT, STRATA_SECRET (set by strata-run), or derived from SLURM_* under srun and from
 // OMPI_COMM_WORLD_* under mpirun.
 
+#include <sys/types.h>
+
 #include <string>
 
 #include <strata/config.hpp>
@@ -26,6 +28,10 @@ struct LaunchInfo {
 /// from the config). Throws InvalidConfig naming the variable for malformed or inconsistent
 /// values (rank >= size, negative numbers, garbage).
 STRATA_API LaunchInfo detectLaunch(const Config& config);
+
+/// Whether the process has exited: no such pid, or a zombie not yet reaped by its parent (the
+/// shm transport's pidfd reports the exit at once, before the launcher reaps it).
+STRATA_API bool processGone(pid_t pid);
 
 /// This host's name as gethostname() gives it (in this UTS namespace), or "unknown".
 STRATA_API std::string hostName();

@@ -74,7 +74,6 @@ class STRATA_API Call {
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
-  uint64_t seq() const noexcept;
   struct Rec;  ///< defined in watch.cpp
 
  private:
