@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include <strata/communicator.hpp>
+#include <strata/types.hpp>
 
 #include "engine.hpp"
 

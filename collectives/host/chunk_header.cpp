@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include <strata/communicator.hpp>
 #include <strata/error.hpp>
+#include <strata/types.hpp>
 
 #include "base/wire.hpp"
 

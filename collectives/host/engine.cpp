@@ -15,7 +15,7 @@
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
 #include "base/log.hpp"
-#include "base/watch.hpp"
+#include "base/watch_calls.hpp"
 #include "base/wire.hpp"
 #include "chunk_header.hpp"
 #include "reduce.hpp"
@@ -548,7 +548,7 @@ void Engine::run(Plan& plan, const char* what) {
   srcs.resize(n);
   Backoff backoff(spinUs_);
   auto lastProgress = std::chrono::steady_clock::now();
-  bool published = false;  // a wait was published to the status service (base/watch.hpp)
+  bool published = false;  // a wait was published to the status service (base/watch_calls.hpp)
   auto lastCheck = lastProgress;
   for (;;) {
     bool progress = false;
@@ -664,7 +664,7 @@ void Engine::run(Plan& plan, const char* what) {
       // Name the peer this rank is stuck on: first one it expects data from and has nothing
       // of (a peer whose chunks wait in the slots for a reduction round is not the culprit),
       // then one it cannot send to (slots full), then any with work left. Published for the
-      // status service (base/watch.hpp) at each check, so that peers asking learn it.
+      // status service (base/watch_calls.hpp) at each check, so that peers asking learn it.
       const int culprit = [&]() -> int {
         for (int pass = 0; pass < 3; ++pass) {
           for (size_t p = 0; p < n; ++p) {

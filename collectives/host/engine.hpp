@@ -27,8 +27,8 @@
 #include <vector>
 
 #include <strata/channel.hpp>
-#include <strata/communicator.hpp>
 #include <strata/transport.hpp>
+#include <strata/types.hpp>
 
 #include "chunk_header.hpp"
 

@@ -21,7 +21,7 @@
 
 #include <cstddef>
 
-#include <strata/communicator.hpp>
+#include <strata/types.hpp>
 
 namespace strata::collectives {
 

@@ -1,7 +1,5 @@
 #include "base/log.hpp"
 
-#include "base/launcher.hpp"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <strata/error.hpp>
 
 #include "base/config_keys.hpp"
+#include "base/process.hpp"
 
 namespace strata::log {
 
@@ -26,7 +25,7 @@ namespace {
 constexpr std::string_view kLevelNames[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
 
 std::string shortHostname() {
-  std::string host = hostName();
+  std::string host = process::hostName();
   // The short name is what users see in Slurm node lists; the domain only lengthens every line.
   if (auto dot = host.find('.'); dot != std::string::npos && dot > 0) host.resize(dot);
   return host;

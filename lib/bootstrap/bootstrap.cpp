@@ -1,126 +1,105 @@
+// Bootstrap::create and createTcpBootstrap: the backend, then what every bootstrap goes through
+// once it is up (assembly.hpp).
+
 #include <strata/bootstrap.hpp>
 
-#include <cstring>
-#include <map>
+#include <unistd.h>
+
+#include <utility>
 
 #include <fmt/format.h>
 
-#include <strata/backend/module.hpp>
 #include <strata/error.hpp>
-#include <strata/version.hpp>
 
+#include "agreement.hpp"
+#include "assembly.hpp"
 #include "base/config_keys.hpp"
-#include "base/hmac.hpp"
 #include "base/log.hpp"
-#include "base/mesh.hpp"
-#include "base/watch.hpp"
 #include "bootstrap/registry.hpp"
-#include "base/wire.hpp"
+#include "bootstrap/watched.hpp"
+#include "net/netif.hpp"
+#include "net/socket.hpp"
 
 namespace strata {
-namespace {
 
-constexpr size_t kAgreementSlot = 1024;
+namespace bootstrap {
 
-using Settings = std::vector<std::pair<std::string, std::string>>;
-
-/// The choices every rank must share (design: "Ranks check at start-up that they agree").
-Settings mustMatch(const Bootstrap& b, const Config& config) {
-  Settings s;
-  s.emplace_back("bootstrap backend", std::string(b.backend()));
-  s.emplace_back("job size", std::to_string(b.size()));
-  s.emplace_back("strata version", STRATA_VERSION_STRING);
-  s.emplace_back("module ABI", std::to_string(STRATA_MODULE_ABI_VERSION));
-  s.emplace_back("frame format", std::to_string(mesh::kFrameVersion));
-  for (const auto& k : config::keys()) {
-    if (k.mustMatch && k.key != "bootstrap.backend") {
-      s.emplace_back(std::string(k.key), config.get(k.key).value_or(""));
-    }
-  }
-  return s;
+std::unique_ptr<Bootstrap> assemble(const Config& config, const LaunchInfo* launch,
+                                    const std::function<std::unique_ptr<Bootstrap>()>& backend) {
+  log::configure(config);
+  auto b = backend();
+  log::setRank(b->rank());
+  checkAgreement(*b, config);
+  STRATA_LOG(Debug, "bootstrap", "{} bootstrap ready: rank {} of {} (local {} of {})", b->backend(),
+             b->rank(), b->size(), b->localRank(), b->localSize());
+  return launch ? attachWatch(std::move(b), config, *launch) : attachWatch(std::move(b), config);
 }
 
-std::vector<uint8_t> encodeSlot(const Settings& s) {
-  wire::Writer w;
-  w.u16(static_cast<uint16_t>(s.size()));
-  for (auto& [k, v] : s) w.str(k).str(v.substr(0, 200));
-  auto rec = wire::encodeRecord(20, 1, w.data());
-  if (rec.size() > kAgreementSlot) {
-    // Too many settings to send in full: agree on a digest (the message then names no key).
-    auto d = crypto::sha256(w.data());
-    wire::Writer h;
-    h.u16(1).str("settings digest").str(crypto::toHex(d));
-    rec = wire::encodeRecord(20, 1, h.data());
-  }
-  rec.resize(kAgreementSlot, 0);
-  return rec;
-}
-
-Settings decodeSlot(const uint8_t* slot, int rank) {
-  std::string what = fmt::format("start-up agreement record of rank {}", rank);
-  auto h = wire::decodeHeader({slot, wire::kRecordHeaderSize}, 1, kAgreementSlot, what);
-  if (h.kind != 20 || h.length > kAgreementSlot - wire::kRecordHeaderSize) {
-    throw Error(ErrorCode::ProtocolError, fmt::format("malformed {}", what), rank);
-  }
-  wire::Reader r({slot + wire::kRecordHeaderSize, h.length}, what);
-  Settings s;
-  uint16_t n = r.u16();
-  for (uint16_t i = 0; i < n; ++i) {
-    std::string k = r.str(256);
-    std::string v = r.str(256);
-    s.emplace_back(std::move(k), std::move(v));
-  }
-  r.expectEnd();
-  return s;
-}
-
-void checkAgreement(Bootstrap& b, const Config& config) {
-  if (b.size() == 1) return;
-  auto mine = encodeSlot(mustMatch(b, config));
-  std::vector<uint8_t> all(kAgreementSlot * static_cast<size_t>(b.size()));
-  std::memcpy(all.data() + kAgreementSlot * static_cast<size_t>(b.rank()), mine.data(),
-              kAgreementSlot);
-  b.allGather(all.data(), kAgreementSlot);
-  // Every rank holds the same table and reaches the same verdict, so all fail together.
-  Settings ref = decodeSlot(all.data(), 0);
-  for (int r = 1; r < b.size(); ++r) {
-    Settings other = decodeSlot(all.data() + kAgreementSlot * static_cast<size_t>(r), r);
-    std::map<std::string, std::string> om(other.begin(), other.end());
-    for (auto& [k, v] : ref) {
-      auto it = om.find(k);
-      std::string ov = it == om.end() ? "<missing>" : it->second;
-      if (ov != v) {
-        throw Error(ErrorCode::InvalidConfig,
-                    fmt::format("ranks disagree on {}: rank 0 has '{}', rank {} has '{}'. Every "
-                                "rank must use the same value: check the STRATA_* environment "
-                                "and strata.toml on every node",
-                                k, v, r, ov),
-                    r);
-      }
-    }
-    if (om.size() != ref.size()) {
-      throw Error(ErrorCode::InvalidConfig,
-                  fmt::format("rank {} runs a different strata build than rank 0 (its start-up "
-                              "record has {} settings, rank 0's has {})",
-                              r, om.size(), ref.size()),
-                  r);
-    }
-  }
-}
-
-}  // namespace
+}  // namespace bootstrap
 
 Bootstrap::~Bootstrap() = default;
 
 std::unique_ptr<Bootstrap> Bootstrap::create(const Config& config) {
-  log::configure(config);
-  std::string name = bootstrap::resolveBackendName(config);
-  auto b = bootstrap::createBackend(name, config);
-  log::setRank(b->rank());
-  checkAgreement(*b, config);
-  STRATA_LOG(Debug, "bootstrap", "{} bootstrap ready: rank {} of {} (local {} of {})",
-             b->backend(), b->rank(), b->size(), b->localRank(), b->localSize());
-  return watch::attach(std::move(b), config);
+  return bootstrap::assemble(config, nullptr, [&] {
+    return bootstrap::createBackend(bootstrap::resolveBackendName(config), config);
+  });
+}
+
+RendezvousListener::RendezvousListener(const Config& config, const std::string& hostHint) {
+  const int family = netif::familyOf(config::getString(config, "bootstrap.tcp.family"));
+  std::vector<net::SockAddr> hint;
+  if (!hostHint.empty()) hint = net::resolve(hostHint, 0, family);
+  auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family,
+                             hint.empty() ? nullptr : hint.front().get());
+  net::SockAddr addr =
+      net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr), iface.addrLen);
+  addr.setPort(static_cast<uint16_t>(config::getInt(config, "bootstrap.tcp.port")));
+  net::Fd fd = net::listenOn(addr);
+  address_ = net::localAddress(fd.get()).toString();
+  fd_ = fd.release();
+  STRATA_LOG(Debug, "tcp", "rendezvous listener on {} ({})", address_, iface.name);
+}
+
+RendezvousListener::~RendezvousListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+RendezvousListener::RendezvousListener(RendezvousListener&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), address_(std::move(other.address_)) {}
+
+std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch, const Config& config,
+                                              const RendezvousListener* listener) {
+  if (launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size || launch.localSize < 1 ||
+      launch.localRank < 0 || launch.localRank >= launch.localSize ||
+      launch.localSize > launch.size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("createTcpBootstrap: rank {} of {} (local {} of {}) is not a valid "
+                            "launch",
+                            launch.rank, launch.size, launch.localRank, launch.localSize));
+  }
+  if (launch.size > 1 && launch.root.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("createTcpBootstrap: rank {} of {} has no root address", launch.rank,
+                            launch.size));
+  }
+  if (launch.rank == 0 && launch.size > 1 && listener == nullptr) {
+    throw Error(ErrorCode::InvalidArgument,
+                "createTcpBootstrap: rank 0 must pass the RendezvousListener whose address it "
+                "published");
+  }
+  LaunchInfo info;
+  info.rank = launch.rank;
+  info.size = launch.size;
+  info.localRank = launch.localRank;
+  info.localSize = launch.localSize;
+  info.root = launch.root;
+  info.secret = launch.secret;
+  info.launcher = kExplicitLauncher;
+  info.rootFd = (launch.rank == 0 && listener != nullptr) ? listener->fd() : -1;
+  // The same assembly as Bootstrap::create: log.level from strata.toml applies and ranks that
+  // made different choices fail at start-up instead of in their first collective.
+  return bootstrap::assemble(config, &info,
+                             [&] { return bootstrap::createBuiltinTcp(config, info); });
 }
 
 }  // namespace strata

@@ -18,10 +18,11 @@
 #include <strata/transport.hpp>
 
 #include "base/config_keys.hpp"
-#include "base/launcher.hpp"
+#include "base/process.hpp"
 #include "base/strings.hpp"
-#include "base/watch.hpp"
+#include "base/watch_calls.hpp"
 #include "bootstrap/registry.hpp"
+#include "bootstrap/watched.hpp"
 #include "buffer_kind.hpp"
 
 namespace strata {
@@ -104,7 +105,8 @@ struct Communicator::Impl {
   /// later call fails at once instead of mixing up data.
   mutable std::optional<Error> broken;  // asyncError() const may set it
   const Candidate* last = nullptr;      ///< what the last call chose
-  /// The status service's view (base/watch.hpp): this communicator's label and call count.
+  /// The watch's record of its calls (base/watch_calls.hpp): this communicator's label and call
+  /// count.
   std::unique_ptr<watch::Slot> slot;
   uint64_t calls = 0;
 
@@ -413,12 +415,12 @@ void Communicator::Impl::leaveNote(const Error& e) const noexcept {
   std::array<char, kFailureNoteBytes> note{};
   const watch::Verdict v = watch::lastVerdict();
   std::string text =
-      fmt::format("root {}\n{}\nrank {} failed first: {}", v.root, v.text, rank, e.what());
+      fmt::format("root {}\n{}\nrank {} failed first: {}", v.culprit, v.text, rank, e.what());
   std::memcpy(note.data(), text.data(), std::min(text.size(), note.size() - 1));
   for (int p = 0; p < size; ++p) {
     // The peer of the error is left out when it is the one at fault (or nothing more is known):
     // not when the diagnosis found another rank, or this one (a mismatched call), at fault.
-    if (p == rank || (p == e.peer() && (v.root < 0 || v.root == p))) continue;
+    if (p == rank || (p == e.peer() && (v.culprit < 0 || v.culprit == p))) continue;
     try {
       // Small and on a connection the context's set-up opened: the kernel takes it at once.
       if (context->sameHost(p)) bootstrap->send(p, kTagFailureNote, note.data(), note.size());
@@ -436,7 +438,7 @@ Error Communicator::Impl::explain(const Error& e) const {
     // Only a process that is gone: its bootstrap connection is closed, so the receive ends at
     // once with its note (sent before it exited) or with PeerLost. A live one may not send any.
     const int32_t pid = context->pid(q);
-    if (pid <= 0 || !processGone(pid)) return e;
+    if (pid <= 0 || !process::gone(pid)) return e;
     std::array<char, kFailureNoteBytes> note{};
     bootstrap->recv(q, kTagFailureNote, note.data(), note.size());
     note.back() = '\0';
@@ -502,8 +504,8 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
     throw;
   }
   impl->resolveForced(config);
-  if (auto scope = watch::scopeOf(impl->bootstrap.get())) {
-    std::string domain = watch::nextDomain(*scope);
+  if (auto scope = bootstrap::scopeOf(impl->bootstrap.get())) {
+    std::string domain = scope->nextDomain();
     impl->slot = std::make_unique<watch::Slot>(std::move(scope), std::move(domain));
   }
   return std::make_unique<Communicator>(std::move(impl));

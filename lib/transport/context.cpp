@@ -16,11 +16,12 @@
 #include <strata/error.hpp>
 
 #include "base/config_keys.hpp"
-#include "context_impl.hpp"
-#include "base/launcher.hpp"
-#include "bootstrap/registry.hpp"
 #include "base/log.hpp"
+#include "base/process.hpp"
 #include "base/strings.hpp"
+#include "bootstrap/registry.hpp"
+#include "bootstrap/watched.hpp"
+#include "context_impl.hpp"
 #include "records.hpp"
 
 namespace strata {
@@ -82,10 +83,10 @@ std::vector<uint8_t> recvBlob(Bootstrap& b, int peer, int tag, const char* what)
   uint64_t n = 0;
   b.recv(peer, tag, &n, sizeof n);
   if (n > kMaxRecord) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("rank {} announced a {} of {} bytes (limit {})", peer, what, n,
-                            kMaxRecord),
-                peer);
+    throw Error(
+        ErrorCode::ProtocolError,
+        fmt::format("rank {} announced a {} of {} bytes (limit {})", peer, what, n, kMaxRecord),
+        peer);
   }
   std::vector<uint8_t> blob(n);
   b.recv(peer, tag, blob.data(), blob.size());
@@ -182,7 +183,7 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   transport::HostRecord me;
   me.rank = I->rank;
   me.pid = static_cast<int32_t>(getpid());
-  me.hostName = ::strata::hostName();
+  me.hostName = process::hostName();
   std::string hostKey = config::getString(config, "transport.host_id");
   me.hostId = transport::fnv1a(hostKey.empty() ? me.hostName + "/" + transport::bootId() : hostKey);
   std::vector<uint8_t> slots(transport::kHostSlot * I->size);
@@ -261,12 +262,18 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   return std::make_shared<Context>(std::move(I));
 }
 
-Bootstrap& Context::bootstrap() noexcept { return *impl_->bootstrap; }
+Bootstrap& Context::bootstrap() noexcept {
+  return *impl_->bootstrap;
+}
 const std::shared_ptr<Bootstrap>& Context::bootstrapPtr() const noexcept {
   return impl_->bootstrap;
 }
-int Context::rank() const noexcept { return impl_->rank; }
-int Context::size() const noexcept { return impl_->size; }
+int Context::rank() const noexcept {
+  return impl_->rank;
+}
+int Context::size() const noexcept {
+  return impl_->size;
+}
 
 bool Context::sameHost(int peer) const {
   impl_->checkPeer(peer, "Context::sameHost");
@@ -292,8 +299,9 @@ std::vector<std::vector<int>> Context::hostGroups() const {
   std::vector<std::vector<int>> groups;
   for (int r = 0; r < impl_->size; ++r) {
     uint64_t id = impl_->hosts[r].hostId;
-    auto g = std::find_if(groups.begin(), groups.end(),
-                          [&](const std::vector<int>& g) { return impl_->hosts[g.front()].hostId == id; });
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const std::vector<int>& g) {
+      return impl_->hosts[g.front()].hostId == id;
+    });
     if (g == groups.end()) {
       groups.push_back({r});
     } else {
@@ -347,8 +355,8 @@ std::string Context::transportFor(int peer, MemoryKind kind) const {
                           "transport.{}={}, rank {} has [{}], rank {} has [{}]{}. Add a transport "
                           "both can use to the list, or install the missing module",
                           I.rank, peer, same ? "same" : "other", toString(kind),
-                          same ? "intra_node" : "inter_node",
-                          fmt::join(list, ","), I.rank, mine, peer, theirs, why),
+                          same ? "intra_node" : "inter_node", fmt::join(list, ","), I.rank, mine,
+                          peer, theirs, why),
               peer);
 }
 
@@ -391,11 +399,11 @@ RegisteredMemory Context::allocate(size_t bytes, MemoryKind kind) {
                   fmt::format("memfd_create for {} bytes failed: {}", bytes, strerror(errno)));
     }
     if (ftruncate(block->alloc.memfd, static_cast<off_t>(block->bytes)) != 0) {
-      throw Error(ErrorCode::SystemError,
-                  fmt::format("ftruncate of a {}-byte memfd failed: {}", block->bytes,
-                              strerror(errno)));
+      throw Error(ErrorCode::SystemError, fmt::format("ftruncate of a {}-byte memfd failed: {}",
+                                                      block->bytes, strerror(errno)));
     }
-    void* p = mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, block->alloc.memfd, 0);
+    void* p =
+        mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, block->alloc.memfd, 0);
     if (p == MAP_FAILED) {
       throw Error(ErrorCode::SystemError,
                   fmt::format("mmap of a {}-byte memfd failed: {}", block->bytes, strerror(errno)));
@@ -405,9 +413,8 @@ RegisteredMemory Context::allocate(size_t bytes, MemoryKind kind) {
     if (fstat(block->alloc.memfd, &st) != 0) {
       // The shm transport checks the memfd by this inode; a zeroed one would surface later as
       // a misleading import error.
-      throw Error(ErrorCode::SystemError,
-                  fmt::format("fstat of a {}-byte memfd failed: {}", block->bytes,
-                              strerror(errno)));
+      throw Error(ErrorCode::SystemError, fmt::format("fstat of a {}-byte memfd failed: {}",
+                                                      block->bytes, strerror(errno)));
     }
     block->alloc.inode = st.st_ino;
     block->alloc.offset = 0;
@@ -480,7 +487,8 @@ std::vector<std::shared_ptr<Connection>> Context::connect(std::span<const int> p
     c.transport = names[i];
     c.endpoint = I.find(names[i])->endpoint();
     c.arena = I.pool(names[i], *this)->arena.serialize();
-    transport::sendBlob(*I.bootstrap, peers[i], transport::kTagConnect, transport::encodeConnect(c));
+    transport::sendBlob(*I.bootstrap, peers[i], transport::kTagConnect,
+                        transport::encodeConnect(c));
   }
   std::vector<std::shared_ptr<Connection>> out;
   for (size_t i = 0; i < peers.size(); ++i) {
@@ -489,8 +497,8 @@ std::vector<std::shared_ptr<Connection>> Context::connect(std::span<const int> p
         transport::recvBlob(*I.bootstrap, p, transport::kTagConnect, "connect record"), p);
     if (c.to != I.rank) {
       throw Error(ErrorCode::ProtocolError,
-                  fmt::format("rank {} sent a connect record meant for rank {} to rank {}", p,
-                              c.to, I.rank),
+                  fmt::format("rank {} sent a connect record meant for rank {} to rank {}", p, c.to,
+                              I.rank),
                   p);
     }
     if (c.transport != names[i]) {
@@ -505,7 +513,7 @@ std::vector<std::shared_ptr<Connection>> Context::connect(std::span<const int> p
     impl->transportName = names[i];
     impl->transport = I.find(names[i]);
     impl->timeout = I.timeout;
-    impl->scope = watch::scopeOf(I.bootstrap.get());
+    impl->scope = bootstrap::scopeOf(I.bootstrap.get());
     impl->conn = impl->transport->connect(I.peerInfo(p), c.endpoint);
     impl->localArena = I.pool(names[i], *this)->arena;
     impl->peerArena = transport::deserializeWith(*this, c.arena, p, names[i]);

@@ -13,7 +13,7 @@
 #include <strata/backend/transport.hpp>
 #include <strata/transport.hpp>
 
-#include "base/watch.hpp"
+#include "base/watch_calls.hpp"
 
 namespace strata::transport {
 
@@ -49,7 +49,7 @@ struct LoadedTransport {
 /// Host memory the core allocated (memfd), released with the last registration.
 struct HostBlock {
   void* data = nullptr;
-  size_t bytes = 0;      ///< mapped length (page-rounded)
+  size_t bytes = 0;  ///< mapped length (page-rounded)
   backend::HostAllocation alloc;
   ~HostBlock();
 };
@@ -72,7 +72,7 @@ struct RegisteredMemory::Impl {
   void* data = nullptr;  ///< local only
   size_t size = 0;
   MemoryKind kind = MemoryKind::Host;
-  uint64_t id = 0;       ///< random registration id carried in the record
+  uint64_t id = 0;  ///< random registration id carried in the record
   uint64_t hostId = 0;
   int32_t pid = 0;
   std::shared_ptr<transport::HostBlock> hostBlock;      ///< memory the core allocated
@@ -106,7 +106,7 @@ struct Connection::Impl {
   RegisteredMemory peerArena;
   /// This rank's arena for this transport (counters the peer raises).
   RegisteredMemory localArena;
-  /// The status service's view of the context's bootstrap (base/watch.hpp), or null.
+  /// The watch scope of the context's bootstrap (base/watch_calls.hpp), or null.
   std::shared_ptr<watch::Scope> scope;
   /// Rethrows PeerLost for every call once the peer was lost.
   void checkLost();

@@ -10,7 +10,7 @@
 
 #include "base/backoff.hpp"
 #include "base/deadline.hpp"
-#include "base/watch.hpp"
+#include "base/watch_calls.hpp"
 #include "context_impl.hpp"
 #include "records.hpp"
 

@@ -28,7 +28,7 @@
 #include <strata/error.hpp>
 
 #include "backends/bootstrap/tcp/tcp_bootstrap.hpp"
-#include "base/watch.hpp"
+#include "bootstrap/watched.hpp"
 #include "tests/harness/mp_test.hpp"
 
 using namespace std::chrono_literals;
@@ -688,7 +688,7 @@ BOOST_AUTO_TEST_CASE(strangers_after_creation) {
   RANK_SCOPE();
   auto bs = Bootstrap::create(Config::load());
   REQUIRE_PEERS(bs);
-  auto* tcp = dynamic_cast<strata::tcp::TcpBootstrap*>(&strata::watch::unwrap(*bs));
+  auto* tcp = dynamic_cast<strata::tcp::TcpBootstrap*>(&strata::bootstrap::unwrap(*bs));
   if (tcp == nullptr) {
     BOOST_TEST_MESSAGE("skipped: tcp only, backend is " << bs->backend());
     return;

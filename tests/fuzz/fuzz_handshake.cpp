@@ -10,9 +10,9 @@
 //     checkResult only when it accepts with the listener's proof, else AuthFailed.
 #include <cstring>
 
-#include "base/handshake_codec.hpp"
 #include "base/wire.hpp"
 #include "fuzz_common.hpp"
+#include "net/handshake_codec.hpp"
 
 namespace hs = strata::handshake;
 using strata::Error;

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "base/hostlist.hpp"
 #include "fuzz_common.hpp"
+#include "launch/hostlist.hpp"
 
 namespace hl = strata::hostlist;
 using strata::Error;

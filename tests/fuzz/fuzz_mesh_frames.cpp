@@ -9,8 +9,8 @@
 //     refused only with Error(ProtocolError).
 #include <cstring>
 
-#include "base/mesh_frames.hpp"
 #include "fuzz_common.hpp"
+#include "mesh/frames.hpp"
 
 namespace mesh = strata::mesh;
 using strata::Error;

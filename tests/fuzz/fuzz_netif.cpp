@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "base/netif.hpp"
 #include "fuzz_common.hpp"
+#include "net/netif.hpp"
 
 namespace ni = strata::netif;
 using strata::Error;

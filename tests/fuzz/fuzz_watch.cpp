@@ -1,4 +1,4 @@
-// libFuzzer target for the status service's records (lib/base/watch_codec.cpp,
+// libFuzzer target for the status service's records (lib/watch/codec.cpp,
 // docs/wire-format.md "Status service"): the request (kind 90) a tool or a rank sends to a status
 // port, the reply (kind 91) it reads back, and the exchange record (kind 92) every rank reads from
 // each peer's allGather slot. Input: byte 0 picks the record (request, reply, exchange), byte 1 the
@@ -16,9 +16,9 @@
 #include <cstring>
 #include <string>
 
-#include "base/watch_codec.hpp"
 #include "base/wire.hpp"
 #include "fuzz_common.hpp"
+#include "watch/codec.hpp"
 
 namespace watch = strata::watch;
 namespace wire = strata::wire;
@@ -49,8 +49,8 @@ void reply(std::span<const uint8_t> bytes) {
     return;
   }
   FUZZ_CHECK(rep.error.size() <= watch::kMaxError && rep.text.size() <= watch::kMaxText);
-  FUZZ_CHECK(rep.states.size() <= watch::kMaxStates);
-  for (const auto& s : rep.states) {
+  FUZZ_CHECK(rep.reports.size() <= watch::kMaxReports);
+  for (const auto& s : rep.reports) {
     FUZZ_CHECK(s.host.size() <= watch::kMaxHost);
     FUZZ_CHECK(s.calls.size() <= watch::kMaxCallsReported);
     for (const auto& c : s.calls) {

@@ -14,12 +14,12 @@
 #include "backends/transport/nvlink/nvlink_records.hpp"
 #include "backends/transport/shm/shm_transport.hpp"
 #include "base/config_keys.hpp"
-#include "base/handshake_codec.hpp"
-#include "base/mesh_frames.hpp"
-#include "base/watch_codec.hpp"
 #include "base/wire.hpp"
 #include "collectives/host/chunk_header.hpp"
+#include "mesh/frames.hpp"
+#include "net/handshake_codec.hpp"
 #include "transport/records_testing.hpp"
+#include "watch/codec.hpp"
 
 namespace fs = std::filesystem;
 namespace hs = strata::handshake;
@@ -273,13 +273,13 @@ void watchSeeds() {
   seed("request-status", 0, 0, w::encodeRequest({w::RequestType::Status, 0x5eed0123456789abull}));
   seed("request-list", 0, 0, w::encodeRequest({w::RequestType::List, 0}));
   seed("request-dump", 0, 0, w::encodeRequest({w::RequestType::Dump, 0x5eed0123456789abull}));
-  w::RankState stalled;
+  w::RankReport stalled;
   stalled.rank = 1;
   stalled.size = 4;
   stalled.pid = 4242;
   stalled.host = "node17";
   stalled.jobId = 0x5eed0123456789abull;
-  w::CallState comm;
+  w::CallReport comm;
   comm.domain = "communicator 0";
   comm.op = "allReduce";
   comm.seq = 41;
@@ -288,20 +288,20 @@ void watchSeeds() {
   comm.waitingSeconds = 5.0;
   comm.detail = "0 of 3 pieces from it received";
   comm.failed = true;
-  w::CallState boot;
+  w::CallReport boot;
   boot.domain = "bootstrap";
   boot.op = "barrier";
   boot.seq = 3;
   boot.seconds = 0.5;
   stalled.calls = {comm, boot};
-  w::RankState idle = stalled;
+  w::RankReport idle = stalled;
   idle.rank = 3;
   idle.calls.clear();
   w::Reply states;
-  states.states = {stalled, idle};
+  states.reports = {stalled, idle};
   seed("reply-states", 1, 0, w::encodeReply(states));
   w::Reply text;
-  text.states = {stalled};
+  text.reports = {stalled};
   text.text = "job 5eed0123456789ab: 4 ranks, asked from rank 1\nverdict: rank 2 ...\n";
   seed("reply-text", 1, 0, w::encodeReply(text));
   w::Reply error;

@@ -8,8 +8,8 @@
 
 #include <strata/error.hpp>
 
-#include "base/handshake_codec.hpp"
 #include "base/wire.hpp"
+#include "net/handshake_codec.hpp"
 
 using namespace strata;
 using namespace strata::handshake;

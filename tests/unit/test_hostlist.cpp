@@ -8,7 +8,7 @@
 
 #include <strata/error.hpp>
 
-#include "base/hostlist.hpp"
+#include "launch/hostlist.hpp"
 
 using namespace strata;
 using Hosts = std::vector<std::string>;

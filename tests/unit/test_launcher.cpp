@@ -10,7 +10,7 @@
 
 #include <strata/strata.hpp>
 
-#include "base/launcher.hpp"
+#include "launch/contract.hpp"
 
 using strata::Config;
 using strata::Error;
@@ -18,12 +18,26 @@ using strata::ErrorCode;
 
 namespace {
 
-const char* kVars[] = {"STRATA_RANK", "STRATA_SIZE", "STRATA_LOCAL_RANK", "STRATA_LOCAL_SIZE",
-                       "STRATA_ROOT", "STRATA_ROOT_FD", "STRATA_SECRET", "SLURM_PROCID",
-                       "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_LOCALID",
-                       "SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
-                       "SLURM_STEP_RESV_PORTS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+const char* kVars[] = {"STRATA_RANK",
+                       "STRATA_SIZE",
+                       "STRATA_LOCAL_RANK",
+                       "STRATA_LOCAL_SIZE",
+                       "STRATA_ROOT",
+                       "STRATA_ROOT_FD",
+                       "STRATA_SECRET",
+                       "SLURM_PROCID",
+                       "SLURM_STEP_ID",
+                       "SLURM_STEP_NUM_TASKS",
+                       "SLURM_NTASKS",
+                       "SLURM_LOCALID",
+                       "SLURM_NODEID",
+                       "SLURM_STEP_NODELIST",
+                       "SLURM_STEP_TASKS_PER_NODE",
+                       "SLURM_STEP_RESV_PORTS",
+                       "OMPI_COMM_WORLD_RANK",
+                       "OMPI_COMM_WORLD_SIZE",
+                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                       "OMPI_COMM_WORLD_LOCAL_SIZE"};
 
 // Sets exactly the given launcher variables for one test.
 struct Env {
@@ -58,8 +72,11 @@ BOOST_AUTO_TEST_CASE(no_launcher_is_a_single_rank) {
 }
 
 BOOST_AUTO_TEST_CASE(strata_run_contract) {
-  Env env({{"STRATA_RANK", "2"}, {"STRATA_SIZE", "4"}, {"STRATA_LOCAL_RANK", "0"},
-           {"STRATA_LOCAL_SIZE", "2"}, {"STRATA_ROOT", "127.0.0.1:5000"},
+  Env env({{"STRATA_RANK", "2"},
+           {"STRATA_SIZE", "4"},
+           {"STRATA_LOCAL_RANK", "0"},
+           {"STRATA_LOCAL_SIZE", "2"},
+           {"STRATA_ROOT", "127.0.0.1:5000"},
            {"STRATA_SECRET", "abc"}});
   auto info = strata::detectLaunch(Config());
   BOOST_TEST(info.launcher == "strata-run");
@@ -79,15 +96,21 @@ BOOST_AUTO_TEST_CASE(bad_strata_variables) {
   BOOST_TEST(invalid(codeOf({{"STRATA_RANK", "1x"}, {"STRATA_SIZE", "4"}})));
   BOOST_TEST(invalid(codeOf({{"STRATA_RANK", "1"}})));
   BOOST_TEST(invalid(codeOf({{"STRATA_RANK", "1"}, {"STRATA_SIZE", "0"}})));
-  BOOST_TEST(invalid(codeOf({{"STRATA_RANK", "1"}, {"STRATA_SIZE", "4"},
-                             {"STRATA_LOCAL_SIZE", "2"}, {"STRATA_LOCAL_RANK", "2"}})));
+  BOOST_TEST(invalid(codeOf({{"STRATA_RANK", "1"},
+                             {"STRATA_SIZE", "4"},
+                             {"STRATA_LOCAL_SIZE", "2"},
+                             {"STRATA_LOCAL_RANK", "2"}})));
 }
 
 BOOST_AUTO_TEST_CASE(srun_with_reserved_ports) {
-  Env env({{"SLURM_PROCID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "7"},
-           {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+  Env env({{"SLURM_PROCID", "5"},
+           {"SLURM_STEP_ID", "0"},
+           {"SLURM_STEP_NUM_TASKS", "7"},
+           {"SLURM_LOCALID", "1"},
+           {"SLURM_NODEID", "2"},
            {"SLURM_STEP_NODELIST", "gpu[007-009],login"},
-           {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_STEP_RESV_PORTS", "20001-20007"}});
+           {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"},
+           {"SLURM_STEP_RESV_PORTS", "20001-20007"}});
   auto info = strata::detectLaunch(Config());
   BOOST_TEST(info.launcher == "slurm");
   BOOST_TEST(info.rank == 5);
@@ -99,8 +122,11 @@ BOOST_AUTO_TEST_CASE(srun_with_reserved_ports) {
 
 BOOST_AUTO_TEST_CASE(srun_port_from_config_and_explicit_root) {
   {
-    Env env({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "3"}, {"SLURM_NTASKS", "2"},
-             {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}});
+    Env env({{"SLURM_PROCID", "0"},
+             {"SLURM_STEP_ID", "3"},
+             {"SLURM_NTASKS", "2"},
+             {"SLURM_STEP_NODELIST", "n[1-2]"},
+             {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}});
     Config c;
     c.set("bootstrap.tcp.port", "29500");
     auto info = strata::detectLaunch(c);
@@ -110,17 +136,23 @@ BOOST_AUTO_TEST_CASE(srun_port_from_config_and_explicit_root) {
     BOOST_TEST(strata::detectLaunch(Config()).root.empty());  // no port: no root
   }
   auto invalid = [](ErrorCode c) { return c == ErrorCode::InvalidConfig; };
-  BOOST_TEST(invalid(codeOf({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"},
-                             {"SLURM_NTASKS", "2"}, {"SLURM_NODEID", "5"},
+  BOOST_TEST(invalid(codeOf({{"SLURM_PROCID", "0"},
+                             {"SLURM_STEP_ID", "0"},
+                             {"SLURM_NTASKS", "2"},
+                             {"SLURM_NODEID", "5"},
                              {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}})));
   // A malformed host list is rejected by the host-list parser, naming the text.
-  BOOST_TEST((codeOf({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+  BOOST_TEST((codeOf({{"SLURM_PROCID", "0"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_NTASKS", "2"},
                       {"SLURM_STEP_NODELIST", "n[1-"}}) == ErrorCode::InvalidArgument));
 }
 
 BOOST_AUTO_TEST_CASE(mpirun_variables) {
-  Env env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  Env env({{"OMPI_COMM_WORLD_RANK", "3"},
+           {"OMPI_COMM_WORLD_SIZE", "4"},
+           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   auto info = strata::detectLaunch(Config());
   BOOST_TEST(info.launcher == "mpirun");
   BOOST_TEST(info.rank == 3);

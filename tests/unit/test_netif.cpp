@@ -12,7 +12,7 @@
 
 #include <strata/error.hpp>
 
-#include "base/netif.hpp"
+#include "net/netif.hpp"
 
 using namespace strata;
 using netif::Interface;

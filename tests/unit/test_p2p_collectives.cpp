@@ -17,7 +17,7 @@
 
 #include <strata/error.hpp>
 
-#include "base/collectives_over_p2p.hpp"
+#include "mesh/p2p_collectives.hpp"
 
 using namespace strata;
 

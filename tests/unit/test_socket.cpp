@@ -12,10 +12,10 @@
 
 #include <strata/error.hpp>
 
-#include "base/handshake.hpp"
-#include "base/rendezvous.hpp"
-#include "base/socket.hpp"
 #include "base/wire.hpp"
+#include "mesh/rendezvous.hpp"
+#include "net/handshake.hpp"
+#include "net/socket.hpp"
 
 using namespace strata;
 using Clock = std::chrono::steady_clock;

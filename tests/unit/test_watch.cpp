@@ -1,7 +1,7 @@
-// The status service's records (base/watch_codec.hpp: request, reply, exchange) without
-// sockets, the analysis of the peers' answers and its texts (through base/watch_testing.hpp),
-// and attach() over an in-process bootstrap. The service over sockets is exercised by the stress
-// suite (stress-watch-*) and the fuzz target fuzz-watch.
+// The status service's records (watch/codec.hpp: request, reply, exchange) without
+// sockets, the analysis of the peers' answers and its texts (through watch/testing.hpp),
+// and attachWatch() over an in-process bootstrap. The service over sockets is exercised by the
+// stress suite (stress-watch-*) and the fuzz target fuzz-watch.
 #define BOOST_TEST_MODULE watch
 #include <boost/test/unit_test.hpp>
 
@@ -23,14 +23,18 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "base/launcher.hpp"
-#include "base/watch.hpp"
-#include "base/watch_codec.hpp"
-#include "base/watch_testing.hpp"
 #include "base/wire.hpp"
+#include "bootstrap/watched.hpp"
+#include "launch/contract.hpp"
+#include "watch/codec.hpp"
+#include "watch/testing.hpp"
+#include "watch/watch.hpp"
 
 using namespace strata;
 using namespace strata::watch;
+using strata::bootstrap::attachWatch;
+using strata::bootstrap::scopeOf;
+using strata::bootstrap::unwrap;
 
 namespace {
 
@@ -49,8 +53,8 @@ Error expectError(Fn&& fn, ErrorCode code, const std::string& fragment) {
   return Error(ErrorCode::Internal, "unreachable");
 }
 
-CallState call(std::string domain, std::string op, uint64_t seq, int32_t waitingFor = -1) {
-  CallState c;
+CallReport call(std::string domain, std::string op, uint64_t seq, int32_t waitingFor = -1) {
+  CallReport c;
   c.domain = std::move(domain);
   c.op = std::move(op);
   c.seq = seq;
@@ -63,8 +67,8 @@ CallState call(std::string domain, std::string op, uint64_t seq, int32_t waiting
   return c;
 }
 
-RankState state(int rank, int size, std::vector<CallState> calls = {}) {
-  RankState s;
+RankReport state(int rank, int size, std::vector<CallReport> calls = {}) {
+  RankReport s;
   s.rank = rank;
   s.size = size;
   s.pid = 100 + rank;
@@ -74,7 +78,7 @@ RankState state(int rank, int size, std::vector<CallState> calls = {}) {
   return s;
 }
 
-bool sameCall(const CallState& a, const CallState& b) {
+bool sameCall(const CallReport& a, const CallReport& b) {
   return a.domain == b.domain && a.op == b.op && a.seq == b.seq &&
          std::bit_cast<uint64_t>(a.seconds) == std::bit_cast<uint64_t>(b.seconds) &&
          a.waitingFor == b.waitingFor &&
@@ -82,7 +86,7 @@ bool sameCall(const CallState& a, const CallState& b) {
          a.detail == b.detail && a.failed == b.failed;
 }
 
-bool sameState(const RankState& a, const RankState& b) {
+bool sameState(const RankReport& a, const RankReport& b) {
   if (a.rank != b.rank || a.size != b.size || a.pid != b.pid || a.host != b.host ||
       a.jobId != b.jobId || a.calls.size() != b.calls.size()) {
     return false;
@@ -99,8 +103,8 @@ Bytes replyRecord(const wire::Writer& body, uint16_t version = kWatchVersion) {
 }
 
 /// One state with `calls` calls whose `failed` byte is `failed`, written field by field.
-void writeState(wire::Writer& w, uint16_t calls, uint8_t failed = 0,
-                const std::string& host = "h") {
+void writeReport(wire::Writer& w, uint16_t calls, uint8_t failed = 0,
+                 const std::string& host = "h") {
   w.i32(0).i32(2).i32(7).str(host).u64(1).u16(calls);
   for (uint16_t i = 0; i < calls; ++i) {
     w.str("bootstrap").str("barrier").u64(1).f64(0.5).i32(-1).f64(0).str("").u8(failed);
@@ -159,69 +163,69 @@ BOOST_AUTO_TEST_CASE(request_rejections) {
 
 BOOST_AUTO_TEST_CASE(reply_round_trip_states_and_calls) {
   Reply rep;
-  CallState a = call("communicator 0", "allReduce", 41, 2);
+  CallReport a = call("communicator 0", "allReduce", 41, 2);
   a.failed = true;
-  CallState b = call("bootstrap", "barrier", 3);
+  CallReport b = call("bootstrap", "barrier", 3);
   b.seconds = -0.0;
   b.waitingSeconds = std::numeric_limits<double>::quiet_NaN();
-  rep.states = {state(1, 4, {a, b}), state(3, 4)};
+  rep.reports = {state(1, 4, {a, b}), state(3, 4)};
   Bytes rec = encodeReply(rep);
   BOOST_TEST(wire::loadLe<uint16_t>(rec.data() + 6) == kAnswerKind);
   Reply back = decodeReply(rec);
   BOOST_TEST(back.error.empty());
   BOOST_TEST(back.text.empty());
-  BOOST_TEST_REQUIRE(back.states.size() == 2u);
-  BOOST_TEST(sameState(back.states[0], rep.states[0]));
-  BOOST_TEST(sameState(back.states[1], rep.states[1]));
-  BOOST_TEST(std::signbit(back.states[0].calls[1].seconds));
-  BOOST_TEST(std::isnan(back.states[0].calls[1].waitingSeconds));
+  BOOST_TEST_REQUIRE(back.reports.size() == 2u);
+  BOOST_TEST(sameState(back.reports[0], rep.reports[0]));
+  BOOST_TEST(sameState(back.reports[1], rep.reports[1]));
+  BOOST_TEST(std::signbit(back.reports[0].calls[1].seconds));
+  BOOST_TEST(std::isnan(back.reports[0].calls[1].waitingSeconds));
   BOOST_TEST(encodeReply(back) == rec);
 }
 
 BOOST_AUTO_TEST_CASE(reply_round_trip_text_and_error) {
   Reply text;
-  text.states = {state(0, 2)};
+  text.reports = {state(0, 2)};
   text.text = "job 0000000000000abc: 2 ranks\nverdict: every rank answered\n";
   Reply back = decodeReply(encodeReply(text));
   BOOST_TEST(back.text == text.text);
-  BOOST_TEST_REQUIRE(back.states.size() == 1u);
-  BOOST_TEST(sameState(back.states[0], text.states[0]));
+  BOOST_TEST_REQUIRE(back.reports.size() == 1u);
+  BOOST_TEST(sameState(back.reports[0], text.reports[0]));
 
   Reply error;
   error.error = "this process (pid 7) has no job 0000000000000001";
   back = decodeReply(encodeReply(error));
   BOOST_TEST(back.error == error.error);
-  BOOST_TEST(back.states.empty());
+  BOOST_TEST(back.reports.empty());
 }
 
 BOOST_AUTO_TEST_CASE(reply_encoder_cuts_to_the_decoder_limits) {
   Reply rep;
-  RankState s = state(0, 2);
+  RankReport s = state(0, 2);
   s.host = std::string(300, 'h');
   for (int i = 0; i < 20; ++i) {
-    CallState c = call(std::string(100, 'd'), std::string(100, 'o'), 1, 1);
+    CallReport c = call(std::string(100, 'd'), std::string(100, 'o'), 1, 1);
     c.detail = std::string(300, 'x');
     s.calls.push_back(c);
   }
-  rep.states = {s};
+  rep.reports = {s};
   rep.error = std::string(kMaxError + 10, 'e');
   Reply back = decodeReply(encodeReply(rep));
   BOOST_TEST(back.error.size() == kMaxError);
-  BOOST_TEST_REQUIRE(back.states.size() == 1u);
-  BOOST_TEST(back.states[0].host.size() == kMaxHost);
-  BOOST_TEST(back.states[0].calls.size() == kMaxCallsReported);
-  BOOST_TEST(back.states[0].calls[0].domain.size() == kMaxDomain);
-  BOOST_TEST(back.states[0].calls[0].op.size() == kMaxOp);
-  BOOST_TEST(back.states[0].calls[0].detail.size() == kMaxDetail);
+  BOOST_TEST_REQUIRE(back.reports.size() == 1u);
+  BOOST_TEST(back.reports[0].host.size() == kMaxHost);
+  BOOST_TEST(back.reports[0].calls.size() == kMaxCallsReported);
+  BOOST_TEST(back.reports[0].calls[0].domain.size() == kMaxDomain);
+  BOOST_TEST(back.reports[0].calls[0].op.size() == kMaxOp);
+  BOOST_TEST(back.reports[0].calls[0].detail.size() == kMaxDetail);
 
   Reply many;
-  many.states.assign(kMaxStates + 3, state(0, 2));
-  BOOST_TEST(decodeReply(encodeReply(many)).states.size() == kMaxStates);
+  many.reports.assign(kMaxReports + 3, state(0, 2));
+  BOOST_TEST(decodeReply(encodeReply(many)).reports.size() == kMaxReports);
 }
 
 BOOST_AUTO_TEST_CASE(reply_rejections) {
   Reply rep;
-  rep.states = {state(1, 4, {call("communicator 0", "allReduce", 41, 2)})};
+  rep.reports = {state(1, 4, {call("communicator 0", "allReduce", 41, 2)})};
   rep.text = "t";
   const Bytes rec = encodeReply(rep);
   for (size_t n = 0; n < rec.size(); ++n) {
@@ -236,29 +240,29 @@ BOOST_AUTO_TEST_CASE(reply_rejections) {
 
   wire::Writer ok;
   ok.str("").str("").u32(1);
-  writeState(ok, 1);
-  BOOST_TEST(decodeReply(replyRecord(ok)).states.size() == 1u);
+  writeReport(ok, 1);
+  BOOST_TEST(decodeReply(replyRecord(ok)).reports.size() == 1u);
   expectError([&] { decodeReply(replyRecord(ok, 2)); }, ErrorCode::ProtocolError,
               "unknown version 2");
 
   wire::Writer calls;
   calls.str("").str("").u32(1);
-  writeState(calls, kMaxCallsReported + 1);
+  writeReport(calls, kMaxCallsReported + 1);
   expectError([&] { decodeReply(replyRecord(calls)); }, ErrorCode::ProtocolError, "17 calls");
 
   wire::Writer states;
-  states.str("").str("").u32(kMaxStates + 1);
+  states.str("").str("").u32(kMaxReports + 1);
   expectError([&] { decodeReply(replyRecord(states)); }, ErrorCode::ProtocolError,
-              std::to_string(kMaxStates + 1) + " states");
+              std::to_string(kMaxReports + 1) + " rank reports");
 
   wire::Writer failed;
   failed.str("").str("").u32(1);
-  writeState(failed, 1, 2);
+  writeReport(failed, 1, 2);
   expectError([&] { decodeReply(replyRecord(failed)); }, ErrorCode::ProtocolError, "'failed' is 2");
 
   wire::Writer host;
   host.str("").str("").u32(1);
-  writeState(host, 0, 0, std::string(kMaxHost + 1, 'h'));
+  writeReport(host, 0, 0, std::string(kMaxHost + 1, 'h'));
   expectError([&] { decodeReply(replyRecord(host)); }, ErrorCode::ProtocolError, "'host'");
 
   wire::Writer error;
@@ -267,7 +271,7 @@ BOOST_AUTO_TEST_CASE(reply_rejections) {
 
   // A state count that the body cannot hold is refused when the body runs out, not allocated.
   wire::Writer lying;
-  lying.str("").str("").u32(kMaxStates);
+  lying.str("").str("").u32(kMaxReports);
   expectError([&] { decodeReply(replyRecord(lying)); }, ErrorCode::ProtocolError, "truncated");
 }
 
@@ -346,7 +350,7 @@ BOOST_AUTO_TEST_CASE(exchange_rejections_name_the_rank) {
               "rank 5");
 }
 
-// ---- attach: the exchange over an in-process bootstrap ----
+// ---- attachWatch: the exchange over an in-process bootstrap ----
 
 namespace {
 
@@ -389,12 +393,12 @@ BOOST_AUTO_TEST_CASE(attach_with_a_job_secret_longer_than_the_record_holds) {
     BOOST_TEST_CONTEXT("secret of " << n << " bytes") {
       LaunchInfo launch;
       launch.secret = std::string(n, 's');
-      auto b = attach(std::make_unique<FakeBootstrap>(2), localConfig(), launch);
+      auto b = attachWatch(std::make_unique<FakeBootstrap>(2), localConfig(), launch);
       BOOST_TEST(scopeOf(b.get()) != nullptr);
       BOOST_TEST(&unwrap(*b) != b.get());
     }
   }
-  auto b = attach(std::make_unique<FakeBootstrap>(3), localConfig(), LaunchInfo{});
+  auto b = attachWatch(std::make_unique<FakeBootstrap>(3), localConfig(), LaunchInfo{});
   BOOST_TEST(scopeOf(b.get()) != nullptr);
 }
 
@@ -418,24 +422,24 @@ BOOST_AUTO_TEST_CASE(rank_list_formatting) {
 
 namespace {
 
-Answer answered(RankState s) {
+Answer answered(RankReport s) {
   Answer a;
   a.kind = Answer::Kind::Answered;
-  a.state = std::move(s);
+  a.report = std::move(s);
   return a;
 }
 
 Answer silent(int rank, Answer::Kind kind, std::string error = "") {
   Answer a;
   a.kind = kind;
-  a.state.rank = rank;
-  a.state.host = "h" + std::to_string(rank);
-  a.state.pid = 100 + rank;
+  a.report.rank = rank;
+  a.report.host = "h" + std::to_string(rank);
+  a.report.pid = 100 + rank;
   a.error = std::move(error);
   return a;
 }
 
-const CallState kRef = call("communicator 0", "allReduce", 41);
+const CallReport kRef = call("communicator 0", "allReduce", 41);
 
 }  // namespace
 
@@ -449,7 +453,7 @@ BOOST_AUTO_TEST_CASE(analysis_names_the_stopped_rank_first) {
   };
   answers[3].kind = Answer::Kind::Self;
   auto f = testing::analyse(answers, kRef, 3);
-  BOOST_TEST(f.roots == std::vector<int>{2});
+  BOOST_TEST(f.culprits == std::vector<int>{2});
   BOOST_TEST(f.waiters[2] == (std::vector<int>{0, 1, 3}));
   BOOST_TEST(f.text ==
              "rank 2 on host h2 (pid 102) made no progress: it is not answering (stopped by a "
@@ -460,7 +464,7 @@ BOOST_AUTO_TEST_CASE(analysis_names_the_stopped_rank_first) {
 // ahead is normal skew, not a mismatch (seen under ThreadSanitizer in the strata-perf case,
 // where rank 0 was named "in allReduce #262 while ranks 1, 3 are in allReduce #261").
 BOOST_AUTO_TEST_CASE(analysis_takes_a_rank_one_call_ahead_for_skew) {
-  const CallState ref = call("communicator 0", "allReduce", 261);
+  const CallReport ref = call("communicator 0", "allReduce", 261);
   std::vector<Answer> answers = {
       answered(state(0, 4, {call("communicator 0", "allReduce", 262, 2)})),
       answered(state(1, 4, {call("communicator 0", "allReduce", 261, 2)})),
@@ -469,12 +473,12 @@ BOOST_AUTO_TEST_CASE(analysis_takes_a_rank_one_call_ahead_for_skew) {
   };
   answers[1].kind = Answer::Kind::Self;
   auto f = testing::analyse(answers, ref, 1);
-  BOOST_TEST(f.roots == std::vector<int>{2});
+  BOOST_TEST(f.culprits == std::vector<int>{2});
   BOOST_TEST(f.waiters[2] == (std::vector<int>{0, 1, 3}));
   // Another operation at the same number still is a mismatch, also among skewed ranks.
-  answers[0].state.calls = {call("communicator 0", "broadcast", 261, 2)};
+  answers[0].report.calls = {call("communicator 0", "broadcast", 261, 2)};
   f = testing::analyse(answers, ref, 1);
-  BOOST_TEST(f.roots == (std::vector<int>{0, 2}));
+  BOOST_TEST(f.culprits == (std::vector<int>{0, 2}));
   BOOST_TEST(f.text.find("rank 0 on host h0 (pid 100) is in broadcast #261 while ranks 1, 3 are "
                          "in allReduce #261") == 0,
              f.text);
@@ -488,7 +492,7 @@ BOOST_AUTO_TEST_CASE(analysis_names_a_mismatched_call) {
   answers.push_back(answered(state(3, 4, {call("communicator 0", "broadcast", 41)})));
   answers[3].kind = Answer::Kind::Self;
   auto f = testing::analyse(answers, call("communicator 0", "broadcast", 41), 3);
-  BOOST_TEST(f.roots == std::vector<int>{3});
+  BOOST_TEST(f.culprits == std::vector<int>{3});
   BOOST_TEST(f.text ==
              "rank 3 (this rank) on host h3 (pid 103) is in broadcast #41 while ranks 0-2 are in "
              "allReduce #41; ranks 0-2 waited for it");
@@ -517,7 +521,7 @@ BOOST_AUTO_TEST_CASE(analysis_a_rank_behind_because_of_the_stopped_one_is_not_at
     answers[static_cast<size_t>(self)].kind = Answer::Kind::Self;
     const uint64_t seq = self == 0 ? 51 : 50;
     auto f = testing::analyse(answers, call("communicator 0", "allReduce", seq), self);
-    BOOST_TEST(f.roots == std::vector<int>{2}, f.text);
+    BOOST_TEST(f.culprits == std::vector<int>{2}, f.text);
     BOOST_TEST(f.waiters[2] == (std::vector<int>{0, 1, 3, 4, 5}), f.text);
     answers[static_cast<size_t>(self)].kind = Answer::Kind::Answered;
   }
@@ -531,14 +535,14 @@ BOOST_AUTO_TEST_CASE(analysis_a_rank_behind_because_of_the_stopped_one_is_not_at
   };
   answers[0].kind = Answer::Kind::Self;
   auto f = testing::analyse(answers, call("communicator 0", "allReduce", 50), 0);
-  BOOST_TEST(f.roots == (std::vector<int>{3, 2}), f.text);
+  BOOST_TEST(f.culprits == (std::vector<int>{3, 2}), f.text);
   BOOST_TEST(f.text.rfind("rank 3 on host h3 (pid 103) is in allReduce #51 while ranks 0, 1 are "
                           "in allReduce #50",
                           0) == 0,
              f.text);
 }
 
-BOOST_AUTO_TEST_CASE(analysis_orders_roots_and_skips_failed_answers) {
+BOOST_AUTO_TEST_CASE(analysis_orders_culprits_and_skips_failed_answers) {
   // Rank 1 exited, rank 2 is not answering, rank 3's answer could not be read, rank 4 is in
   // no call, rank 5 is in another domain's call.
   std::vector<Answer> answers = {
@@ -552,7 +556,7 @@ BOOST_AUTO_TEST_CASE(analysis_orders_roots_and_skips_failed_answers) {
   answers[0].kind = Answer::Kind::Self;
   auto f = testing::analyse(answers, kRef, 0);
   // Not answering first, then the ranks elsewhere, then the exited one.
-  BOOST_TEST(f.roots == (std::vector<int>{2, 4, 5, 1}));
+  BOOST_TEST(f.culprits == (std::vector<int>{2, 4, 5, 1}));
   BOOST_TEST(f.waiters[1] == std::vector<int>{0});
   BOOST_TEST(f.text.find("rank 4 on host h4 (pid 104) is in no strata call") != std::string::npos,
              f.text);
@@ -570,18 +574,18 @@ BOOST_AUTO_TEST_CASE(analysis_of_answers_from_a_confused_peer) {
       answered(state(2, 3, {call("communicator 0", "allReduce", 41, 2)})),
   };
   auto f = testing::analyse(answers, kRef, 0);
-  BOOST_TEST(f.roots.empty());
+  BOOST_TEST(f.culprits.empty());
   BOOST_TEST(f.waiters.empty());
   answers = {answered(state(0, 2, {call("communicator 0", "allReduce", 41, 1)})),
              answered(state(1, 2, {call("communicator 0", "allReduce", 41, 0)}))};
-  BOOST_TEST(testing::analyse(answers, kRef, 0).roots.empty());
+  BOOST_TEST(testing::analyse(answers, kRef, 0).culprits.empty());
 }
 
-BOOST_AUTO_TEST_CASE(analysis_text_shows_at_most_four_roots) {
+BOOST_AUTO_TEST_CASE(analysis_text_shows_at_most_four_culprits) {
   std::vector<Answer> answers = {answered(state(0, 7, {call("communicator 0", "allReduce", 41)}))};
   for (int r = 1; r < 7; ++r) answers.push_back(silent(r, Answer::Kind::NoAnswer));
   auto f = testing::analyse(answers, kRef, 0);
-  BOOST_TEST(f.roots.size() == 6u);
+  BOOST_TEST(f.culprits.size() == 6u);
   BOOST_TEST(f.text.find("; and 2 more rank(s) at fault") != std::string::npos, f.text);
 }
 
@@ -624,7 +628,7 @@ BOOST_AUTO_TEST_CASE(describe_a_healthy_and_a_stalled_job) {
 // The status service answers (status, list, dump) while another thread enters and leaves calls
 // and changes what it waits for; run under ThreadSanitizer as well (docs/testing.md).
 BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
-  auto b = attach(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
+  auto b = attachWatch(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
   auto scope = scopeOf(b.get());
   BOOST_REQUIRE(scope != nullptr);
   std::atomic<bool> stop{false};
@@ -646,12 +650,12 @@ BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
   for (int i = 0; i < 200; ++i) {
     Reply list = askLocal(pid, {RequestType::List, 0}, 5);
     BOOST_REQUIRE(list.error.empty());
-    BOOST_REQUIRE(!list.states.empty());
-    jobId = list.states.front().jobId;
+    BOOST_REQUIRE(!list.reports.empty());
+    jobId = list.reports.front().jobId;
     Reply st = askLocal(pid, {RequestType::Status, jobId}, 5);
-    BOOST_REQUIRE(st.states.size() == 1u);
-    BOOST_TEST(st.states.front().rank == 0);
-    for (const auto& c : st.states.front().calls) {
+    BOOST_REQUIRE(st.reports.size() == 1u);
+    BOOST_TEST(st.reports.front().rank == 0);
+    for (const auto& c : st.reports.front().calls) {
       BOOST_TEST(c.op == "allReduce");
       BOOST_TEST((c.waitingFor == -1 || c.waitingFor == 1));
       if (c.waitingFor == 1) ++seenWaiting;
@@ -680,7 +684,7 @@ BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
   BOOST_TEST_MESSAGE("skipped under ThreadSanitizer (no threads after a multi-threaded fork)");
   return;
 #endif
-  auto parent = attach(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
+  auto parent = attachWatch(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
   BOOST_REQUIRE(scopeOf(parent.get()) != nullptr);
   std::fflush(nullptr);
   pid_t child = ::fork();
@@ -688,9 +692,9 @@ BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
   if (child == 0) {
     int rc = 0;
     try {
-      auto own = attach(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
+      auto own = attachWatch(std::make_unique<FakeBootstrap>(2), localConfig(), LaunchInfo{});
       Reply r = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
-      if (r.states.size() != 1) rc = 2;
+      if (r.reports.size() != 1) rc = 2;
       own.reset();
       parent.reset();  // inherited: must not wait for the parent's thread
     } catch (...) {
@@ -703,5 +707,5 @@ BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
   }
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "child status " << status);
   Reply mine = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
-  BOOST_TEST(mine.states.size() == 1u);
+  BOOST_TEST(mine.reports.size() == 1u);
 }

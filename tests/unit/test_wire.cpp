@@ -15,7 +15,7 @@
 
 #include <strata/error.hpp>
 
-#include "base/hmac.hpp"
+#include "base/crypto.hpp"
 #include "base/wire.hpp"
 
 // Records the largest single allocation, so the mutation loop can prove that forged lengths

@@ -17,7 +17,7 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
-#include "base/launcher.hpp"
+#include "base/process.hpp"
 #include "mode.hpp"
 #include "report.hpp"
 #include "stats.hpp"
@@ -180,7 +180,7 @@ int runBootstrap(const BootstrapOptions& opt) {
     StartRecord me{};
     me.createUs = createUs;
     me.firstBarrierUs = firstBarrierUs;
-    std::string host = hostName();
+    std::string host = process::hostName();
     std::strncpy(me.host, host.c_str(), kHostBytes - 1);
     std::vector<StartRecord> starts(static_cast<size_t>(size));
     starts[static_cast<size_t>(rank)] = me;

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <strata/communicator.hpp>
+#include <strata/types.hpp>
 
 namespace strata::perf {
 

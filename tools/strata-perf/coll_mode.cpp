@@ -23,7 +23,7 @@
 #include <strata/memory.hpp>
 #include <strata/transport.hpp>
 
-#include "base/launcher.hpp"
+#include "base/process.hpp"
 #include "coll_data.hpp"
 #include "device.hpp"
 #include "mode.hpp"
@@ -510,7 +510,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
 
     RankRecord me;
     me.pid = static_cast<int32_t>(getpid());
-    std::string host = hostName();
+    std::string host = process::hostName();
     std::memcpy(me.host, host.data(), std::min(host.size(), sizeof(me.host) - 1));
     if (cuda) {
       me.device = dev.index;

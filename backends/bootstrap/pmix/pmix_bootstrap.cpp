@@ -23,14 +23,14 @@
 #include <strata/version.hpp>
 
 #include "base/config_keys.hpp"
+#include "base/crypto.hpp"
 #include "base/deadline.hpp"
-#include "base/hmac.hpp"
 #include "base/log.hpp"
-#include "base/mesh.hpp"
-#include "base/netif.hpp"
-#include "base/socket.hpp"
 #include "base/strings.hpp"
 #include "base/wire.hpp"
+#include "mesh/peer_mesh.hpp"
+#include "net/netif.hpp"
+#include "net/socket.hpp"
 
 extern char** environ;
 

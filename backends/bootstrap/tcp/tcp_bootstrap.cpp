@@ -17,18 +17,18 @@
 #include <strata/error.hpp>
 #include <strata/version.hpp>
 
-#include "base/collectives_over_p2p.hpp"
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
-#include "base/handshake.hpp"
-#include "base/launcher.hpp"
 #include "base/log.hpp"
-#include "base/mesh.hpp"
-#include "base/netif.hpp"
-#include "base/rendezvous.hpp"
-#include "base/socket.hpp"
-#include "base/watch.hpp"
+#include "base/process.hpp"
 #include "base/wire.hpp"
+#include "launch/contract.hpp"
+#include "mesh/p2p_collectives.hpp"
+#include "mesh/peer_mesh.hpp"
+#include "mesh/rendezvous.hpp"
+#include "net/handshake.hpp"
+#include "net/netif.hpp"
+#include "net/socket.hpp"
 
 namespace strata::tcp {
 namespace {
@@ -41,14 +41,6 @@ constexpr size_t kMaxRecord = 4096;
 constexpr const char* kSub = "tcp";
 
 std::once_flag gSecretWarning;
-constexpr const char* kExplicitLauncher = "explicit";
-
-int familyFromConfig(const Config& config) {
-  std::string f = config::getString(config, "bootstrap.tcp.family");
-  if (f == "ipv4") return AF_INET;
-  if (f == "ipv6") return AF_INET6;
-  return AF_UNSPEC;
-}
 
 struct Hello {
   int rank = -1;
@@ -139,10 +131,10 @@ struct TcpBootstrap::Impl {
   /// Other ranks: check in at the root and learn the ring successor's address.
   std::string checkIn(const std::vector<net::SockAddr>& rootAddrs, const mesh::Options& opt,
                       const std::string& myAddress) {
-    Hello h{opt.rank, opt.size, myAddress, hostName()};
+    Hello h{opt.rank, opt.size, myAddress, process::hostName()};
     auto rec = rendezvous::checkIn(rootAddrs, rendezvousOptions(opt), opt.rank, encodeHello(h));
-    auto d = wire::decodeRecord(rec, kReply, kRendezvousVersion, kMaxRecord,
-                                "tcp rendezvous reply");
+    auto d =
+        wire::decodeRecord(rec, kReply, kRendezvousVersion, kMaxRecord, "tcp rendezvous reply");
     wire::Reader r(d.body, "tcp rendezvous reply");
     std::string next = r.str(kMaxAddress);
     r.expectEnd();
@@ -193,13 +185,13 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
   std::string rootHost;
   uint16_t rootPort = 0;
   net::splitHostPort(I.root, rootHost, rootPort, "rendezvous address (STRATA_ROOT)");
-  int family = familyFromConfig(config);
+  int family = netif::familyOf(config::getString(config, "bootstrap.tcp.family"));
   auto rootAddrs = net::resolve(rootHost, rootPort, family);
 
   auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family,
                              rootAddrs.front().get());
-  net::SockAddr bindAddr = net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr),
-                                                  iface.addrLen);
+  net::SockAddr bindAddr =
+      net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr), iface.addrLen);
   bindAddr.setPort(0);
   net::Fd listener = net::listenOn(bindAddr);
   std::string myAddress = net::localAddress(listener.get()).toString();
@@ -277,10 +269,10 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
     if (q == r) continue;
     size_t len = slot[0];
     if (len == 0 || len > kMaxAddress) {
-      throw Error(ErrorCode::ProtocolError,
-                  fmt::format("tcp bootstrap: rank {} passed an address slot of length {}", prev,
-                              len),
-                  prev);
+      throw Error(
+          ErrorCode::ProtocolError,
+          fmt::format("tcp bootstrap: rank {} passed an address slot of length {}", prev, len),
+          prev);
     }
     std::string addr(reinterpret_cast<const char*>(slot + 1), len);
     try {
@@ -317,10 +309,18 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
 
 TcpBootstrap::~TcpBootstrap() = default;
 
-int TcpBootstrap::rank() const noexcept { return impl_->launch.rank; }
-int TcpBootstrap::size() const noexcept { return impl_->launch.size; }
-int TcpBootstrap::localRank() const noexcept { return impl_->launch.localRank; }
-int TcpBootstrap::localSize() const noexcept { return impl_->launch.localSize; }
+int TcpBootstrap::rank() const noexcept {
+  return impl_->launch.rank;
+}
+int TcpBootstrap::size() const noexcept {
+  return impl_->launch.size;
+}
+int TcpBootstrap::localRank() const noexcept {
+  return impl_->launch.localRank;
+}
+int TcpBootstrap::localSize() const noexcept {
+  return impl_->launch.localSize;
+}
 
 void TcpBootstrap::send(int peer, int tag, const void* data, size_t bytes) {
   impl_->mesh->send(peer, tag, data, bytes, impl_->callDeadline());
@@ -338,75 +338,31 @@ void TcpBootstrap::broadcast(void* data, size_t bytes, int root) {
   impl_->mesh->broadcast(data, bytes, root);
 }
 
-void TcpBootstrap::barrier() { impl_->mesh->barrier(); }
+void TcpBootstrap::barrier() {
+  impl_->mesh->barrier();
+}
 
-void TcpBootstrap::abort(std::string_view reason) noexcept { impl_->mesh->abort(reason); }
+void TcpBootstrap::abort(std::string_view reason) noexcept {
+  impl_->mesh->abort(reason);
+}
 
-std::string TcpBootstrap::listenAddress() const { return impl_->mesh->listenAddress(); }
-std::string TcpBootstrap::rootAddress() const { return impl_->root; }
-double TcpBootstrap::rendezvousSeconds() const { return impl_->rendezvousSeconds; }
+std::string TcpBootstrap::listenAddress() const {
+  return impl_->mesh->listenAddress();
+}
+std::string TcpBootstrap::rootAddress() const {
+  return impl_->root;
+}
+double TcpBootstrap::rendezvousSeconds() const {
+  return impl_->rendezvousSeconds;
+}
 
 }  // namespace strata::tcp
 
-namespace strata {
-
-RendezvousListener::RendezvousListener(const Config& config, const std::string& hostHint) {
-  const int family = tcp::familyFromConfig(config);
-  std::vector<net::SockAddr> hint;
-  if (!hostHint.empty()) hint = net::resolve(hostHint, 0, family);
-  auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family,
-                             hint.empty() ? nullptr : hint.front().get());
-  net::SockAddr addr = net::SockAddr::fromRaw(reinterpret_cast<const sockaddr*>(&iface.addr),
-                                              iface.addrLen);
-  addr.setPort(static_cast<uint16_t>(config::getInt(config, "bootstrap.tcp.port")));
-  net::Fd fd = net::listenOn(addr);
-  address_ = net::localAddress(fd.get()).toString();
-  fd_ = fd.release();
-  STRATA_LOG(Debug, tcp::kSub, "rendezvous listener on {} ({})", address_, iface.name);
-}
-
-RendezvousListener::~RendezvousListener() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-RendezvousListener::RendezvousListener(RendezvousListener&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), address_(std::move(other.address_)) {}
-
-std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch, const Config& config,
-                                              const RendezvousListener* listener) {
-  if (launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size || launch.localSize < 1 ||
-      launch.localRank < 0 || launch.localRank >= launch.localSize ||
-      launch.localSize > launch.size) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("createTcpBootstrap: rank {} of {} (local {} of {}) is not a valid "
-                            "launch",
-                            launch.rank, launch.size, launch.localRank, launch.localSize));
-  }
-  if (launch.size > 1 && launch.root.empty()) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("createTcpBootstrap: rank {} of {} has no root address",
-                            launch.rank, launch.size));
-  }
-  if (launch.rank == 0 && launch.size > 1 && listener == nullptr) {
-    throw Error(ErrorCode::InvalidArgument,
-                "createTcpBootstrap: rank 0 must pass the RendezvousListener whose address it "
-                "published");
-  }
-  LaunchInfo info;
-  info.rank = launch.rank;
-  info.size = launch.size;
-  info.localRank = launch.localRank;
-  info.localSize = launch.localSize;
-  info.root = launch.root;
-  info.secret = launch.secret;
-  info.launcher = tcp::kExplicitLauncher;
-  info.rootFd = (launch.rank == 0 && listener != nullptr) ? listener->fd() : -1;
-  return watch::attach(std::make_unique<tcp::TcpBootstrap>(config, info), config, info);
-}
-
-}  // namespace strata
-
 namespace strata::tcp {
+
+std::unique_ptr<Bootstrap> createExplicit(const Config& config, const LaunchInfo& launch) {
+  return std::make_unique<TcpBootstrap>(config, launch);
+}
 
 const backend::ModuleInfo* builtinModuleInfo() {
   static const backend::ModuleInfo info{

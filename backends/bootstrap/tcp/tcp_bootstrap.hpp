@@ -10,7 +10,7 @@
 #include <strata/config.hpp>
 #include <strata/export.hpp>
 
-#include "base/launcher.hpp"
+#include "launch/contract.hpp"
 
 namespace strata::tcp {
 

@@ -10,7 +10,7 @@
 
 #include <strata/error.hpp>
 
-#include "base/hmac.hpp"
+#include "base/crypto.hpp"
 #include "base/log.hpp"
 #include "base/wire.hpp"
 #include "ucx_internal.hpp"

@@ -24,12 +24,12 @@
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
 
-#include "base/collectives_over_p2p.hpp"
 #include "base/deadline.hpp"
-#include "base/handshake_codec.hpp"
-#include "base/launcher.hpp"
-#include "base/mesh.hpp"
-#include "base/socket.hpp"
+#include "launch/contract.hpp"
+#include "mesh/p2p_collectives.hpp"
+#include "mesh/peer_mesh.hpp"
+#include "net/handshake_codec.hpp"
+#include "net/socket.hpp"
 
 namespace strata::ucx {
 

@@ -13,10 +13,11 @@
 
 #include <strata/error.hpp>
 
-#include "base/handshake.hpp"
 #include "base/log.hpp"
-#include "base/rendezvous.hpp"
+#include "base/process.hpp"
 #include "base/wire.hpp"
+#include "mesh/rendezvous.hpp"
+#include "net/handshake.hpp"
 #include "ucx_internal.hpp"
 
 namespace strata::ucx {
@@ -339,7 +340,7 @@ bool UcxBootstrap::checkInOverTcp(const std::vector<net::SockAddr>& rootAddrs,
 
 void UcxBootstrap::checkIn(const std::vector<net::SockAddr>& rootAddrs,
                            const std::vector<uint8_t>& myAddress) {
-  Hello h{launch_.rank, launch_.size, hostName(), myAddress};
+  Hello h{launch_.rank, launch_.size, process::hostName(), myAddress};
   const auto hello = encodeHello(h);
   Deadline deadline = Deadline::fromTimeout(connectTimeout_);
   std::string what = fmt::format("ucx bootstrap rendezvous with rank 0 at {}", root_);

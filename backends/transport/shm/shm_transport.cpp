@@ -27,7 +27,7 @@
 #include <strata/version.hpp>
 
 #include "base/log.hpp"
-#include "base/socket.hpp"
+#include "base/process.hpp"
 #include "base/wire.hpp"
 
 namespace strata::shm {
@@ -576,7 +576,7 @@ class ShmTransport final : public Transport {
           ErrorCode::SystemError,
           fmt::format("shm transport: cannot open {} to map memory of {}: {}{}", path, who,
                       errnoText(err),
-                      err == EMFILE || err == ENFILE ? "; " + net::descriptorAdvice(jobSize_)
+                      err == EMFILE || err == ENFILE ? "; " + process::descriptorAdvice(jobSize_)
                                                      : std::string()),
           owner.rank);
     }

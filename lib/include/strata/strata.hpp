@@ -8,4 +8,5 @@
 #include <strata/error.hpp>
 #include <strata/memory.hpp>
 #include <strata/transport.hpp>
+#include <strata/types.hpp>
 #include <strata/version.hpp>

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/config_keys.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // The table of every configuration key (declared once, in config_keys.cpp) and typed access
 // to a Config's effective values. docs/configuration.md is generated from this table.

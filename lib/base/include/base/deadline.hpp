@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/deadline.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/dynload.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // dlopen wrapper. Modules are opened RTLD_NOW | RTLD_LOCAL and never unloaded (a backend's
 // threads or atexit handlers may outlive the object that used it).

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/float16.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // IEEE binary16 and bfloat16 <-> fp32 conversions, header-only so that host collectives and CUDA
 // kernels share one definition (and therefore round identically).

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/log.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // Logging: levels error..trace from log.level / STRATA_LOG_LEVEL, optional log.file.
 // Each line: "[strata host:pid rR subsystem] LEVEL message" ("r?" before setRank()), written

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/strings.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // The one splitter for separated lists (configuration values, Slurm and PMIx lists, module
 // search paths), so that every list in strata treats empty items and blanks alike.

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/wire.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // Versioned, length-prefixed, little-endian encoding for everything that crosses a process
 // boundary (docs/wire-format.md). Decoders throw Error(ProtocolError) on bad magic, unknown
@@ -6,8 +9,8 @@
 
 #include <bit>
 #include <cstddef>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,7 +47,8 @@ inline T loadLe(const void* at) noexcept {
     std::memcpy(&v, at, sizeof v);
   } else {
     const auto* p = static_cast<const uint8_t*>(at);
-    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i);
+    for (size_t i = 0; i < sizeof(T); ++i)
+      v |= static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i);
   }
   return static_cast<T>(v);
 }

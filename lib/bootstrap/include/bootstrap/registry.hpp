@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "bootstrap/registry.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // Backend registry: built-ins from one table (backends/builtin.cpp), modules (bootstrap,
 // transport and collectives) found on the module path: module.path (STRATA_MODULE_PATH), then,
@@ -15,11 +18,18 @@
 #include <strata/config.hpp>
 #include <strata/export.hpp>
 
+namespace strata {
+struct LaunchInfo;  // launch/contract.hpp
+}
+
 namespace strata::bootstrap {
 
 /// The backends compiled into libstrata (tcp, shm, the host collectives): defined by the one
 /// table in backends/builtin.cpp, looked up before the module path.
 std::span<const backend::ModuleInfo* const> builtinModules();
+/// The built-in tcp backend for a launch given explicitly (createTcpBootstrap), without the
+/// environment's launcher contract; defined beside the table, in backends/builtin.cpp.
+std::unique_ptr<Bootstrap> createBuiltinTcp(const Config& config, const LaunchInfo& launch);
 
 struct BackendStatus {
   std::string name;     ///< "tcp", "pmix", "ucx"

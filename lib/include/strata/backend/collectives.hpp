@@ -23,10 +23,10 @@
 #include <string_view>
 #include <vector>
 
-#include <strata/communicator.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
+#include <strata/types.hpp>
 
 namespace strata::backend {
 

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "transport/records_testing.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // A test seam over the transport records (lib/transport/records.cpp, docs/wire-format.md kinds
 // 80-84), whose types stay private to lib/transport: decode bytes as one of the records, the way

@@ -1,4 +1,7 @@
 #pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "transport/testing.hpp is internal to strata: applications include <strata/...> only"
+#endif
 
 // Stand-ins for unit tests that exercise code above the transports (channels, the proxy)
 // without a Context: handles with no transport registration behind them. Only tests include

@@ -1,0 +1,39 @@
+#pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/process.hpp is internal to strata: applications include <strata/...> only"
+#endif
+
+// Facts about this process and its host that every layer may need: the host name, whether
+// another process has exited, and the open-file limit a job of N ranks needs.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <strata/export.hpp>
+
+namespace strata::process {
+
+/// This host's name as gethostname() gives it (in this UTS namespace), or "unknown".
+STRATA_API std::string hostName();
+
+/// Whether the process has exited: no such pid, or a zombie not yet reaped by its parent (the
+/// shm transport's pidfd reports the exit at once, before the launcher reaps it).
+STRATA_API bool gone(pid_t pid);
+
+/// Descriptors one process of a job of `ranks` ranks holds at most: two bootstrap sockets and
+/// one transport handle (the shm transport's pidfd) per peer, plus a margin for the rest.
+STRATA_API uint64_t descriptorsNeeded(int ranks);
+/// What to tell the user when a socket or open failed with EMFILE/ENFILE: the count, the
+/// limits, what a job of `ranks` needs and how to raise the limit.
+STRATA_API std::string descriptorAdvice(int ranks);
+/// True when an error text carries EMFILE's or ENFILE's strerror.
+STRATA_API bool outOfDescriptors(std::string_view text);
+/// Raises this process's soft RLIMIT_NOFILE to descriptorsNeeded(ranks), up to the hard limit,
+/// before a job opens its sockets (a default `ulimit -n 1024` would fail 512 ranks half-way
+/// through set-up); when the hard limit is lower, rank 0 warns once with what to do.
+STRATA_API void ensureDescriptors(int ranks, int rank, const char* logName);
+
+}  // namespace strata::process

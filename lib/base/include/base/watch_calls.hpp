@@ -1,0 +1,209 @@
+#pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "base/watch_calls.hpp is internal to strata: applications include <strata/...> only"
+#endif
+
+// The watch's call records: what every layer tells about the blocking calls its threads are in,
+// so that a rank whose call times out, and `strata-info --job`, can learn which rank is really
+// stuck (docs/errors.md, "When a job stalls"). This header only records; asking the peers and
+// the analysis live in lib/watch, which reaches these records through the Scope it derives.
+//
+// The watch's nouns, here and in lib/watch:
+//   scope    the watch's view of one bootstrap of two or more ranks in this process: its ranks
+//            and the calls this process's threads are in on it. lib/watch derives the scope it
+//            serves (status port, peers' addresses) from Scope.
+//   call     one blocking operation a thread is in (a bootstrap allGather, a collective, a
+//            semaphore wait): its domain, operation and sequence number. Calls nest.
+//   domain   the sequence a call is numbered in: "bootstrap", "communicator N", "connection".
+//   wait     the rank a call waits for now, since when, and what is missing from it.
+//   report   a rank's calls as it tells them to a peer or a tool (RankReport, CallReport).
+//   answer   how asking one rank went: its report, or why there is none (lib/watch).
+//   culprit  a rank at fault: not answering, exited, unreachable, in another call or in none.
+//   verdict  the culprits, most telling first, and the ranks that waited for each, as text.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/error.hpp>
+#include <strata/export.hpp>
+
+namespace strata::watch {
+
+/// One call of one thread, as reported to peers and tools.
+struct CallReport {
+  std::string domain;         ///< "bootstrap", "communicator 0", "connection"
+  std::string op;             ///< "allReduce", "allGather", "semaphore wait", ...
+  uint64_t seq = 0;           ///< per domain, from 1; 0 for point-to-point calls (not matched)
+  double seconds = 0;         ///< how long the call has run
+  int32_t waitingFor = -1;    ///< the rank it waits for, -1 when none or not known
+  double waitingSeconds = 0;  ///< how long it has waited for that rank without progress
+  std::string detail;         ///< "0 of 3 pieces from it received"
+  bool failed = false;        ///< the call has failed and this rank is finding out why
+};
+
+/// What one rank reports.
+struct RankReport {
+  int32_t rank = -1;
+  int32_t size = 0;
+  int32_t pid = 0;
+  std::string host;
+  uint64_t jobId = 0;
+  std::vector<CallReport> calls;  ///< outermost first per thread
+};
+
+/// At most this many calls per report (the decoder of lib/watch refuses more).
+inline constexpr size_t kMaxCallsReported = 16;
+
+/// What a scope found about a failed call: the first culprit and the verdict.
+struct Verdict {
+  int culprit = -1;     ///< the first rank at fault; -1: none found
+  std::string text;     ///< the verdict as any rank says it ("rank 2 on host h (pid 9) ...")
+  std::string ownText;  ///< the same as this rank says it ("rank 3 (this rank) ...")
+};
+
+/// The calling thread's innermost call waits for `peer` (no progress since `since`). Cheap; a
+/// no-op outside a call.
+STRATA_API void waitingFor(int peer, std::string_view detail,
+                           std::chrono::steady_clock::time_point since) noexcept;
+STRATA_API void waitingFor(int peer, std::string_view detail) noexcept;
+/// The calling thread's innermost call made progress (waits for nobody now).
+STRATA_API void progressed() noexcept;
+
+class Call;
+class Slot;
+
+/// The calls of one bootstrap in this process.
+class STRATA_API Scope {
+ public:
+  Scope(int rank, int size, std::string host, int32_t pid);
+  virtual ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  const std::string& host() const noexcept { return host_; }
+  int32_t pid() const noexcept { return pid_; }
+  /// The job id rank 0 drew (0 until the watch has exchanged it).
+  uint64_t jobId() const noexcept { return jobId_.load(std::memory_order_relaxed); }
+
+  /// This rank's report: every active call, and per domain the last call that failed.
+  RankReport report();
+  /// The next sequence number of the bootstrap's collectives.
+  uint64_t nextBootstrapSeq() noexcept { return ++bootstrapSeq_; }
+  /// A job-unique label for the next Communicator created on this scope ("communicator 0").
+  std::string nextDomain();
+
+  /// The hook lib/watch fills in: asks the peers what they are doing while this rank's call
+  /// `failing` has failed, and names the culprits. Bounded by watch.query_timeout; never
+  /// throws. A scope nobody serves finds nothing.
+  virtual Verdict findCulprits(const CallReport& failing) noexcept;
+
+  struct Rec;  ///< one call's record (watch_calls.cpp)
+
+ protected:
+  void setJobId(uint64_t id) noexcept { jobId_.store(id, std::memory_order_relaxed); }
+
+ private:
+  friend class Call;
+  friend class Slot;
+  friend void waitingFor(int, std::string_view, std::chrono::steady_clock::time_point) noexcept;
+  friend void waitingFor(int, std::string_view) noexcept;
+
+  const int rank_;
+  const int size_;
+  const std::string host_;
+  const int32_t pid_;
+  std::atomic<uint64_t> jobId_{0};
+  std::atomic<uint64_t> bootstrapSeq_{0};
+  std::atomic<int> communicators_{0};
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Rec>> calls_;  ///< active, in start order
+  /// Per domain, the last call that failed, until the next call of that domain starts: a rank
+  /// that failed and went on (into a barrier, or its own code) still reports that it was in
+  /// that call, so that a slower peer's analysis does not take it for a rank elsewhere.
+  std::map<std::string, std::shared_ptr<Rec>> failed_;
+};
+
+/// While alive, the calling thread is in this call (calls nest). A null scope records nothing.
+class STRATA_API Call {
+ public:
+  Call(std::shared_ptr<Scope> scope, std::string domain, std::string_view op, uint64_t seq);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+ private:
+  std::shared_ptr<Scope> scope_;
+  std::shared_ptr<Scope::Rec> rec_;
+  Scope::Rec* prev_ = nullptr;
+  Scope* prevScope_ = nullptr;
+};
+
+/// A domain whose calls come one at a time and must cost next to nothing (a Communicator's
+/// collectives): its record is registered once, and each call only stores a few atomics.
+class STRATA_API Slot {
+ public:
+  Slot(std::shared_ptr<Scope> scope, std::string domain);
+  ~Slot();
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  /// While alive, the calling thread is in call `op` (a string with static lifetime) #seq of
+  /// the slot's domain. A call that failed (diagnose()) stays visible, marked failed, until the
+  /// next call of the slot begins.
+  class STRATA_API Active {
+   public:
+    Active(Slot* slot, const char* op, uint64_t seq) noexcept;
+    ~Active();
+    Active(const Active&) = delete;
+    Active& operator=(const Active&) = delete;
+
+   private:
+    Slot* slot_;
+    Scope::Rec* prev_ = nullptr;
+    Scope* prevScope_ = nullptr;
+  };
+
+ private:
+  std::shared_ptr<Scope> scope_;
+  std::shared_ptr<Scope::Rec> rec_;
+};
+
+/// Sets waitingFor for the duration of a blocking wait inside a call.
+/// A wait that ends with an exception (its timeout) leaves the record as it is: the call's
+/// diagnose() and the peers asking then still learn whom this rank waited for.
+class STRATA_API Waiting {
+ public:
+  Waiting(int peer, std::string_view detail) noexcept : exceptions_(std::uncaught_exceptions()) {
+    waitingFor(peer, detail);
+  }
+  ~Waiting() {
+    if (std::uncaught_exceptions() == exceptions_) progressed();
+  }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  int exceptions_;
+};
+
+/// Asks the peers what they are doing (the scope's findCulprits) and rewrites `e` (a failure of
+/// the calling thread's innermost call) to name the culprits first. Returns `e` unchanged when
+/// there is no call, the error is not a Timeout, ProtocolError or PeerLost, or nothing more is
+/// learned. Never throws. Callers pass PeerLost only where the lost peer may not be the cause
+/// (it reported a failure of its own).
+STRATA_API Error diagnose(const Error& e) noexcept;
+
+/// What the calling thread's last diagnose() found (culprit -1: nothing).
+STRATA_API Verdict lastVerdict() noexcept;
+
+}  // namespace strata::watch

@@ -1,0 +1,107 @@
+#pragma once
+#ifndef STRATA_INTERNAL_HEADERS
+#error "mesh/peer_mesh.hpp is internal to strata: applications include <strata/...> only"
+#endif
+
+// The point-to-point message engine shared by socket-based bootstrap backends (tcp, and the
+// pmix backend's data path): one persistent, authenticated TCP connection per peer and
+// direction, made lazily on first use and identified by its handshake, never by accept order.
+//
+// Progress is driven by the calling threads: a thread that waits polls every socket of the
+// mesh (accepting and authenticating peers, reading frames into per-(peer, tag) queues,
+// writing queued frames), so that two ranks sending large messages to each other never
+// deadlock and no background thread is needed. Other waiting threads sleep on a condition
+// variable until the driver hands over.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/config.hpp>
+#include <strata/export.hpp>
+
+#include "base/deadline.hpp"
+#include "mesh/frames.hpp"
+#include "net/socket.hpp"
+
+namespace strata::mesh {
+
+/// Tags below zero are reserved for the engine's own collectives and for backends.
+inline constexpr int kTagAllGather = -2;
+inline constexpr int kTagBroadcast = -3;
+inline constexpr int kTagBarrier = -4;
+inline constexpr int kTagSetup = -5;
+
+struct Options {
+  std::string backend = "tcp";  ///< for messages
+  int rank = 0;
+  int size = 1;
+  std::string secret;
+  double timeout = 30;          ///< seconds per blocking call; <= 0 means no deadline
+  double handshakeTimeout = 5;  ///< an accepted connection must authenticate within it
+  uint64_t maxMessage = 1ull << 30;
+  int spinUs = 0;          ///< poll without sleeping this long before blocking
+  bool spinYield = false;  ///< sched_yield() between spinning polls (oversubscribed hosts)
+};
+
+/// How long a waiting call spins, from bootstrap.spin_us (-1 = auto) and the number of ranks
+/// on this host. Measured on 2 cores (tools/bench/bootstrap_vs_mpi.sh): a pure spin halves
+/// small-message latency when every rank has a core and ruins it when ranks share cores; there
+/// a short spin that yields between polls still beats sleeping at once.
+struct SpinPolicy {
+  int us = 0;
+  bool yield = false;
+};
+STRATA_API SpinPolicy spinPolicy(const Config& config, int localSize);
+
+class STRATA_API PeerMesh {
+ public:
+  /// `listener` is a listening socket on the selected interface (invalid when size == 1).
+  PeerMesh(Options options, net::Fd listener);
+  /// Flushes, says goodbye to every connected peer and closes (see close()).
+  ~PeerMesh();
+  PeerMesh(const PeerMesh&) = delete;
+  PeerMesh& operator=(const PeerMesh&) = delete;
+
+  const Options& options() const;
+  std::string listenAddress() const;
+  /// The deadline of a call starting now (bootstrap.timeout).
+  Deadline callDeadline() const;
+
+  /// Small collectives through rank 0 in two sweeps instead of log2(N) rounds: better when
+  /// ranks share CPUs, where each round waits for every process to be scheduled again. The
+  /// value must be the same on every rank (it selects the algorithms).
+  void setStarCollectives(bool star);
+
+  void setPeerAddress(int rank, const std::string& address);
+  void setPeerAddresses(const std::vector<std::string>& addresses);
+
+  /// Point-to-point. `op` names the calling operation in errors ("send", "allGather").
+  /// Negative tags are only allowed with internal = true.
+  void send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
+            std::string_view op = "send", bool internal = false);
+  void recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
+            std::string_view op = "recv", bool internal = false);
+
+  /// Bruck's algorithm: ceil(log2 N) messages per rank, N-1 blocks sent in total.
+  void allGather(void* data, size_t bytesPerRank);
+  /// Binomial tree from root.
+  void broadcast(void* data, size_t bytes, int root);
+  /// Dissemination barrier: ceil(log2 N) rounds of empty messages.
+  void barrier();
+
+  /// Tells every connected peer (they forward it) and fails this rank's later calls.
+  void abort(std::string_view reason) noexcept;
+  /// Flushes queued frames, sends goodbye on every connection and closes them (idempotent).
+  void close() noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::mesh

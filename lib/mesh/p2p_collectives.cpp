@@ -1,0 +1,122 @@
+#include "mesh/p2p_collectives.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+namespace strata::p2p {
+
+bool allGatherNeeded(int size, const void* data, size_t bytesPerRank) {
+  if (size == 1 || bytesPerRank == 0) return false;
+  if (!data) throw Error(ErrorCode::InvalidArgument, "allGather: null buffer");
+  return true;
+}
+
+bool broadcastNeeded(int size, const void* data, size_t bytes, int root) {
+  if (root < 0 || root >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("broadcast: root {} is out of range 0..{}", root, size - 1), root);
+  }
+  if (bytes && !data) throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer");
+  return size > 1;
+}
+
+bool barrierNeeded(int size) {
+  return size > 1;
+}
+
+void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data, size_t bytesPerRank) {
+  const int n = link.size, r = link.rank;
+  auto* out = static_cast<uint8_t*>(data);
+  auto slot = [&](int q) { return out + static_cast<size_t>(q) * bytesPerRank; };
+  const size_t total = static_cast<size_t>(n) * bytesPerRank;
+  switch (algorithm) {
+    case AllGatherAlgorithm::Star:
+      if (r == 0) {
+        for (int p = 1; p < n; ++p) link.recv(p, 0, slot(p), bytesPerRank);
+        for (int p = 1; p < n; ++p) link.send(p, 1, out, total);
+      } else {
+        link.send(0, 0, slot(r), bytesPerRank);
+        link.recv(0, 1, out, total);
+      }
+      return;
+    case AllGatherAlgorithm::Ring: {
+      const int next = (r + 1) % n, prev = (r - 1 + n) % n;
+      for (int step = 0; step < n - 1; ++step) {
+        link.send(next, static_cast<uint32_t>(step), slot((r - step + n) % n), bytesPerRank);
+        link.recv(prev, static_cast<uint32_t>(step), slot((r - step - 1 + n) % n), bytesPerRank);
+      }
+      return;
+    }
+    case AllGatherAlgorithm::Bruck: {
+      // tmp[i] holds the block of rank (r + i) % n.
+      std::vector<uint8_t> tmp(total);
+      std::memcpy(tmp.data(), slot(r), bytesPerRank);
+      uint32_t round = 0;
+      for (int dist = 1; dist < n; dist *= 2, ++round) {
+        const size_t bytes = static_cast<size_t>(std::min(dist, n - dist)) * bytesPerRank;
+        link.send((r - dist + n) % n, round, tmp.data(), bytes);
+        link.recv((r + dist) % n, round, tmp.data() + static_cast<size_t>(dist) * bytesPerRank,
+                  bytes);
+      }
+      for (int i = 0; i < n; ++i) {
+        std::memcpy(slot((r + i) % n), tmp.data() + static_cast<size_t>(i) * bytesPerRank,
+                    bytesPerRank);
+      }
+      return;
+    }
+  }
+}
+
+void broadcast(const Link& link, bool star, void* data, size_t bytes, int root) {
+  const int n = link.size, r = link.rank;
+  if (star) {
+    if (r == root) {
+      for (int p = 0; p < n; ++p) {
+        if (p != root) link.send(p, 0, data, bytes);
+      }
+    } else {
+      link.recv(root, 0, data, bytes);
+    }
+    return;
+  }
+  // Virtual rank vr = distance from the root; a rank receives from the parent that clears its
+  // lowest set bit, then sends to the children below that bit.
+  const int vr = (r - root + n) % n;
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      link.recv((vr - mask + root) % n, 0, data, bytes);
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) link.send((vr + mask + root) % n, 0, data, bytes);
+  }
+}
+
+void barrier(const Link& link, bool star) {
+  const int n = link.size, r = link.rank;
+  if (star) {
+    if (r == 0) {
+      for (int p = 1; p < n; ++p) link.recv(p, 0, nullptr, 0);
+      for (int p = 1; p < n; ++p) link.send(p, 1, nullptr, 0);
+    } else {
+      link.send(0, 0, nullptr, 0);
+      link.recv(0, 1, nullptr, 0);
+    }
+    return;
+  }
+  uint32_t round = 0;
+  for (int dist = 1; dist < n; dist <<= 1, ++round) {
+    link.send((r + dist) % n, round, nullptr, 0);
+    link.recv((r - dist + n) % n, round, nullptr, 0);
+  }
+}
+
+}  // namespace strata::p2p
