@@ -12,10 +12,10 @@
 
 #include <strata/strata.hpp>
 
-#include "base/launcher.hpp"
-#include "base/watch.hpp"
 #include "bootstrap/registry.hpp"
+#include "launch/contract.hpp"
 #include "strata_info_features.h"
+#include "watch/watch.hpp"
 
 namespace {
 
@@ -23,21 +23,37 @@ const char* yesNo(bool b) {
   return b ? "yes" : "no";
 }
 
-/// Built-ins and modules of one kind: built-in (description), module (path), or missing (why;
-/// "absent" instead for a module this build cannot make yet).
-void printModules(strata::backend::ModuleKind kind, std::initializer_list<const char*> names,
-                  const strata::Config& config, std::initializer_list<const char*> notYet = {}) {
-  for (const char* name : names) {
-    auto m = strata::bootstrap::findModule(kind, name, config);
-    bool later = std::find_if(notYet.begin(), notYet.end(), [&](const char* n) {
-                   return std::string_view(n) == name;
-                 }) != notYet.end();
-    const char* what =
-        m.info ? (m.path.empty() ? "built-in" : "module") : (later ? "absent" : "missing");
-    std::printf("  %-6s %-9s %s\n", name, what,
-                !m.info          ? m.error.c_str()
-                : m.path.empty() ? m.info->description
-                                 : m.path.c_str());
+/// A backend strata knows, and whether this build made it (a module whose dependency meson did
+/// not find is "not built" here, which is no fault of the module path).
+struct Known {
+  const char* name;
+  bool built;
+  const char* needs;  ///< what the build lacked when it is not built
+};
+
+/// The status column and text of a backend that is not usable: "not built" when this build did
+/// not make it, else "missing" (why it did not load).
+std::pair<const char*, std::string> unusable(const Known& k, const std::string& error) {
+  if (!k.built) {
+    return {"not built", std::string("this build found no ") + k.needs +
+                             " (install it and reconfigure, or put the module on module.path)"};
+  }
+  return {"missing", error};
+}
+
+/// Built-ins and modules of one kind: built-in (description), module (path), not built, or
+/// missing (why).
+void printModules(strata::backend::ModuleKind kind, std::initializer_list<Known> names,
+                  const strata::Config& config) {
+  for (const Known& k : names) {
+    auto m = strata::bootstrap::findModule(kind, k.name, config);
+    if (m.info) {
+      std::printf("  %-6s %-9s %s\n", k.name, m.path.empty() ? "built-in" : "module",
+                  m.path.empty() ? m.info->description : m.path.c_str());
+    } else {
+      auto [what, why] = unusable(k, m.error);
+      std::printf("  %-6s %-9s %s\n", k.name, what, why.c_str());
+    }
   }
 }
 
@@ -86,18 +102,35 @@ int run(bool showConfig, bool onlyConfig) {
       std::printf("  %-18s %s\n", d.origin.c_str(), d.dir.c_str());
     }
     std::printf("\nBootstrap backends\n");
+    const Known bootstrapBuilt[] = {{"pmix", STRATA_HAVE_PMIX, "libpmix"},
+                                    {"ucx", STRATA_HAVE_UCX, "UCX"}};
     for (const auto& b : strata::bootstrap::listBackends(config)) {
-      std::printf(
-          "  %-6s %-9s %s\n", b.name.c_str(), b.kind.c_str(),
-          b.usable ? (b.path.empty() ? b.description.c_str() : b.path.c_str()) : b.error.c_str());
+      Known k{b.name.c_str(), true, ""};
+      for (const Known& known : bootstrapBuilt) {
+        if (b.name == known.name) k = known;
+      }
+      if (b.usable) {
+        std::printf("  %-6s %-9s %s\n", b.name.c_str(), b.kind.c_str(),
+                    b.path.empty() ? b.description.c_str() : b.path.c_str());
+      } else {
+        auto [what, why] = unusable(k, b.error);
+        std::printf("  %-6s %-9s %s\n", b.name.c_str(), what, why.c_str());
+      }
     }
     std::printf("\nTransports\n");
-    printModules(strata::backend::ModuleKind::Transport, {"shm", "fabric", "nvlink"}, config);
+    printModules(strata::backend::ModuleKind::Transport,
+                 {{"shm", true, ""},
+                  {"fabric", STRATA_HAVE_LIBFABRIC, "libfabric"},
+                  {"nvlink", STRATA_HAVE_CUDA, "CUDA toolkit"}},
+                 config);
     std::printf("  transport.intra_node = %s, transport.inter_node = %s\n",
                 config.get("transport.intra_node").value_or("").c_str(),
                 config.get("transport.inter_node").value_or("").c_str());
     std::printf("\nCollectives backends (strata-info --algorithms lists their algorithms)\n");
-    printModules(strata::backend::ModuleKind::Collectives, {"host", "cuda"}, config);
+    printModules(
+        strata::backend::ModuleKind::Collectives,
+        {{"host", true, ""}, {"cuda", STRATA_HAVE_CUDA_COLLECTIVES, "CUDA toolkit with nvcc"}},
+        config);
     std::printf("\nbootstrap.backend = %s resolves to '%s' here\n",
                 config.get("bootstrap.backend").value_or("auto").c_str(),
                 strata::bootstrap::resolveBackendName(config).c_str());
@@ -171,7 +204,7 @@ int askJob(int32_t pid, const std::string& address, double seconds) {
   for (int32_t p : pids) {
     try {
       auto list = w::askLocal(p, {w::RequestType::List, 0}, seconds);
-      for (const auto& s : list.states) jobs.emplace(s.jobId, p);
+      for (const auto& s : list.reports) jobs.emplace(s.jobId, p);
     } catch (const strata::Error& e) {
       lastError = e.what();
     }
