@@ -162,7 +162,8 @@ constexpr KeyInfo kKeys[] = {
      "at N > 2 ranks the limit is this times (2/N)^2 (16 KiB at 4 ranks with the default).",
      true},
     {"collectives.cuda.oneshot_max_bytes", Type::Bytes, "16K", "",
-     "CUDA module (every rank must use the same collectives.cuda.* values: the module checks at create): largest allReduce (bytes per rank) that auto runs with oneshot-ll8 (all pairs, "
+     "CUDA module (every rank must use the same collectives.cuda.* values: the module checks at "
+     "create): largest allReduce (bytes per rank) that auto runs with oneshot-ll8 (all pairs, "
      "LL8 packets, one hop). 16 KiB is MSCCL++'s Hopper selector for 8 GPUs on NVSwitch "
      "(docs/collectives-cuda.md); not measured by strata yet.",
      false},
@@ -304,10 +305,23 @@ const KeyInfo& require(std::string_view key) {
   return *info;
 }
 
-[[noreturn]] void wrongType(const KeyInfo& key, std::string_view wanted) {
-  throw Error(ErrorCode::Internal,
-              fmt::format("configuration key '{}' was read as {} but is declared otherwise",
-                          key.key, wanted));
+/// The validated text of a key read as `wanted` (one of `types`); throws Internal when the key is
+/// declared with another type and InvalidConfig when it has no value.
+std::string validated(const Config& config, std::string_view key, std::string_view wanted,
+                      std::initializer_list<Type> types) {
+  const KeyInfo& info = require(key);
+  if (std::find(types.begin(), types.end(), info.type) == types.end()) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("configuration key '{}' was read as {} but is declared otherwise",
+                            info.key, wanted));
+  }
+  auto text = config.get(key);
+  if (!text) {
+    throw Error(ErrorCode::InvalidConfig,
+                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
+                            envName(key)));
+  }
+  return validate(info, *text, source(config, key));
 }
 
 }  // namespace
@@ -406,48 +420,22 @@ std::string getString(const Config& config, std::string_view key) {
 }
 
 int64_t getInt(const Config& config, std::string_view key) {
-  const KeyInfo& info = require(key);
-  if (info.type != Type::Int) wrongType(info, "an integer");
-  auto text = config.get(key);
-  if (!text) {
-    throw Error(ErrorCode::InvalidConfig,
-                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
-                            envName(key)));
-  }
-  return std::stoll(validate(info, *text, source(config, key)));
+  return std::stoll(validated(config, key, "an integer", {Type::Int}));
 }
 
 double getDouble(const Config& config, std::string_view key) {
-  const KeyInfo& info = require(key);
-  if (info.type != Type::Double && info.type != Type::Int) wrongType(info, "a number");
-  auto text = config.get(key);
-  if (!text) {
-    throw Error(ErrorCode::InvalidConfig,
-                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
-                            envName(key)));
-  }
-  return parseDouble(validate(info, *text, source(config, key))).value_or(0);
+  return parseDouble(validated(config, key, "a number", {Type::Double, Type::Int})).value_or(0);
 }
 
 bool getBool(const Config& config, std::string_view key) {
-  const KeyInfo& info = require(key);
-  if (info.type != Type::Bool) wrongType(info, "a boolean");
-  auto text = config.get(key);
-  if (!text) return false;
-  return validate(info, *text, source(config, key)) == "true";
+  // An unset boolean reads as false; any other unset key is an error.
+  if (!config.get(key) && require(key).type == Type::Bool) return false;
+  return validated(config, key, "a boolean", {Type::Bool}) == "true";
 }
 
 uint64_t getBytes(const Config& config, std::string_view key) {
-  const KeyInfo& info = require(key);
-  if (info.type != Type::Bytes && info.type != Type::Int) wrongType(info, "a byte count");
-  auto text = config.get(key);
-  if (!text) {
-    throw Error(ErrorCode::InvalidConfig,
-                fmt::format("configuration key '{}' has no value; set it in strata.toml or {}", key,
-                            envName(key)));
-  }
-  std::string canonical = validate(info, *text, source(config, key));
-  if (info.type == Type::Int && canonical.front() == '-') {
+  std::string canonical = validated(config, key, "a byte count", {Type::Bytes, Type::Int});
+  if (canonical.front() == '-') {
     throw Error(ErrorCode::InvalidConfig,
                 fmt::format("{}: configuration key '{}' must not be negative here (got {})",
                             source(config, key), key, canonical));

@@ -12,18 +12,6 @@ namespace strata::wire {
 
 namespace {
 
-template <typename T>
-void putLe(std::vector<uint8_t>& buf, T v) {
-  uint8_t bytes[sizeof(T)];
-  storeLe(bytes, v);
-  buf.insert(buf.end(), bytes, bytes + sizeof(T));
-}
-
-template <typename U>
-U getLe(const uint8_t* p) {
-  return loadLe<U>(p);
-}
-
 [[noreturn]] void protocolError(const std::string& message) {
   throw Error(ErrorCode::ProtocolError, message);
 }
@@ -38,17 +26,18 @@ std::string magicText(uint32_t magic) {
   return text;
 }
 
-RecordHeader parseHeader(const uint8_t* p) {
+/// The header at the start of `input` (`truncated`: it is not all there), checked.
+RecordHeader checkedHeader(std::span<const uint8_t> input, bool truncated, uint16_t maxVersion,
+                           size_t maxLength, std::string_view what) {
+  if (truncated) {
+    protocolError(fmt::format("truncated {}: the record header needs {} bytes, {} present", what,
+                              kRecordHeaderSize, input.size()));
+  }
   RecordHeader h;
-  h.magic = getLe<uint32_t>(p);
-  h.version = getLe<uint16_t>(p + 4);
-  h.kind = getLe<uint16_t>(p + 6);
-  h.length = getLe<uint32_t>(p + 8);
-  return h;
-}
-
-void checkHeader(const RecordHeader& h, uint16_t maxVersion, size_t maxLength,
-                 std::string_view what) {
+  h.magic = loadLe<uint32_t>(input.data());
+  h.version = loadLe<uint16_t>(input.data() + 4);
+  h.kind = loadLe<uint16_t>(input.data() + 6);
+  h.length = loadLe<uint32_t>(input.data() + 8);
   if (h.magic != kRecordMagic) {
     protocolError(fmt::format(
         "bad magic 0x{:08x} (\"{}\") in {}, expected 0x{:08x} (\"STRA\"): the peer is not a "
@@ -65,38 +54,10 @@ void checkHeader(const RecordHeader& h, uint16_t maxVersion, size_t maxLength,
     protocolError(fmt::format("{}: body length {} bytes exceeds the limit of {} bytes", what,
                               h.length, maxLength));
   }
+  return h;
 }
 
 }  // namespace
-
-Writer& Writer::u8(uint8_t v) {
-  buf_.push_back(v);
-  return *this;
-}
-Writer& Writer::u16(uint16_t v) {
-  putLe(buf_, v);
-  return *this;
-}
-Writer& Writer::u32(uint32_t v) {
-  putLe(buf_, v);
-  return *this;
-}
-Writer& Writer::u64(uint64_t v) {
-  putLe(buf_, v);
-  return *this;
-}
-Writer& Writer::i32(int32_t v) {
-  putLe(buf_, v);
-  return *this;
-}
-Writer& Writer::i64(int64_t v) {
-  putLe(buf_, v);
-  return *this;
-}
-Writer& Writer::f64(double v) {
-  putLe(buf_, std::bit_cast<uint64_t>(v));
-  return *this;
-}
 
 Writer& Writer::bytes(std::span<const uint8_t> data) {
   if (data.size() > std::numeric_limits<uint32_t>::max()) {
@@ -105,7 +66,7 @@ Writer& Writer::bytes(std::span<const uint8_t> data) {
                             "holds at most 4 GiB - 1",
                             data.size()));
   }
-  putLe(buf_, static_cast<uint32_t>(data.size()));
+  u32(static_cast<uint32_t>(data.size()));
   return raw(data);
 }
 
@@ -120,10 +81,6 @@ Writer& Writer::raw(std::span<const uint8_t> data) {
 
 Reader::Reader(std::span<const uint8_t> data, std::string_view what) : data_(data), what_(what) {}
 
-void Reader::need(size_t n, const char* field) const {
-  need(n, std::string_view(field));
-}
-
 void Reader::need(size_t n, std::string_view field) const {
   if (remaining() < n) {
     protocolError(fmt::format("truncated {}: field '{}' at offset {} needs {} bytes, {} left",
@@ -131,76 +88,9 @@ void Reader::need(size_t n, std::string_view field) const {
   }
 }
 
-uint8_t Reader::u8() {
-  return u8("u8");
-}
-uint16_t Reader::u16() {
-  return u16("u16");
-}
-uint32_t Reader::u32() {
-  return u32("u32");
-}
-uint64_t Reader::u64() {
-  return u64("u64");
-}
-int32_t Reader::i32() {
-  return i32("i32");
-}
-int64_t Reader::i64() {
-  return i64("i64");
-}
-double Reader::f64() {
-  return f64("f64");
-}
-std::vector<uint8_t> Reader::bytes(size_t maxBytes) {
-  return bytes(maxBytes, "bytes");
-}
-std::string Reader::str(size_t maxBytes) {
-  return str(maxBytes, "str");
-}
-std::span<const uint8_t> Reader::raw(size_t n) {
-  return raw(n, "raw");
-}
-
-uint8_t Reader::u8(std::string_view field) {
-  need(1, field);
-  return data_[pos_++];
-}
-
-uint16_t Reader::u16(std::string_view field) {
-  need(2, field);
-  auto v = getLe<uint16_t>(data_.data() + pos_);
-  pos_ += 2;
-  return v;
-}
-
-uint32_t Reader::u32(std::string_view field) {
-  need(4, field);
-  auto v = getLe<uint32_t>(data_.data() + pos_);
-  pos_ += 4;
-  return v;
-}
-
-uint64_t Reader::u64(std::string_view field) {
-  need(8, field);
-  auto v = getLe<uint64_t>(data_.data() + pos_);
-  pos_ += 8;
-  return v;
-}
-
-int32_t Reader::i32(std::string_view field) {
-  return static_cast<int32_t>(u32(field));
-}
-int64_t Reader::i64(std::string_view field) {
-  return static_cast<int64_t>(u64(field));
-}
-double Reader::f64(std::string_view field) {
-  return std::bit_cast<double>(u64(field));
-}
-
 std::span<const uint8_t> Reader::lengthPrefixed(size_t maxBytes, std::string_view field) {
   need(4, field);
-  auto length = getLe<uint32_t>(data_.data() + pos_);
+  auto length = loadLe<uint32_t>(data_.data() + pos_);
   // Both checks come before any allocation, so a forged length cannot make us reserve 4 GiB.
   if (length > maxBytes) {
     protocolError(
@@ -256,23 +146,12 @@ std::vector<uint8_t> encodeRecord(uint16_t kind, uint16_t version, std::span<con
 
 RecordHeader decodeHeader(std::span<const uint8_t> header, uint16_t maxVersion, size_t maxLength,
                           std::string_view what) {
-  if (header.size() != kRecordHeaderSize) {
-    protocolError(fmt::format("truncated {}: the record header needs {} bytes, {} present", what,
-                              kRecordHeaderSize, header.size()));
-  }
-  auto h = parseHeader(header.data());
-  checkHeader(h, maxVersion, maxLength, what);
-  return h;
+  return checkedHeader(header, header.size() != kRecordHeaderSize, maxVersion, maxLength, what);
 }
 
 DecodedRecord decodeRecord(std::span<const uint8_t> input, uint16_t expectedKind,
                            uint16_t maxVersion, size_t maxLength, std::string_view what) {
-  if (input.size() < kRecordHeaderSize) {
-    protocolError(fmt::format("truncated {}: the record header needs {} bytes, {} present", what,
-                              kRecordHeaderSize, input.size()));
-  }
-  auto h = parseHeader(input.data());
-  checkHeader(h, maxVersion, maxLength, what);
+  auto h = checkedHeader(input, input.size() < kRecordHeaderSize, maxVersion, maxLength, what);
   if (h.kind != expectedKind) {
     protocolError(
         fmt::format("{}: unexpected record kind {} (expected {}); the peer sent a "

@@ -334,10 +334,10 @@ std::string describeJob(const ServedScope& scope, const std::vector<Answer>& ans
   return describeAnswers(scope.jobId(), scope.size(), scope.rank(), answers, scope.peers);
 }
 
-Verdict ServedScope::findCulprits(const CallReport& failing) noexcept {
+Verdict ServedScope::findCulprits(const CallRecord& failing) noexcept {
   try {
     auto answers = collect(*this, queryTimeout);
-    Analysis v = analyse(answers, failing, rank());
+    Analysis v = analyse(answers, report(failing), rank());
     if (v.culprits.empty()) return {};
     return {v.culprits.front().rank, verdictText(v, answers, -1), verdictText(v, answers, rank())};
   } catch (...) {

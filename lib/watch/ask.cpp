@@ -49,7 +49,7 @@ std::vector<Answer> collect(ServedScope& scope, double seconds) {
   const Deadline connectDeadline = Deadline::after(std::min(0.5, seconds / 2));
   std::vector<Answer> out(static_cast<size_t>(scope.size()));
   out[static_cast<size_t>(scope.rank())].kind = Answer::Kind::Self;
-  out[static_cast<size_t>(scope.rank())].report = scope.report();
+  out[static_cast<size_t>(scope.rank())].report = report(scope);
   struct Query {
     int peer = -1;
     std::optional<handshake::ConnectSide> cs;

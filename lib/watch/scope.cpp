@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -46,7 +47,43 @@ std::string listen(ServedScope& scope, const OpenOptions& o) {
   return address;
 }
 
+double secondsSince(int64_t ticks) {
+  using Clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(Clock::now() - Clock::time_point(Clock::duration(ticks)))
+      .count();
+}
+
 }  // namespace
+
+CallReport report(const CallRecord& c) {
+  CallReport r;
+  r.domain = c.domain;
+  r.op = c.opName();
+  r.seq = c.seq.load(std::memory_order_relaxed);
+  r.seconds = secondsSince(c.start.load(std::memory_order_relaxed));
+  r.waitingFor = c.waitingFor.load(std::memory_order_relaxed);
+  if (r.waitingFor >= 0) {
+    r.waitingSeconds = secondsSince(c.waitSince.load(std::memory_order_relaxed));
+    r.detail = c.detail;
+  }
+  r.failed = c.failed.load(std::memory_order_relaxed);
+  return r;
+}
+
+RankReport report(Scope& scope) {
+  RankReport s;
+  s.rank = scope.rank();
+  s.size = scope.size();
+  s.pid = scope.pid();
+  s.host = scope.host();
+  s.jobId = scope.jobId();
+  scope.forEachCall([&](const CallRecord& c) {
+    if (s.calls.size() < kMaxCallsReported && c.active.load(std::memory_order_acquire)) {
+      s.calls.push_back(report(c));
+    }
+  });
+  return s;
+}
 
 std::shared_ptr<Scope> open(const OpenOptions& o, const AllGather& allGather) {
   auto scope = std::make_shared<ServedScope>(o.rank, o.size, process::hostName(),

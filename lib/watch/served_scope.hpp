@@ -22,7 +22,7 @@ class ServedScope final : public Scope {
       : Scope(rank, size, std::move(host), pid) {}
 
   /// Asks every peer (collect) and analyses the answers for the failing call.
-  Verdict findCulprits(const CallReport& failing) noexcept override;
+  Verdict findCulprits(const CallRecord& failing) noexcept override;
 
   void setJob(uint64_t id) noexcept { setJobId(id); }
 
@@ -31,6 +31,12 @@ class ServedScope final : public Scope {
   std::vector<PeerInfo> peers;
   net::Fd listener;  ///< the status port (invalid when it could not be opened)
 };
+
+/// This rank's report of a scope: every call it is in, and per domain the last that failed
+/// (scope.cpp).
+RankReport report(Scope& scope);
+/// The report of one call record.
+CallReport report(const CallRecord& call);
 
 /// Asks every rank of the scope (bounded by `seconds`); the own rank's entry is Kind::Self
 /// (ask.cpp).

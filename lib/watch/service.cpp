@@ -214,12 +214,12 @@ void Service::serve(Conn& c, const Request& q) {
   }
   if (q.type == RequestType::List) {
     for (auto& s : all) {
-      if (!c.scope || s == c.scope) rep.reports.push_back(s->report());
+      if (!c.scope || s == c.scope) rep.reports.push_back(report(*s));
     }
   } else if (!scope) {
     rep.error = fmt::format("this process (pid {}) has no job {:016x}", ::getpid(), q.jobId);
   } else if (q.type == RequestType::Status) {
-    rep.reports.push_back(scope->report());
+    rep.reports.push_back(report(*scope));
   } else {
     // Dump: ask every rank, which takes up to watch.query_timeout; not on this thread.
     net::Fd fd = c.local ? std::move(c.fd) : c.hs->takeFd();

@@ -16,7 +16,8 @@
 //            semaphore wait): its domain, operation and sequence number. Calls nest.
 //   domain   the sequence a call is numbered in: "bootstrap", "communicator N", "connection".
 //   wait     the rank a call waits for now, since when, and what is missing from it.
-//   report   a rank's calls as it tells them to a peer or a tool (RankReport, CallReport).
+//   record   what a thread writes about the call it is in (CallRecord).
+//   report   a rank's calls as it tells them to a peer or a tool (lib/watch: RankReport).
 //   answer   how asking one rank went: its report, or why there is none (lib/watch).
 //   culprit  a rank at fault: not answering, exited, unreachable, in another call or in none.
 //   verdict  the culprits, most telling first, and the ranks that waited for each, as text.
@@ -37,30 +38,26 @@
 
 namespace strata::watch {
 
-/// One call of one thread, as reported to peers and tools.
-struct CallReport {
-  std::string domain;         ///< "bootstrap", "communicator 0", "connection"
-  std::string op;             ///< "allReduce", "allGather", "semaphore wait", ...
-  uint64_t seq = 0;           ///< per domain, from 1; 0 for point-to-point calls (not matched)
-  double seconds = 0;         ///< how long the call has run
-  int32_t waitingFor = -1;    ///< the rank it waits for, -1 when none or not known
-  double waitingSeconds = 0;  ///< how long it has waited for that rank without progress
-  std::string detail;         ///< "0 of 3 pieces from it received"
-  bool failed = false;        ///< the call has failed and this rank is finding out why
-};
+/// One call of one thread: written by that thread (Call, Slot, waitingFor), read by the watch
+/// (lib/watch) under the scope's lock when it reports the scope's calls. Atomic fields may be read
+/// while they change: a report is a snapshot of a moving target.
+struct CallRecord {
+  std::string domain;
+  std::string op;  ///< a Call's; a Slot's call names its op in opStatic instead
+  std::atomic<const char*> opStatic{nullptr};
+  std::atomic<uint64_t> seq{0};
+  std::atomic<int64_t> start{0};   ///< steady clock ticks
+  std::atomic<bool> active{true};  ///< a Slot's record between calls: false
+  std::atomic<int32_t> waitingFor{-1};
+  std::atomic<int64_t> waitSince{0};  ///< steady clock ticks
+  std::string detail;                 ///< under the scope's lock
+  std::atomic<bool> failed{false};
 
-/// What one rank reports.
-struct RankReport {
-  int32_t rank = -1;
-  int32_t size = 0;
-  int32_t pid = 0;
-  std::string host;
-  uint64_t jobId = 0;
-  std::vector<CallReport> calls;  ///< outermost first per thread
+  std::string opName() const {
+    const char* s = opStatic.load(std::memory_order_relaxed);
+    return s ? std::string(s) : op;
+  }
 };
-
-/// At most this many calls per report (the decoder of lib/watch refuses more).
-inline constexpr size_t kMaxCallsReported = 16;
 
 /// What a scope found about a failed call: the first culprit and the verdict.
 struct Verdict {
@@ -95,8 +92,14 @@ class STRATA_API Scope {
   /// The job id rank 0 drew (0 until the watch has exchanged it).
   uint64_t jobId() const noexcept { return jobId_.load(std::memory_order_relaxed); }
 
-  /// This rank's report: every active call, and per domain the last call that failed.
-  RankReport report();
+  /// Calls f(const CallRecord&) under the scope's lock for each call to report: per domain the
+  /// last call that failed, then the active calls in start order.
+  template <typename F>
+  void forEachCall(F&& f) {
+    std::lock_guard lk(mu_);
+    for (auto& [domain, c] : failed_) f(*c);
+    for (auto& c : calls_) f(*c);
+  }
   /// The next sequence number of the bootstrap's collectives.
   uint64_t nextBootstrapSeq() noexcept { return ++bootstrapSeq_; }
   /// A job-unique label for the next Communicator created on this scope ("communicator 0").
@@ -105,9 +108,7 @@ class STRATA_API Scope {
   /// The hook lib/watch fills in: asks the peers what they are doing while this rank's call
   /// `failing` has failed, and names the culprits. Bounded by watch.query_timeout; never
   /// throws. A scope nobody serves finds nothing.
-  virtual Verdict findCulprits(const CallReport& failing) noexcept;
-
-  struct Rec;  ///< one call's record (watch_calls.cpp)
+  virtual Verdict findCulprits(const CallRecord& failing) noexcept;
 
  protected:
   void setJobId(uint64_t id) noexcept { jobId_.store(id, std::memory_order_relaxed); }
@@ -126,11 +127,11 @@ class STRATA_API Scope {
   std::atomic<uint64_t> bootstrapSeq_{0};
   std::atomic<int> communicators_{0};
   std::mutex mu_;
-  std::vector<std::shared_ptr<Rec>> calls_;  ///< active, in start order
+  std::vector<std::shared_ptr<CallRecord>> calls_;  ///< active, in start order
   /// Per domain, the last call that failed, until the next call of that domain starts: a rank
   /// that failed and went on (into a barrier, or its own code) still reports that it was in
   /// that call, so that a slower peer's analysis does not take it for a rank elsewhere.
-  std::map<std::string, std::shared_ptr<Rec>> failed_;
+  std::map<std::string, std::shared_ptr<CallRecord>> failed_;
 };
 
 /// While alive, the calling thread is in this call (calls nest). A null scope records nothing.
@@ -143,8 +144,8 @@ class STRATA_API Call {
 
  private:
   std::shared_ptr<Scope> scope_;
-  std::shared_ptr<Scope::Rec> rec_;
-  Scope::Rec* prev_ = nullptr;
+  std::shared_ptr<CallRecord> rec_;
+  CallRecord* prev_ = nullptr;
   Scope* prevScope_ = nullptr;
 };
 
@@ -169,13 +170,13 @@ class STRATA_API Slot {
 
    private:
     Slot* slot_;
-    Scope::Rec* prev_ = nullptr;
+    CallRecord* prev_ = nullptr;
     Scope* prevScope_ = nullptr;
   };
 
  private:
   std::shared_ptr<Scope> scope_;
-  std::shared_ptr<Scope::Rec> rec_;
+  std::shared_ptr<CallRecord> rec_;
 };
 
 /// Sets waitingFor for the duration of a blocking wait inside a call.

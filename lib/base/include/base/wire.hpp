@@ -56,13 +56,13 @@ inline T loadLe(const void* at) noexcept {
 /// Appends little-endian fields to a byte vector.
 class STRATA_API Writer {
  public:
-  Writer& u8(uint8_t v);
-  Writer& u16(uint16_t v);
-  Writer& u32(uint32_t v);
-  Writer& u64(uint64_t v);
-  Writer& i32(int32_t v);
-  Writer& i64(int64_t v);
-  Writer& f64(double v);
+  Writer& u8(uint8_t v) { return put(v); }
+  Writer& u16(uint16_t v) { return put(v); }
+  Writer& u32(uint32_t v) { return put(v); }
+  Writer& u64(uint64_t v) { return put(v); }
+  Writer& i32(int32_t v) { return put(v); }
+  Writer& i64(int64_t v) { return put(v); }
+  Writer& f64(double v) { return put(std::bit_cast<uint64_t>(v)); }
   /// u32 length then the bytes.
   Writer& bytes(std::span<const uint8_t> data);
   Writer& str(std::string_view s);
@@ -73,44 +73,45 @@ class STRATA_API Writer {
   size_t size() const { return buf_.size(); }
 
  private:
+  template <typename T>
+  Writer& put(T v) {
+    uint8_t le[sizeof(T)];
+    storeLe(le, v);
+    return raw({le, sizeof(T)});
+  }
   std::vector<uint8_t> buf_;
 };
 
 /// Reads little-endian fields; every read checks the remaining length.
-/// `what` names the record in error messages ("tcp hello record").
+/// `what` names the record in error messages ("tcp hello record"), and `field` the field read
+/// ("truncated tcp hello record: field 'rank' at offset 4 needs 4 bytes, 2 left").
 class STRATA_API Reader {
  public:
   Reader(std::span<const uint8_t> data, std::string_view what);
-  uint8_t u8();
-  uint16_t u16();
-  uint32_t u32();
-  uint64_t u64();
-  int32_t i32();
-  int64_t i64();
-  double f64();
+  uint8_t u8(std::string_view field = "u8") { return get<uint8_t>(field); }
+  uint16_t u16(std::string_view field = "u16") { return get<uint16_t>(field); }
+  uint32_t u32(std::string_view field = "u32") { return get<uint32_t>(field); }
+  uint64_t u64(std::string_view field = "u64") { return get<uint64_t>(field); }
+  int32_t i32(std::string_view field = "i32") { return get<int32_t>(field); }
+  int64_t i64(std::string_view field = "i64") { return get<int64_t>(field); }
+  double f64(std::string_view field = "f64") { return std::bit_cast<double>(get<uint64_t>(field)); }
   /// A u32-length-prefixed field of at most maxBytes.
-  std::vector<uint8_t> bytes(size_t maxBytes);
-  std::string str(size_t maxBytes);
+  std::vector<uint8_t> bytes(size_t maxBytes, std::string_view field = "bytes");
+  std::string str(size_t maxBytes, std::string_view field = "str");
   /// Exactly n raw bytes.
-  std::span<const uint8_t> raw(size_t n);
-  // The same reads with the field's name, which error messages then quote
-  // ("truncated tcp hello record: field 'rank' at offset 4 needs 4 bytes, 2 left").
-  uint8_t u8(std::string_view field);
-  uint16_t u16(std::string_view field);
-  uint32_t u32(std::string_view field);
-  uint64_t u64(std::string_view field);
-  int32_t i32(std::string_view field);
-  int64_t i64(std::string_view field);
-  double f64(std::string_view field);
-  std::vector<uint8_t> bytes(size_t maxBytes, std::string_view field);
-  std::string str(size_t maxBytes, std::string_view field);
-  std::span<const uint8_t> raw(size_t n, std::string_view field);
+  std::span<const uint8_t> raw(size_t n, std::string_view field = "raw");
   size_t remaining() const { return data_.size() - pos_; }
   /// Throws ProtocolError if bytes are left over.
   void expectEnd() const;
 
  private:
-  void need(size_t n, const char* field) const;
+  template <typename T>
+  T get(std::string_view field) {
+    need(sizeof(T), field);
+    T v = loadLe<T>(data_.data() + pos_);
+    pos_ += sizeof(T);
+    return v;
+  }
   void need(size_t n, std::string_view field) const;
   std::span<const uint8_t> lengthPrefixed(size_t maxBytes, std::string_view field);
   std::span<const uint8_t> data_;

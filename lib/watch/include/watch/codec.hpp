@@ -20,9 +20,29 @@
 
 #include <strata/export.hpp>
 
-#include "base/watch_calls.hpp"
-
 namespace strata::watch {
+
+/// One call of one thread, as reported to peers and tools.
+struct CallReport {
+  std::string domain;         ///< "bootstrap", "communicator 0", "connection"
+  std::string op;             ///< "allReduce", "allGather", "semaphore wait", ...
+  uint64_t seq = 0;           ///< per domain, from 1; 0 for point-to-point calls (not matched)
+  double seconds = 0;         ///< how long the call has run
+  int32_t waitingFor = -1;    ///< the rank it waits for, -1 when none or not known
+  double waitingSeconds = 0;  ///< how long it has waited for that rank without progress
+  std::string detail;         ///< "0 of 3 pieces from it received"
+  bool failed = false;        ///< the call has failed and this rank is finding out why
+};
+
+/// What one rank reports.
+struct RankReport {
+  int32_t rank = -1;
+  int32_t size = 0;
+  int32_t pid = 0;
+  std::string host;
+  uint64_t jobId = 0;
+  std::vector<CallReport> calls;  ///< outermost first per thread
+};
 
 /// A peer's published facts (exchanged when the scope opens).
 struct PeerInfo {
@@ -44,8 +64,8 @@ inline constexpr size_t kMaxRequest = 64;
 inline constexpr size_t kMaxReply = 64u << 20;
 /// A peer's answer to a status request: one rank report (at most 16 calls of < 500 bytes).
 inline constexpr size_t kMaxPeerReply = 64u << 10;
-// Calls per rank report: the encoder writes the first kMaxCallsReported (base/watch_calls.hpp),
-// the decoder refuses more.
+/// Calls per rank report: the encoder writes the first 16, the decoder refuses more.
+inline constexpr size_t kMaxCallsReported = 16;
 /// Rank reports per reply: the encoder writes the first 131072, the decoder refuses more.
 inline constexpr size_t kMaxReports = 1u << 17;
 // Text fields: the encoder cuts each to its limit (bytes), the decoder refuses longer ones.
