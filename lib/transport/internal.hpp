@@ -1,6 +1,7 @@
 #pragma once
 
-// Internals shared by lib/transport and lib/core: the Impl structs behind the public handles.
+// Private to lib/transport: the Impl structs behind the public handles (other layers use the
+// public accessors; tests use transport/testing.hpp).
 
 #include <atomic>
 #include <cstdint>

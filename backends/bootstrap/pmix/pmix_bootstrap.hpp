@@ -1,7 +1,7 @@
 #pragma once
 
 // The PMIx bootstrap (strata-bootstrap-pmix.so): identity from the PMIx server, collectives as
-// PMIx fences, point-to-point over the shared peer mesh (lib/base/mesh.hpp). docs/backends.md
+// PMIx fences, point-to-point over the shared peer mesh (mesh/peer_mesh.hpp). docs/backends.md
 // explains the design.
 
 #include <cstddef>

@@ -238,7 +238,7 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
   const int n = opt.size, r = opt.rank;
   I.mesh->setPeerAddress((r + 1) % n, next);
 
-  // Ring all-gather of the address table (base/collectives_over_p2p): N-1 steps of one
+  // Ring all-gather of the address table (mesh/p2p_collectives.hpp): N-1 steps of one
   // fixed-size slot each (length u8, address, then a byte: bit 0 = that rank's host has more
   // ranks than CPUs, bits 1-2 = its bootstrap.collectives choice).
   Deadline dl = I.mesh->callDeadline();

@@ -16,7 +16,7 @@ namespace strata::tcp {
 
 class STRATA_API TcpBootstrap final : public Bootstrap {
  public:
-  /// Reads the launcher contract (base/launcher.hpp) and the config, then runs the rendezvous.
+  /// Reads the launcher contract (launch/contract.hpp) and the config, then runs the rendezvous.
   explicit TcpBootstrap(const Config& config);
   /// An explicit launch (createTcpBootstrap): the environment is not read. rootFd, when >= 0, is
   /// rank 0's listening socket, owned by the caller.

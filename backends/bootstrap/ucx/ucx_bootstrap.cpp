@@ -3,7 +3,7 @@
 // Rendezvous through UCX's client/server connection establishment, data over UCX. Rank 0
 // listens on STRATA_ROOT with ucp_listener_create (sockaddr); every other rank connects there
 // with a client-server endpoint, proves the job secret with the same HMAC challenge-response
-// as lib/base/handshake.cpp (base/handshake_codec.hpp, carried in UCX tag messages), and only then
+// as lib/net/handshake.cpp (net/handshake_codec.hpp, carried in UCX tag messages), and only then
 // sends its worker address. Endpoints from clients carry no rank: each is identified by its
 // handshake, never by arrival order. Rank 0 then broadcasts the address table over UCX along a
 // binomial tree, so the root sends O(N) bytes per child and O(N log N) in all; endpoints to peers

@@ -562,7 +562,7 @@ void UcxBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
              "recv", Kind::User, tag);
 }
 
-// The algorithms are lib/base/collectives_over_p2p.cpp's. Every rank calls the collectives
+// The algorithms are lib/mesh/p2p_collectives.cpp's. Every rank calls the collectives
 // in the same order, so one sequence number per call (nextCollective) tags all its messages;
 // the barrier also puts its round in the low 8 bits.
 p2p::Link UcxBootstrap::collectiveLink(Lock& lk, const Deadline& deadline, std::string_view op,

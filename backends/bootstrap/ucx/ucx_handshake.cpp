@@ -1,4 +1,4 @@
-// The strata connection handshake (base/handshake_codec.hpp) carried in UCX tag messages
+// The strata connection handshake (net/handshake_codec.hpp) carried in UCX tag messages
 // during the rendezvous: rank 0 gives every connection a random 24-bit id (UCX client-server
 // endpoints carry no rank) and sends the CHALLENGE; the client answers AUTH and rank 0 the
 // RESULT, each with tag {Handshake, connection id, step}. Only an authenticated connection may

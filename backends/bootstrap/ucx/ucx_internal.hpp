@@ -60,7 +60,7 @@ inline int tagRank(uint64_t tag) {
 }
 
 // The rendezvous handshake over UCX (docs/wire-format.md, "Handshake"): the records of
-// base/handshake_codec.hpp, each sent with tag {Handshake, connection id, step}, then the
+// net/handshake_codec.hpp, each sent with tag {Handshake, connection id, step}, then the
 // check-in (hello) and its reply.
 enum Step : uint32_t {
   kStepChallenge = 1,
