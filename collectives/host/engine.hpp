@@ -95,8 +95,9 @@ struct Plan {
 
 class Engine {
  public:
-  /// Collective over the context's ranks: connects every pair, shares receive areas and
-  /// semaphores, starts the proxy when some peer is not mapped.
+  /// Collective over the context's ranks: checks that every rank cut its slots the same way
+  /// (InvalidConfig otherwise), connects every pair, shares receive areas and semaphores,
+  /// starts the proxy when some peer is not mapped.
   Engine(std::shared_ptr<Context> context, const Config& config);
   ~Engine();
 

@@ -39,11 +39,32 @@ Link::Link(const LinkEnds& ends)
     : peer_(ends.peer),
       depth_(ends.slots.depth),
       slotBytes_(ends.slots.slotBytes),
+      chunkBytes_(ends.slots.chunkBytes),
       regionOffset_(ends.slots.regionOffset(ends.rank)),
+      writable_(ends.slots.regionBytes()),
       inbound_(ends.ownArea + ends.slots.regionOffset(ends.peer)),
       conn_(ends.conn),
       peerArea_(ends.peerArea),
-      peerFlags_(ends.peerFlags) {}
+      peerFlags_(ends.peerFlags) {
+  // The geometry check at set-up makes every rank's area the same size; this guards the
+  // writes on their own, whatever the peer's configuration.
+  if (regionOffset_ + writable_ > peerArea_.size()) {
+    throw Error(
+        ErrorCode::Internal,
+        fmt::format("rank {} registered a receive area of {} bytes, but rank {}'s slots "
+                    "in it would span bytes {} to {}: the ranks' slot geometries differ",
+                    peer_, peerArea_.size(), ends.rank, regionOffset_, regionOffset_ + writable_),
+        peer_);
+  }
+  if (ackFlagOffset(ends.rank) + sizeof(uint64_t) > peerFlags_.size()) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("rank {} registered {} bytes of semaphore words, too few for rank {}'s "
+                            "(which end at byte {})",
+                            peer_, peerFlags_.size(), ends.rank,
+                            ackFlagOffset(ends.rank) + sizeof(uint64_t)),
+                peer_);
+  }
+}
 
 Link Link::mapped(const LinkEnds& ends) {
   Link link(ends);
@@ -80,6 +101,15 @@ Link Link::proxied(const LinkEnds& ends, ProxyService& proxy, const RegisteredMe
 void Link::putChunk(ChunkHeader header, const char* payload) {
   const uint64_t bytes = header.bytes;
   const uint64_t slot = (sent_ % depth_) * slotBytes_;
+  if (bytes > chunkBytes_ || slot + kChunkHeaderBytes + bytes > writable_) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("chunk {} to rank {} ({} bytes at offset {} of this rank's {}-byte "
+                            "region of rank {}'s {}-byte receive area) would pass the end of its "
+                            "slot; nothing was written",
+                            sent_, peer_, kChunkHeaderBytes + bytes, slot, writable_, peer_,
+                            peerArea_.size()),
+                peer_);
+  }
   header.seq = sent_;
   if (mapped_) {
     char encoded[kChunkHeaderBytes];

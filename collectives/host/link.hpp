@@ -5,6 +5,10 @@
 // Whether the peer's memory is mapped here (a MemoryChannel: memcpy and a release store) or
 // reached through the proxy (PortChannels: stage, then a put-with-signal trigger) is decided
 // once, when the Link is made; the engine only asks for what it wants done.
+//
+// Every write into the peer's memory stays inside the slots this rank owns there, which the
+// Link checks against the size the peer registered when it is made, and again per chunk: a
+// write past them is an Internal error naming the peer, never a write.
 
 #include <cstddef>
 #include <cstdint>
@@ -62,7 +66,8 @@ class Link {
     return sent_ - acked_ < depth_;
   }
   /// Writes the chunk (header fields but seq, then bytes of payload) into the next slot and
-  /// signals the peer. Needs slotFree(). Through the proxy, Timeout when its FIFO stays full.
+  /// signals the peer. Needs slotFree(). Throws Internal, writing nothing, when it would
+  /// pass the end of the slots; through the proxy, Timeout when its FIFO stays full.
   void putChunk(ChunkHeader header, const char* payload);
   /// Takes one ack if one came.
   bool pollAck() {
@@ -128,7 +133,11 @@ class Link {
   bool gone_ = false;
   uint32_t depth_ = 1;
   uint64_t slotBytes_ = 0;
-  uint64_t regionOffset_ = 0;      ///< where this rank's slots start in the peer's area
+  uint64_t chunkBytes_ = 0;
+  uint64_t regionOffset_ = 0;  ///< where this rank's slots start in the peer's area
+  /// Bytes from regionOffset_ on that this rank may write: its region, which set-up checked
+  /// lies within what the peer registered.
+  uint64_t writable_ = 0;
   const char* inbound_ = nullptr;  ///< the peer's region in this rank's area
   std::shared_ptr<Connection> conn_;
   RegisteredMemory peerArea_, peerFlags_;  ///< keep the peer's mappings alive

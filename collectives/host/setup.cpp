@@ -53,6 +53,8 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
                         static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes")),
                         size_, rank_);
   if (size_ == 1) return;
+  // Before anything is connected: a rank of another geometry would write past its peers' slots.
+  requireSameGeometry(context_->bootstrap(), slots_);
 
   area_ = context_->allocate(slots_.areaBytes);
   flags_ = context_->allocate(Link::flagBytes(size_));
