@@ -3,8 +3,7 @@
 // The host collective engine: one Link per peer (link.hpp: mapped memory or the proxy), a
 // receive area with pipeline slots per peer (slot_geometry.hpp), and a progress loop that moves
 // an operation's pieces with credits, deadlines and peer checks. Set-up is in setup.cpp, the
-// delivery of buffered sends and the exit in delivery.cpp, the progress loop here and in
-// engine.cpp.
+// delivery of buffered sends and the exit in delivery.cpp, the progress loop in engine.cpp.
 //
 // Every message between two ranks is a sequence of chunks on that ordered pair. A chunk is a
 // 64-byte header (what operation it belongs to, where it goes) followed by up to chunkBytes of
@@ -82,7 +81,7 @@ struct Plan {
   ReduceOp redop = ReduceOp::Sum;
   std::vector<std::vector<InPiece>> in;  ///< per rank (own rank empty)
   std::vector<Round> rounds;
-  /// Round r runs only once links_[p].sent >= minSent[r][p] for every peer (in-place one-shot:
+  /// Round r runs only once links_[p].sent() >= minSent[r][p] for every peer (in-place one-shot:
   /// a round overwrites input that must have gone to every peer first). Empty: no condition.
   std::vector<std::vector<uint64_t>> minSent;
   /// Wait until every queued piece is sent (collectives: they read the caller's buffers);
