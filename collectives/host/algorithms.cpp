@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
 
 #include "reduce.hpp"
 
@@ -9,9 +14,53 @@ namespace strata::collectives {
 
 namespace {
 
-OpSignature signature(OpKind kind, DataType type, ReduceOp op, int root, size_t count) {
-  return {static_cast<uint16_t>(kind), static_cast<uint16_t>(type), static_cast<uint16_t>(op), root,
-          static_cast<uint64_t>(count)};
+using backend::CollectiveOp;
+
+OpKind kindOf(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce:
+      return OpKind::AllReduce;
+    case CollectiveOp::AllGather:
+      return OpKind::AllGather;
+    case CollectiveOp::ReduceScatter:
+      return OpKind::ReduceScatter;
+    case CollectiveOp::Broadcast:
+      return OpKind::Broadcast;
+    case CollectiveOp::AllToAll:
+      return OpKind::AllToAll;
+    case CollectiveOp::Send:
+    case CollectiveOp::Recv:
+      return OpKind::SendRecv;
+  }
+  throw Error(ErrorCode::Internal,
+              fmt::format("no chunk operation for collective op {}", static_cast<int>(op)));
+}
+
+/// A value of the call as a chunk header field of type Field: an error, never a truncation.
+template <typename Field, typename Value>
+Field headerField(Value value, const char* name, const CollectiveRequest& call) {
+  if (!std::in_range<Field>(value)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: {} {} does not fit the {}-bit field of the host collectives' "
+                            "chunk header",
+                            backend::toString(call.op), name, value, 8 * sizeof(Field)));
+  }
+  return static_cast<Field>(value);
+}
+
+/// What every chunk of the call carries (docs/wire-format.md, "Collective chunks"): the reduce
+/// op only for reducing ops, the root only for broadcast.
+OpSignature signatureOf(const CollectiveRequest& call) {
+  const bool reduces = call.op == CollectiveOp::AllReduce || call.op == CollectiveOp::ReduceScatter;
+  OpSignature sig;
+  sig.op = static_cast<uint16_t>(kindOf(call.op));
+  sig.type = headerField<uint16_t>(static_cast<int>(call.type), "data type", call);
+  sig.redop = reduces ? headerField<uint16_t>(static_cast<int>(call.redop), "reduce op", call)
+                      : uint16_t{0};
+  sig.root =
+      call.op == CollectiveOp::Broadcast ? headerField<int32_t>(call.root, "root", call) : -1;
+  sig.count = headerField<uint64_t>(call.count, "count", call);
+  return sig;
 }
 
 Plan makePlan(Engine& e, const OpSignature& sig) {
@@ -168,12 +217,15 @@ void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t c
   e.run(plan, what);
 }
 
-void singleCopyAllReduce(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
-                         DataType type, ReduceOp op) {
+void singleCopyAllReduce(Engine& e, const OpSignature& sig, const CollectiveRequest& call) {
+  const char* s = static_cast<const char*>(call.send);
+  char* d = static_cast<char*>(call.recv);
+  const DataType type = call.type;
+  const ReduceOp op = call.redop;
   const size_t ts = sizeOf(type);
   const size_t n = static_cast<size_t>(e.size());
   const size_t me = static_cast<size_t>(e.rank());
-  const Blocks bl(count, n, ts);
+  const Blocks bl(call.count, n, ts);
   Plan plan = makePlan(e, sig);
   std::vector<Desc> descs(n);
   std::vector<uint64_t> sink(n);
@@ -242,9 +294,10 @@ namespace {
 /// block per local rank, (B) two-shot allReduce of that block among the ranks with the same
 /// local index on every host (fabric), (C) all-gather of the blocks inside each host. Only
 /// 1/L of the data crosses hosts per rank, over H-1 peers instead of N-1.
-void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count,
-                           DataType type) {
-  const size_t ts = sizeOf(type);
+void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const CollectiveRequest& call) {
+  const char* s = static_cast<const char*>(call.send);
+  char* d = static_cast<char*>(call.recv);
+  const size_t ts = sizeOf(call.type);
   const auto& hosts = e.hosts();
   size_t hi = 0, li = 0;
   for (size_t h = 0; h < hosts.size(); ++h) {
@@ -255,7 +308,7 @@ void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const char* s, cha
   const std::vector<int>& local = hosts[hi];
   std::vector<int> cross;
   for (const auto& h : hosts) cross.push_back(h[li]);
-  Blocks lb(count, local.size(), ts);
+  Blocks lb(call.count, local.size(), ts);
 
   Plan a = makePlan(e, sig);
   for (size_t q = 0; q < local.size(); ++q) {
@@ -281,10 +334,10 @@ void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const char* s, cha
 namespace {
 
 /// The cases every allReduce algorithm shares: nothing to do, or one rank. True when done.
-bool trivialAllReduce(Engine& e, const void* send, void* recv, size_t count, DataType type) {
-  if (count == 0) return true;
+bool trivialAllReduce(Engine& e, const CollectiveRequest& call) {
+  if (call.count == 0) return true;
   if (e.size() == 1) {
-    copyIfDistinct(recv, send, count * sizeOf(type));
+    copyIfDistinct(call.recv, call.send, call.bytes());
     return true;
   }
   return false;
@@ -292,14 +345,12 @@ bool trivialAllReduce(Engine& e, const void* send, void* recv, size_t count, Dat
 
 }  // namespace
 
-void allReduceOneShot(Engine& e, const void* send, void* recv, size_t count, DataType type,
-                      ReduceOp op) {
-  if (trivialAllReduce(e, send, recv, count, type)) return;
-  const size_t ts = sizeOf(type);
-  const size_t bytes = count * ts;
-  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
-  const char* s = static_cast<const char*>(send);
-  char* d = static_cast<char*>(recv);
+void allReduceOneShot(Engine& e, const CollectiveRequest& call) {
+  if (trivialAllReduce(e, call)) return;
+  const OpSignature sig = signatureOf(call);
+  const size_t bytes = call.bytes();
+  const char* s = static_cast<const char*>(call.send);
+  char* d = static_cast<char*>(call.recv);
   // Every rank gets every input and reduces all of it in rank order, so every rank computes
   // bit-identical results.
   Plan plan = makePlan(e, sig);
@@ -309,7 +360,7 @@ void allReduceOneShot(Engine& e, const void* send, void* recv, size_t count, Dat
     base[p] = e.sentAfterQueue(p);
     e.queueSend(p, s, bytes, sig);
   }
-  addRounds(e, plan, d, s, bytes, ts);
+  addRounds(e, plan, d, s, bytes, sizeOf(call.type));
   if (s == d) {
     // In place, round r overwrites chunk r of the input: it must have gone to every peer.
     for (size_t r = 0; r < plan.rounds.size(); ++r) {
@@ -321,44 +372,34 @@ void allReduceOneShot(Engine& e, const void* send, void* recv, size_t count, Dat
   e.run(plan, "allReduce");
 }
 
-void allReduceTwoShot(Engine& e, const void* send, void* recv, size_t count, DataType type,
-                      ReduceOp op) {
-  if (trivialAllReduce(e, send, recv, count, type)) return;
-  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
-  std::vector<int> all(static_cast<size_t>(e.size()));
-  for (int p = 0; p < e.size(); ++p) all[p] = p;
-  twoShot(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count, sizeOf(type),
-          all, "allReduce");
+void allReduceTwoShot(Engine& e, const CollectiveRequest& call) {
+  if (trivialAllReduce(e, call)) return;
+  twoShot(e, signatureOf(call), static_cast<const char*>(call.send), static_cast<char*>(call.recv),
+          call.count, sizeOf(call.type), e.allRanks(), "allReduce");
 }
 
-void allReduceHierarchical(Engine& e, const void* send, void* recv, size_t count, DataType type,
-                           ReduceOp op) {
-  if (trivialAllReduce(e, send, recv, count, type)) return;
-  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
-  hierarchicalAllReduce(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count,
-                        type);
+void allReduceHierarchical(Engine& e, const CollectiveRequest& call) {
+  if (trivialAllReduce(e, call)) return;
+  hierarchicalAllReduce(e, signatureOf(call), call);
 }
 
-void allReduceSingleCopy(Engine& e, const void* send, void* recv, size_t count, DataType type,
-                         ReduceOp op) {
-  if (trivialAllReduce(e, send, recv, count, type)) return;
-  auto sig = signature(OpKind::AllReduce, type, op, -1, count);
-  singleCopyAllReduce(e, sig, static_cast<const char*>(send), static_cast<char*>(recv), count, type,
-                      op);
+void allReduceSingleCopy(Engine& e, const CollectiveRequest& call) {
+  if (trivialAllReduce(e, call)) return;
+  singleCopyAllReduce(e, signatureOf(call), call);
 }
 
-void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataType type,
-               bool singleCopy) {
-  const size_t bytes = sendCount * sizeOf(type);
-  if (sendCount == 0) return;
-  char* d = static_cast<char*>(recv);
-  auto sig = signature(OpKind::AllGather, type, ReduceOp::Sum, -1, sendCount);
+void allGather(Engine& e, const CollectiveRequest& call, Path path) {
+  const size_t bytes = call.bytes();
+  if (call.count == 0) return;
+  const OpSignature sig = signatureOf(call);
+  const void* send = call.send;
+  char* d = static_cast<char*>(call.recv);
   auto own = [&] { copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes); };
   if (e.size() == 1) {
     own();
     return;
   }
-  if (singleCopy) {
+  if (path == Path::SingleCopy) {
     gatherSingleCopy(
         e, sig, send, bytes, [](int) { return uint64_t{0}; },
         [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allGather", own);
@@ -374,26 +415,25 @@ void allGather(Engine& e, const void* send, void* recv, size_t sendCount, DataTy
   e.run(plan, "allGather");
 }
 
-void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, DataType type,
-                   ReduceOp op, bool singleCopy) {
-  const size_t ts = sizeOf(type);
-  const size_t bytes = recvCount * ts;
-  if (recvCount == 0) return;
-  const char* s = static_cast<const char*>(send);
+void reduceScatter(Engine& e, const CollectiveRequest& call, Path path) {
+  const size_t bytes = call.bytes();
+  if (call.count == 0) return;
+  const char* s = static_cast<const char*>(call.send);
+  void* recv = call.recv;
   const size_t me = static_cast<size_t>(e.rank());
   if (e.size() == 1) {
     copyIfDistinct(recv, s, bytes);
     return;
   }
-  auto sig = signature(OpKind::ReduceScatter, type, op, -1, recvCount);
-  if (singleCopy) {
+  const OpSignature sig = signatureOf(call);
+  if (path == Path::SingleCopy) {
     const size_t n = static_cast<size_t>(e.size());
     Plan plan = makePlan(e, sig);
     std::vector<Desc> descs(n);
     std::vector<uint64_t> sink(n);
     exchangeDescs(e, sig, plan, Desc{addressOf(s), 0}, descs, [&] {
-      reduceFromPeers(e, descs, s + me * bytes, static_cast<char*>(recv), me * bytes, bytes, type,
-                      op);
+      reduceFromPeers(e, descs, s + me * bytes, static_cast<char*>(recv), me * bytes, bytes,
+                      call.type, call.redop);
       for (size_t p = 0; p < n; ++p) {
         if (p != me) sendDone(e, static_cast<int>(p), sig);
       }
@@ -408,20 +448,22 @@ void reduceScatter(Engine& e, const void* send, void* recv, size_t recvCount, Da
   for (int p = 0; p < e.size(); ++p) {
     if (p != e.rank()) e.queueSend(p, s + static_cast<size_t>(p) * bytes, bytes, sig);
   }
-  addRounds(e, plan, static_cast<char*>(recv), s + me * bytes, bytes, ts);
+  addRounds(e, plan, static_cast<char*>(recv), s + me * bytes, bytes, sizeOf(call.type));
   e.run(plan, "reduceScatter");
 }
 
-void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType type, int root,
-               bool singleCopy) {
-  const size_t bytes = count * sizeOf(type);
-  if (count == 0) return;
+void broadcast(Engine& e, const CollectiveRequest& call, Path path) {
+  const size_t bytes = call.bytes();
+  if (call.count == 0) return;
+  const void* send = call.send;
+  void* recv = call.recv;
+  const int root = call.root;
   if (e.size() == 1) {
     copyIfDistinct(recv, send, bytes);
     return;
   }
-  auto sig = signature(OpKind::Broadcast, type, ReduceOp::Sum, root, count);
-  if (singleCopy) {
+  const OpSignature sig = signatureOf(call);
+  if (path == Path::SingleCopy) {
     Plan plan = makePlan(e, sig);
     std::vector<uint64_t> sink(static_cast<size_t>(e.size()));
     if (e.rank() == root) {
@@ -453,22 +495,21 @@ void broadcast(Engine& e, const void* send, void* recv, size_t count, DataType t
   e.run(plan, "broadcast");
 }
 
-void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, DataType type,
-              bool singleCopy) {
-  const size_t bytes = countPerRank * sizeOf(type);
-  if (countPerRank == 0) return;
-  const char* s = static_cast<const char*>(send);
-  char* d = static_cast<char*>(recv);
-  auto sig = signature(OpKind::AllToAll, type, ReduceOp::Sum, -1, countPerRank);
+void allToAll(Engine& e, const CollectiveRequest& call, Path path) {
+  const size_t bytes = call.bytes();
+  if (call.count == 0) return;
+  const char* s = static_cast<const char*>(call.send);
+  char* d = static_cast<char*>(call.recv);
+  const OpSignature sig = signatureOf(call);
   const size_t me = static_cast<size_t>(e.rank());
   auto own = [&] { copyIfDistinct(d + me * bytes, s + me * bytes, bytes); };
   if (e.size() == 1) {
     own();
     return;
   }
-  if (singleCopy) {
+  if (path == Path::SingleCopy) {
     gatherSingleCopy(
-        e, sig, send, bytes, [&](int) { return uint64_t{me * bytes}; },
+        e, sig, s, bytes, [&](int) { return uint64_t{me * bytes}; },
         [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allToAll", own);
     return;
   }
@@ -482,19 +523,17 @@ void allToAll(Engine& e, const void* send, void* recv, size_t countPerRank, Data
   e.run(plan, "allToAll");
 }
 
-void send(Engine& e, const void* buf, size_t count, DataType type, int peer) {
-  if (count == 0) return;
-  auto sig = signature(OpKind::SendRecv, type, ReduceOp::Sum, -1, count);
-  e.queueSend(peer, buf, count * sizeOf(type), sig);
-  e.flushSendsOrBuffer(peer);
+void send(Engine& e, const CollectiveRequest& call) {
+  if (call.count == 0) return;
+  e.queueSend(call.peer, call.send, call.bytes(), signatureOf(call));
+  e.flushSendsOrBuffer(call.peer);
 }
 
-void recv(Engine& e, void* buf, size_t count, DataType type, int peer) {
-  if (count == 0) return;
-  auto sig = signature(OpKind::SendRecv, type, ReduceOp::Sum, -1, count);
-  Plan plan = makePlan(e, sig);
+void recv(Engine& e, const CollectiveRequest& call) {
+  if (call.count == 0) return;
+  Plan plan = makePlan(e, signatureOf(call));
   plan.waitForSends = false;
-  Engine::expectCopy(plan, peer, buf, count * sizeOf(type), e.chunkBytes());
+  Engine::expectCopy(plan, call.peer, call.recv, call.bytes(), e.chunkBytes());
   e.run(plan, "recv");
 }
 

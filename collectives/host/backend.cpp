@@ -64,16 +64,16 @@ std::string kib(size_t bytes) {
 }
 
 /// allGather, reduceScatter, broadcast and allToAll through the slots or by single copy.
-void runGatherLike(Engine& e, const CollectiveRequest& r, bool singleCopy, const char* name) {
+void runGatherLike(Engine& e, const CollectiveRequest& r, Path path, const char* name) {
   switch (r.op) {
     case CollectiveOp::AllGather:
-      return allGather(e, r.send, r.recv, r.count, r.type, singleCopy);
+      return allGather(e, r, path);
     case CollectiveOp::ReduceScatter:
-      return reduceScatter(e, r.send, r.recv, r.count, r.type, r.redop, singleCopy);
+      return reduceScatter(e, r, path);
     case CollectiveOp::Broadcast:
-      return broadcast(e, r.send, r.recv, r.count, r.type, r.root, singleCopy);
+      return broadcast(e, r, path);
     case CollectiveOp::AllToAll:
-      return allToAll(e, r.send, r.recv, r.count, r.type, singleCopy);
+      return allToAll(e, r, path);
     case CollectiveOp::AllReduce:
     case CollectiveOp::Send:
     case CollectiveOp::Recv:
@@ -107,7 +107,7 @@ class OneShot final : public HostAlgorithm {
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest& r) const override { return r.bytes() <= s_.oneshotMax; }
   void run(const CollectiveRequest& r) override {
-    s_.guarded([&](Engine& e) { allReduceOneShot(e, r.send, r.recv, r.count, r.type, r.redop); });
+    s_.guarded([&](Engine& e) { allReduceOneShot(e, r); });
   }
 };
 
@@ -129,8 +129,7 @@ class Hierarchical final : public HostAlgorithm {
   }
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
-    s_.guarded(
-        [&](Engine& e) { allReduceHierarchical(e, r.send, r.recv, r.count, r.type, r.redop); });
+    s_.guarded([&](Engine& e) { allReduceHierarchical(e, r); });
   }
 };
 
@@ -146,7 +145,7 @@ class TwoShot final : public HostAlgorithm {
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
-    s_.guarded([&](Engine& e) { allReduceTwoShot(e, r.send, r.recv, r.count, r.type, r.redop); });
+    s_.guarded([&](Engine& e) { allReduceTwoShot(e, r); });
   }
 };
 
@@ -177,10 +176,8 @@ class SingleCopy final : public HostAlgorithm {
   }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) {
-      if (r.op == CollectiveOp::AllReduce) {
-        return allReduceSingleCopy(e, r.send, r.recv, r.count, r.type, r.redop);
-      }
-      runGatherLike(e, r, true, "host/singlecopy");
+      if (r.op == CollectiveOp::AllReduce) return allReduceSingleCopy(e, r);
+      runGatherLike(e, r, Path::SingleCopy, "host/singlecopy");
     });
   }
 };
@@ -201,9 +198,9 @@ class Direct final : public HostAlgorithm {
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
     s_.guarded([&](Engine& e) {
-      if (r.op == CollectiveOp::Send) return send(e, r.send, r.count, r.type, r.peer);
-      if (r.op == CollectiveOp::Recv) return recv(e, r.recv, r.count, r.type, r.peer);
-      runGatherLike(e, r, false, "host/direct");
+      if (r.op == CollectiveOp::Send) return send(e, r);
+      if (r.op == CollectiveOp::Recv) return recv(e, r);
+      runGatherLike(e, r, Path::Slots, "host/direct");
     });
   }
 };

@@ -1,9 +1,9 @@
 #pragma once
 
-// The host collective engine: one Link per peer (a MemoryChannel where the peer's buffers are
-// mapped here, else PortChannels through the proxy), a receive area with pipeline slots per
-// peer, and a progress loop that moves an operation's pieces with credits, deadlines and peer
-// checks.
+// The host collective engine: one Link per peer (link.hpp: mapped memory or the proxy), a
+// receive area with pipeline slots per peer (slot_geometry.hpp), and a progress loop that moves
+// an operation's pieces with credits, deadlines and peer checks. Set-up is in setup.cpp, the
+// delivery of buffered sends and the exit in delivery.cpp, the progress loop in engine.cpp.
 //
 // Every message between two ranks is a sequence of chunks on that ordered pair. A chunk is a
 // 64-byte header (what operation it belongs to, where it goes) followed by up to chunkBytes of
@@ -26,11 +26,12 @@
 #include <thread>
 #include <vector>
 
-#include <strata/channel.hpp>
 #include <strata/transport.hpp>
 #include <strata/types.hpp>
 
 #include "chunk_header.hpp"
+#include "link.hpp"
+#include "slot_geometry.hpp"
 
 namespace strata::collectives {
 
@@ -51,28 +52,6 @@ struct InPiece {
   int round = -1;  ///< >= 0: a reduction round member (dst unused)
   /// Called with the payload instead of the copy to dst (descriptors of single-copy ops).
   std::function<void(const char* payload)> onArrive;
-};
-
-struct Link {
-  int peer = -1;
-  std::shared_ptr<Connection> conn;
-  bool mapped = false;
-  MemoryChannel data;  ///< mapped: payload and data semaphore
-  MemoryChannel ack;   ///< mapped: ack semaphore (no payload)
-  PortChannel dataPort;
-  PortChannel ackPort;
-  uint32_t dataChannel = 0;  ///< proxy channel of dataPort (port links; ackPort shares its
-                             ///< Connection, so its failures show here too)
-  /// The peer was found gone after it had sent all this rank needed from it: nothing more is
-  /// sent to it (no acks), and a later call that needs it fails with PeerLost (its Connection
-  /// stays lost).
-  bool gone = false;
-  // Lifetime counters of the pair.
-  uint64_t sent = 0;         ///< chunks sent to the peer
-  uint64_t acked = 0;        ///< acks received from the peer
-  uint64_t arrived = 0;      ///< data signals received from the peer
-  uint64_t consumed = 0;     ///< chunks of the peer consumed (and acked)
-  std::deque<OutPiece> out;  ///< pending pieces to the peer, in order (may span operations)
 };
 
 /// A reduction round: dst = op over ranks (in rank order) of the round's pieces, own being
@@ -102,7 +81,7 @@ struct Plan {
   ReduceOp redop = ReduceOp::Sum;
   std::vector<std::vector<InPiece>> in;  ///< per rank (own rank empty)
   std::vector<Round> rounds;
-  /// Round r runs only once links_[p].sent >= minSent[r][p] for every peer (in-place one-shot:
+  /// Round r runs only once links_[p].sent() >= minSent[r][p] for every peer (in-place one-shot:
   /// a round overwrites input that must have gone to every peer first). Empty: no condition.
   std::vector<std::vector<uint64_t>> minSent;
   /// Wait until every queued piece is sent (collectives: they read the caller's buffers);
@@ -115,14 +94,15 @@ struct Plan {
 
 class Engine {
  public:
-  /// Collective over the context's ranks: connects every pair, shares receive areas and
-  /// semaphores, starts the proxy when some peer is not mapped.
+  /// Collective over the context's ranks: checks that every rank cut its slots the same way
+  /// (InvalidConfig otherwise), connects every pair, shares receive areas and semaphores,
+  /// starts the proxy when some peer is not mapped.
   Engine(std::shared_ptr<Context> context, const Config& config);
   ~Engine();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  size_t chunkBytes() const { return chunkBytes_; }
+  size_t chunkBytes() const { return slots_.chunkBytes; }
   Context& context() { return *context_; }
   /// Every rank, in rank order.
   const std::vector<int>& allRanks() const { return allRanks_; }
@@ -132,9 +112,9 @@ class Engine {
   /// Queues bytes from src to peer as chunks of the operation sig.
   void queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
                  uint64_t offsetBase = 0);
-  /// Chunks already sent to peer plus those queued (the value link.sent reaches once every
-  /// queued piece has gone).
-  uint64_t sentAfterQueue(int peer) const { return links_[peer].sent + links_[peer].out.size(); }
+  /// Chunks already sent to peer plus those queued (the value links_[peer].sent() reaches once
+  /// every queued piece has gone).
+  uint64_t sentAfterQueue(int peer) const { return links_[peer].sent() + out_[peer].size(); }
   /// Expected pieces from peer copied into dst.
   static void expectCopy(Plan& plan, int peer, void* dst, size_t bytes, size_t chunkBytes);
   /// Runs until every InPiece and round of the plan is done and every queued piece is sent
@@ -166,26 +146,26 @@ class Engine {
   void abandon();
 
  private:
+  // Set-up (setup.cpp).
+  /// Connects every pair, exchanges areas and flags, and makes each peer's Link.
+  void connectLinks();
+  void probeSingleCopy(const Config& config);
+
+  // The progress loop (engine.cpp).
+  /// Sends the link's next queued piece if a slot is free.
   bool trySend(Link& link);
-  bool tryArrive(Link& link);
-  const char* slotPayload(Link& link, uint64_t chunk) const;
-  void checkHeader(Link& link, uint64_t chunk, const OpSignature& sig, const InPiece& piece) const;
-  void sendAck(Link& link);
-  /// Retries tryPush(&id) while the proxy FIFO is full, up to transport.timeout.
-  template <typename TryPush>
-  void pushToProxy(const Link& link, TryPush tryPush);
-  /// Throws when the peer (its connection, or its channels in the proxy) is lost.
-  void checkPeer(Link& link);
-  /// checkPeer for every peer with queued pieces (calls, delivery, exit): a peer this rank
-  /// sends nothing to may have finished and exited, which is no error.
-  void checkPeersWithSends();
+  void checkHeader(const Link& link, const OpSignature& sig, const InPiece& piece) const;
   /// Whether the plan still needs the peer: pieces from it that have not arrived, or pieces
   /// to it not yet sent.
   bool needs(const Plan& plan, const std::vector<size_t>& idx, const Link& link) const;
   /// checkPeer for the peers the plan still needs. A peer found lost is an error only if the
   /// plan needs what it has not sent: one that finished its part and exited is not.
   void checkNeededPeers(const Plan& plan, const std::vector<size_t>& idx, const char* what);
-  void probeSingleCopy(const Config& config);
+
+  // Buffered sends and the exit (delivery.cpp).
+  /// checkPeer for every peer with queued pieces (delivery): a peer this rank sends nothing to
+  /// may have finished and exited, which is no error.
+  void checkPeersWithSends();
   bool anyPending() const;
   void deliveryLoop();
   void drainOnExit() noexcept;
@@ -194,9 +174,7 @@ class Engine {
   int rank_ = 0;
   int size_ = 1;
   double timeout_ = 30;
-  size_t chunkBytes_ = 0;
-  size_t slotBytes_ = 0;
-  uint32_t depth_ = 2;
+  SlotGeometry slots_;
   int spinUs_ = 10;  ///< spin before yielding; 0 when this host's ranks outnumber its cores
   std::vector<int> allRanks_;
   // Scratch of run(), reused so that a call allocates nothing in its loop.
@@ -204,16 +182,17 @@ class Engine {
   std::vector<const void*> runSrcs_;
   std::vector<const char*> runPayloads_;
   RegisteredMemory area_;     ///< receive area: region per source rank, depth slots each
-  RegisteredMemory flags_;    ///< semaphore words: (peer * 2 + {0 data, 1 ack}) * 64
-  RegisteredMemory staging_;  ///< port links: source of puts, region per destination
+  RegisteredMemory flags_;    ///< semaphore words (Link::flagBytes)
+  RegisteredMemory staging_;  ///< proxied links: source of puts, region per destination
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
   std::vector<int32_t> pids_;
   std::vector<std::vector<int>> hosts_;
   std::vector<char> temp_;
   uint64_t probeWord_ = 0x5354524154414341ull;
-  std::vector<RegisteredMemory> peerAreas_, peerFlags_;  ///< keep the peers' mappings alive
-  std::vector<Link> links_;                              ///< indexed by rank (own entry unused)
+  std::vector<Link> links_;  ///< indexed by rank (own entry: no peer)
+  /// Pending pieces to each peer, in order (may span operations), indexed by rank.
+  std::vector<std::deque<OutPiece>> out_;
   std::unique_ptr<ProxyService> proxy_;
   // Delivery of buffered send() data while the application does something else.
   std::mutex mu_;

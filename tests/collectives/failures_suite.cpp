@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/bootstrap.hpp>
 #include <strata/communicator.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
@@ -464,6 +465,49 @@ BOOST_AUTO_TEST_CASE(abandon_after_error) {
   destroy(comm, 30.0, "after abandoning buffers");
   auto fresh = makeComm();
   expectWorks(*fresh, "new communicator after abandoned buffers");
+}
+
+// 7. Ranks share a bootstrap made from one config, but the last rank gives
+// Communicator::create another collectives.buffer_bytes (then collectives.chunk_bytes). Its
+// slots are then cut differently, and a sender sizes its writes into a peer's slots from its
+// own geometry (issue 23: a 4 MiB all_reduce killed the rank with the larger buffer). Nothing
+// before the engine checks a Config given to create, so the engine must: every rank gets
+// InvalidConfig at create naming the key, both ranks and both values, at once, and the
+// bootstrap stays usable for a communicator whose ranks agree.
+BOOST_AUTO_TEST_CASE(mismatched_slot_geometry) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(2);
+  const int me = launchEnv().rank;
+  const int odd = launchEnv().size - 1;
+  struct Variant {
+    const char* key;
+    const char* oddValue;
+  };
+  const Variant variants[] = {{"collectives.buffer_bytes", "1048576"},
+                              {"collectives.chunk_bytes", "65536"}};
+  std::shared_ptr<strata::Bootstrap> bootstrap = strata::Bootstrap::create(Config::load());
+  for (const Variant& v : variants) {
+    BOOST_TEST_INFO_SCOPE(v.key << " = " << v.oddValue << " on rank " << odd);
+    Config config = Config::load();
+    config.set("transport.timeout", "10");
+    const std::string usual = config.get(v.key).value_or("");
+    if (me == odd) config.set(v.key, v.oddValue);
+    auto o = timed([&] { Communicator::create(bootstrap, config); });
+    BOOST_REQUIRE_MESSAGE(o.error, "Communicator::create returned normally");
+    const Error& e = *o.error;
+    const std::string msg = e.what();
+    BOOST_TEST_MESSAGE("rank " << me << ": " << describe(e) << " after " << o.seconds << " s");
+    BOOST_TEST_INFO_SCOPE(describe(e));
+    BOOST_TEST((e.code() == ErrorCode::InvalidConfig));
+    BOOST_TEST(msg.find(v.key) != std::string::npos, "the message does not name the key");
+    BOOST_TEST(namesRank(msg, 0), "the message does not name rank 0");
+    BOOST_TEST(namesRank(msg, odd), "the message does not name rank " << odd);
+    BOOST_TEST(msg.find(usual) != std::string::npos, "the message lacks " << usual);
+    BOOST_TEST(msg.find(v.oddValue) != std::string::npos, "the message lacks " << v.oddValue);
+    BOOST_TEST(o.seconds < 10.0, "refused after " << o.seconds << " s");
+  }
+  auto comm = Communicator::create(bootstrap, Config::load());
+  expectWorks(*comm, "a communicator of agreeing ranks on the same bootstrap");
 }
 
 int main(int argc, char** argv) {
