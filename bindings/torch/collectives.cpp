@@ -98,12 +98,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather(
   std::vector<at::Tensor> outs = outputs[0];
   TORCH_CHECK(static_cast<int>(outs.size()) == size_, "strata: allgather: the output list has ",
               outs.size(), " tensors; the group has ", size_, " ranks");
-  for (const auto& o : outs) {
-    typeOf(o, "allgather");
-    checkSameType(o, in, "allgather");
-    TORCH_CHECK(o.numel() == in.numel(), "strata: allgather: an output tensor has ", o.numel(),
-                " elements, the input ", in.numel());
-  }
+  checkEachLike(outs, in, "allgather", "output");
   return enqueue(c10d::OpType::ALLGATHER, outs, [this, in, outs, type]() mutable {
     allGatherInto(in, type, [&](int r) -> at::Tensor& { return outs[static_cast<size_t>(r)]; });
   });
@@ -169,12 +164,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::gather(
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                 "strata: gather: the root needs one list of ", size_, " output tensors");
     outs = outputs[0];
-    for (const auto& o : outs) {
-      typeOf(o, "gather");
-      checkSameType(o, in, "gather");
-      TORCH_CHECK(o.numel() == in.numel(), "strata: gather: an output tensor has ", o.numel(),
-                  " elements, the input ", in.numel());
-    }
+    checkEachLike(outs, in, "gather", "output");
   } else {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "strata: gather: only the root (rank ", root, ") passes output tensors");
@@ -208,12 +198,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::scatter(
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                 "strata: scatter: the root needs one list of ", size_, " input tensors");
     ins = inputs[0];
-    for (const auto& i : ins) {
-      typeOf(i, "scatter");
-      checkSameType(i, out, "scatter");
-      TORCH_CHECK(i.numel() == out.numel(), "strata: scatter: an input tensor has ", i.numel(),
-                  " elements, the output ", out.numel());
-    }
+    checkEachLike(ins, out, "scatter", "input");
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "strata: scatter: only the root (rank ", root, ") passes input tensors");
@@ -244,12 +229,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
               "strata: reduce_scatter needs one list of ", size_, " input tensors");
   std::vector<at::Tensor> ins = inputs[0];
-  for (const auto& i : ins) {
-    typeOf(i, "reduce_scatter");
-    checkSameType(i, out, "reduce_scatter");
-    TORCH_CHECK(i.numel() == out.numel(), "strata: reduce_scatter: an input tensor has ", i.numel(),
-                " elements, the output ", out.numel());
-  }
+  checkEachLike(ins, out, "reduce_scatter", "input");
   return enqueue(c10d::OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op]() mutable {
     std::vector<at::Tensor> flatIns;
     for (const auto& i : ins) flatIns.push_back(i.reshape({-1}));

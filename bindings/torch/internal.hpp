@@ -33,6 +33,11 @@ void checkRoot(int64_t root, int size, const char* what);
 
 void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what);
 
+/// The per-rank tensors of a call (`listSide` "output" or "input") each have the type and the
+/// element count of `like`, the tensor on the other side.
+void checkEachLike(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* what,
+                   const char* listSide);
+
 // --- a tensor as strata's buffers ---
 
 /// Runs f on a contiguous version of t (t itself when it already is one) and copies the result

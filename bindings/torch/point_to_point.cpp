@@ -21,14 +21,19 @@ struct P2pHeader {
   int64_t type = 0;
 };
 
+// `role` is "destination" or "source": a rank talks point to point with another rank only.
+void checkPeer(int peer, int rank, int size, const char* what, const char* role) {
+  TORCH_CHECK(peer >= 0 && peer < size && peer != rank, "strata: ", what, ": ", role, " ", peer,
+              " is not another rank of 0..", size - 1);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::send(std::vector<at::Tensor>& tensors, int dst,
                                                         int tag) {
   at::Tensor t = single(tensors, "send");
   const DataType type = typeOf(t, "send");
-  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "strata: send: destination ", dst,
-              " is not another rank of 0..", size_ - 1);
+  checkPeer(dst, rank_, size_, "send", "destination");
   // The data is taken now: the caller may reuse the tensor once the work completes, and a
   // host send completes when strata holds the data.
   return enqueue(
@@ -49,8 +54,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::recv(std::vector<at::Tensor>&
                                                         int tag) {
   at::Tensor t = single(tensors, "recv");
   const DataType type = typeOf(t, "recv");
-  TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "strata: recv: source ", src,
-              " is not another rank of 0..", size_ - 1);
+  checkPeer(src, rank_, size_, "recv", "source");
   return enqueue(
       c10d::OpType::RECV, {t},
       [this, t, type, src, tag]() mutable {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include <c10/util/Exception.h>
 
@@ -95,6 +96,17 @@ void checkRoot(int64_t root, int size, const char* what) {
 void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "strata: ", what, ": tensors of types ",
               typeName(a), " and ", typeName(b), " cannot be mixed");
+}
+
+void checkEachLike(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* what,
+                   const char* listSide) {
+  const char* likeSide = std::string_view(listSide) == "output" ? "input" : "output";
+  for (const auto& t : list) {
+    typeOf(t, what);
+    checkSameType(t, like, what);
+    TORCH_CHECK(t.numel() == like.numel(), "strata: ", what, ": an ", listSide, " tensor has ",
+                t.numel(), " elements, the ", likeSide, " ", like.numel());
+  }
 }
 
 }  // namespace strata::torchbind
