@@ -4,6 +4,10 @@
 // strata::Communicator. Every call is checked on the caller's thread (unsupported types, ops and
 // shapes raise there) and then runs on one worker thread per process group, in the order issued;
 // the returned Work completes when it has run.
+//
+// The class is implemented in process_group.cpp (rendezvous and lifetime), work_queue.cpp
+// (WorkStrata, the queue, the worker, error translation), and collectives.cpp,
+// point_to_point.cpp and barriers.cpp (the operations), over the checks of tensors.cpp.
 
 #include <chrono>
 #include <condition_variable>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher.hpp"
+#include "job.hpp"
 
 #ifndef STRATA_RUN_VERSION
 #define STRATA_RUN_VERSION "unknown"

@@ -1,8 +1,6 @@
 #pragma once
 
-// strata-run's process manager: starts the ranks, relays their output, forwards signals and
-// ends the job when a rank fails. Standalone on purpose (no libstrata), so that it can launch
-// even a broken build of the library.
+// What strata-run's command line asks for (strata_run.cpp parses it; docs/strata-run.md).
 
 #include <optional>
 #include <string>
@@ -10,11 +8,6 @@
 #include <vector>
 
 namespace strata::run {
-
-/// Exit statuses of strata-run itself (a failing rank's own status is passed through).
-inline constexpr int kExitUsage = 2;      ///< bad options or a setup failure in strata-run
-inline constexpr int kExitTimeout = 124;  ///< --timeout expired
-inline constexpr int kExitNoExec = 127;   ///< PROGRAM could not be executed
 
 /// Where the ranks' stdout and stderr go.
 enum class OutputMode { Inherit, Tag, Directory };
@@ -37,9 +30,5 @@ struct Options {
   bool torch = false;
   std::vector<std::string> command;  ///< PROGRAM and its arguments
 };
-
-/// Runs the job and returns strata-run's exit status. Never throws: every failure is reported on
-/// stderr with a "strata-run: " prefix.
-int runJob(const Options& options) noexcept;
 
 }  // namespace strata::run

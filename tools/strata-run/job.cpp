@@ -1,33 +1,27 @@
-#include "launcher.hpp"
+#include "job.hpp"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <iterator>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
-extern char** environ;
+#include "environment.hpp"
+#include "io.hpp"
+#include "relay.hpp"
+#include "root_socket.hpp"
 
 namespace strata::run {
 namespace {
@@ -36,48 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 // Signals strata-run passes on to every rank.
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-
-// Variables of the launcher contract; inherited values are dropped so that a job started from
-// inside another job (or a shell that exported them) cannot mix two contracts.
-constexpr std::string_view kContractVars[] = {
-    "STRATA_RANK", "STRATA_SIZE",   "STRATA_LOCAL_RANK", "STRATA_LOCAL_SIZE",
-    "STRATA_ROOT", "STRATA_SECRET", "STRATA_ROOT_FD",
-};
-
-// --torch: the variables torch.distributed's env:// init method reads. With --torch, inherited
-// values are dropped like the contract's; --env values win over the generated ones.
-constexpr std::string_view kTorchVars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-};
-
-// A rank's partial line is held back until its newline arrives, but not without bound: a stream
-// with no newlines at all (binary output) is cut into lines of this size.
-constexpr size_t kMaxPendingLine = 1 << 20;
-constexpr size_t kReadChunk = 64 * 1024;
-
-bool writeAll(int fd, std::string_view data) noexcept {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;  // EPIPE and friends: the reader is gone, drop the output
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
-// One write() per message, so that our own lines never interleave with relayed rank lines.
-void say(const std::string& message) noexcept {
-  try {
-    writeAll(STDERR_FILENO, "strata-run: " + message + "\n");
-  } catch (...) {
-  }
-}
-
-std::string errnoText(int err) {
-  return std::strerror(err);
-}
 
 std::string signalName(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
@@ -124,194 +76,6 @@ std::string describeStatus(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// The job secret: 32 random bytes as 64 lowercase hex characters.
-bool makeSecret(std::string& secret, std::string& error) {
-  Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    error = "cannot open /dev/urandom for the job secret: " + errnoText(errno);
-    return false;
-  }
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::read(fd.get(), bytes + got, sizeof(bytes) - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = "cannot read /dev/urandom for the job secret: " +
-              (n < 0 ? errnoText(errno) : std::string("unexpected end of file"));
-      return false;
-    }
-    got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  secret.clear();
-  for (unsigned char b : bytes) {
-    secret += kHex[b >> 4];
-    secret += kHex[b & 15];
-  }
-  return true;
-}
-
-// A TCP socket bound to the first address of host:port that works.
-struct BoundSocket {
-  Fd fd;
-  std::string host;  ///< numeric
-  int port = 0;
-  bool v6 = false;
-};
-
-// Resolves host, then binds (and with backlog > 0 listens, with SO_REUSEADDR) the first address
-// that works. Returns "" on success, else why not; `unresolved` tells a name that did not
-// resolve (the text is gai_strerror's) from a socket call that failed.
-std::string bindFirst(const std::string& host, int port, int backlog, BoundSocket& out,
-                      bool& unresolved) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-  addrinfo* results = nullptr;
-  unresolved = false;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &results);
-  if (rc != 0) {
-    unresolved = true;
-    return ::gai_strerror(rc);
-  }
-  std::string lastError = "no address";
-  for (addrinfo* ai = results; ai; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd) {
-      lastError = "socket: " + errnoText(errno);
-      continue;
-    }
-    if (backlog > 0) {
-      int one = 1;
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    }
-    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      lastError = "bind: " + errnoText(errno);
-      continue;
-    }
-    if (backlog > 0 && ::listen(fd.get(), backlog) != 0) {
-      lastError = "listen: " + errnoText(errno);
-      continue;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof(bound);
-    char numericHost[NI_MAXHOST];
-    char serv[NI_MAXSERV];
-    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0 ||
-        ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, numericHost, sizeof(numericHost),
-                      serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-      lastError = "getsockname: " + errnoText(errno);
-      continue;
-    }
-    out.fd = std::move(fd);
-    out.host = numericHost;
-    out.port = std::atoi(serv);
-    out.v6 = bound.ss_family == AF_INET6;
-    ::freeaddrinfo(results);
-    return "";
-  }
-  ::freeaddrinfo(results);
-  return lastError;
-}
-
-// The root listener is created here and handed to rank 0 as an open fd instead of passing rank 0
-// a port number to bind: binding, closing and re-binding a port races with other processes
-// (MSCCL++ issue #163), an inherited listening socket cannot.
-bool openRootSocket(const Options& options, Fd& listener, std::string& address, int& boundPort,
-                    std::string& error) {
-  BoundSocket b;
-  bool unresolved = false;
-  std::string why =
-      bindFirst(options.rootHost, options.rootPort, std::max(SOMAXCONN, options.np), b, unresolved);
-  if (unresolved) {
-    error = "cannot resolve --root-host '" + options.rootHost + "': " + why +
-            "; give a numeric address such as 127.0.0.1 or ::1";
-    return false;
-  }
-  if (!why.empty()) {
-    error = "cannot open the root listener on " + options.rootHost + " port " +
-            std::to_string(options.rootPort) + " (" + why + ")";
-    if (options.rootPort != 0) {
-      error += "; choose another --root-port, or omit it to get a free one";
-    }
-    return false;
-  }
-  // The same notation the library parses: "a.b.c.d:port" or "[v6]:port".
-  const std::string port = std::to_string(b.port);
-  address = b.v6 ? "[" + b.host + "]:" + port : b.host + ":" + port;
-  boundPort = b.port;
-  listener = std::move(b.fd);
-  return true;
-}
-
-// --torch: a free TCP port on `host` for MASTER_PORT. torch's rank 0 binds it itself (env://
-// cannot adopt an inherited listener), so this is bind port 0, read the port back, close: another
-// process could take the port before torch binds it, unlike the root listener. `avoid` (the root
-// port) is still bound while this runs, so the kernel does not hand it out; a probe that gets it
-// anyway stays open until the end, so that the next one gets another port.
-bool pickFreePort(const std::string& host, int avoid, int& port, std::string& error) {
-  std::vector<Fd> held;
-  std::string lastError = "no address";
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    BoundSocket b;
-    bool unresolved = false;
-    std::string why = bindFirst(host, 0, 0, b, unresolved);
-    if (unresolved) {
-      error = "--torch: cannot resolve MASTER_ADDR '" + host + "': " + why;
-      return false;
-    }
-    if (!why.empty()) {
-      lastError = why;
-      break;  // every address failed: retrying will not help
-    }
-    if (b.port <= 0 || b.port > 65535 || b.port == avoid) {
-      lastError = "got port " + std::to_string(b.port);
-      held.push_back(std::move(b.fd));  // try again while this one is held
-      continue;
-    }
-    port = b.port;
-    return true;  // b.fd closes here: the port is free for torch's rank 0
-  }
-  error = "--torch: cannot find a free port for MASTER_PORT on " + host + " (" + lastError +
-          "); give one with --env MASTER_PORT=P";
-  return false;
-}
-
-// One relayed output stream of one rank (--tag-output).
-struct Stream {
-  Fd fd;
-  int target = STDOUT_FILENO;
-  std::string pending;  // the incomplete last line
-};
-
 struct Rank {
   int index = 0;
   pid_t pid = -1;
@@ -322,15 +86,13 @@ struct Rank {
 
 class Job {
  public:
-  explicit Job(const Options& options) : options_(options) {}
+  explicit Job(const Options& options) : options_(options), environment_(options) {}
   int run();
 
  private:
   enum class Phase { Running, Grace, Term, Kill };
 
   bool setUp();
-  bool setUpTorch();
-  void buildBaseEnvironment();
   // Starts rank r; on failure sets launchStatus_ and returns false.
   bool launch(int r);
   [[noreturn]] void execChild(int r, int stdinFd, int outFd, int errFd, int execErrFd,
@@ -342,8 +104,6 @@ class Job {
   void startTeardown(Phase phase);
   void signalRanks(int sig);
   void checkDeadlines();
-  void readStream(Rank& rank, Stream& stream, bool drain);
-  void emitLines(int rankIndex, Stream& stream, bool final);
   std::vector<int> runningRanks() const;
 
   const Options& options_;
@@ -351,18 +111,15 @@ class Job {
   std::unordered_map<pid_t, int> byPid_;
   int running_ = 0;
 
-  std::string secret_;
+  Environment environment_;
   std::string rootAddress_;
   int rootPort_ = 0;
-  std::string masterAddr_;  ///< --torch: MASTER_ADDR and MASTER_PORT as the ranks get them
-  std::string masterPort_;
   Fd listener_;
   Fd signalFd_;
   Fd devNull_;
   sigset_t oldMask_{};
   rlimit oldNoFile_{};
   bool raisedNoFile_ = false;
-  std::vector<std::string> baseEnv_;
   pid_t self_ = 0;
   std::vector<int> cpus_;  ///< --bind-to core: the CPUs strata-run may use, in order
 
@@ -415,20 +172,14 @@ bool Job::setUp() {
   }
 
   std::string error;
-  if (!makeSecret(secret_, error) ||
+  if (!environment_.makeSecret(error) ||
       !openRootSocket(options_, listener_, rootAddress_, rootPort_, error)) {
     say(error);
     return false;
   }
-  if (options_.torch && !setUpTorch()) return false;
-
-  if (options_.output == OutputMode::Directory) {
-    std::error_code ec;
-    std::filesystem::create_directories(options_.outputDir, ec);
-    if (ec) {
-      say("cannot create --output-dir '" + options_.outputDir + "': " + ec.message());
-      return false;
-    }
+  if (options_.torch && !environment_.chooseTorchMaster(rootPort_)) return false;
+  if (options_.output == OutputMode::Directory && !createOutputDir(options_.outputDir)) {
+    return false;
   }
 
   // Signals arrive through a signalfd read by the poll loop: no handler runs at an awkward time
@@ -453,77 +204,8 @@ bool Job::setUp() {
     timeoutDeadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(*options_.timeoutSeconds));
   }
-  buildBaseEnvironment();
+  environment_.buildBase();
   return true;
-}
-
-// The last --env value of `key`, if any.
-std::optional<std::string> envOption(const Options& options, std::string_view key) {
-  std::optional<std::string> value;
-  for (const auto& [k, v] : options.env) {
-    if (k == key) value = v;
-  }
-  return value;
-}
-
-// Chooses MASTER_ADDR and MASTER_PORT, unless --env gives them.
-bool Job::setUpTorch() {
-  auto addr = envOption(options_, "MASTER_ADDR");
-  auto port = envOption(options_, "MASTER_PORT");
-  masterAddr_ = addr.value_or(options_.rootHost);
-  if (port) {
-    masterPort_ = *port;
-  } else {
-    int picked = 0;
-    std::string error;
-    if (!pickFreePort(masterAddr_, rootPort_, picked, error)) {
-      say(error);
-      return false;
-    }
-    masterPort_ = std::to_string(picked);
-  }
-  if (options_.verbose) {
-    bool v6 = masterAddr_.find(':') != std::string::npos;
-    say("--torch: MASTER_ADDR:MASTER_PORT " + (v6 ? "[" + masterAddr_ + "]" : masterAddr_) + ":" +
-        masterPort_ + (addr || port ? " (with --env values)" : ""));
-  }
-  return true;
-}
-
-void Job::buildBaseEnvironment() {
-  auto keyOf = [](std::string_view entry) { return entry.substr(0, entry.find('=')); };
-  auto isContract = [](std::string_view key) {
-    return std::find(std::begin(kContractVars), std::end(kContractVars), key) !=
-           std::end(kContractVars);
-  };
-  auto isTorch = [this](std::string_view key) {
-    return options_.torch &&
-           std::find(std::begin(kTorchVars), std::end(kTorchVars), key) != std::end(kTorchVars);
-  };
-  for (char** e = environ; *e; ++e) {
-    std::string_view entry(*e);
-    std::string_view key = keyOf(entry);
-    if (isContract(key) || isTorch(key)) {
-      if (options_.verbose) {
-        bool byEnvOption = isTorch(key) && envOption(options_, key);
-        // A secret is never printed, not even the one being replaced (a nested launch's).
-        std::string shown =
-            key == "STRATA_SECRET" ? std::string(key) + "=(hidden)" : std::string(entry);
-        say("warning: overriding " + shown + " from the environment with " +
-            (byEnvOption ? "the --env value" : "strata-run's own value"));
-      }
-      continue;
-    }
-    baseEnv_.emplace_back(entry);
-  }
-  for (const auto& [key, value] : options_.env) {
-    if (isContract(key)) {
-      say("warning: ignoring --env " + key + "=...: strata-run sets " + key + " itself");
-      continue;
-    }
-    std::erase_if(baseEnv_, [&, &k = key](const std::string& e) { return keyOf(e) == k; });
-    baseEnv_.push_back(key + "=" + value);
-  }
 }
 
 void Job::execChild(int r, int stdinFd, int outFd, int errFd, int execErrFd, char* const* argv,
@@ -562,26 +244,7 @@ bool Job::launch(int r) {
   Rank& rank = ranks_[r];
   rank.index = r;
 
-  std::vector<std::string> envStrings = baseEnv_;
-  envStrings.push_back("STRATA_RANK=" + std::to_string(r));
-  envStrings.push_back("STRATA_SIZE=" + std::to_string(options_.np));
-  envStrings.push_back("STRATA_LOCAL_RANK=" + std::to_string(r));
-  envStrings.push_back("STRATA_LOCAL_SIZE=" + std::to_string(options_.np));
-  envStrings.push_back("STRATA_ROOT=" + rootAddress_);
-  envStrings.push_back("STRATA_SECRET=" + secret_);
-  if (r == 0) envStrings.push_back("STRATA_ROOT_FD=" + std::to_string(listener_.get()));
-  if (options_.torch) {
-    // --env values are in baseEnv_ already and win; inherited ones were dropped.
-    const std::string values[] = {std::to_string(r), std::to_string(options_.np),
-                                  std::to_string(r), std::to_string(options_.np),
-                                  masterAddr_,       masterPort_};
-    static_assert(std::size(values) == std::size(kTorchVars));
-    for (size_t i = 0; i < std::size(kTorchVars); ++i) {
-      if (!envOption(options_, kTorchVars[i])) {
-        envStrings.push_back(std::string(kTorchVars[i]) + "=" + values[i]);
-      }
-    }
-  }
+  std::vector<std::string> envStrings = environment_.forRank(r, rootAddress_, listener_.get());
   std::vector<char*> envp;
   for (auto& s : envStrings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -591,32 +254,9 @@ bool Job::launch(int r) {
   argv.push_back(nullptr);
 
   Fd outWrite, errWrite;
-  if (options_.output == OutputMode::Tag) {
-    int p[2];
-    for (Stream* stream : {&rank.out, &rank.err}) {
-      if (::pipe2(p, O_CLOEXEC) != 0) {
-        say("cannot create an output pipe for rank " + std::to_string(r) + ": " + errnoText(errno));
-        launchStatus_ = kExitUsage;
-        return false;
-      }
-      ::fcntl(p[0], F_SETFL, ::fcntl(p[0], F_GETFL) | O_NONBLOCK);
-      stream->fd = Fd(p[0]);
-      (stream == &rank.out ? outWrite : errWrite) = Fd(p[1]);
-    }
-    rank.out.target = STDOUT_FILENO;
-    rank.err.target = STDERR_FILENO;
-  } else if (options_.output == OutputMode::Directory) {
-    for (const char* suffix : {".out", ".err"}) {
-      auto path =
-          std::filesystem::path(options_.outputDir) / ("rank-" + std::to_string(r) + suffix);
-      Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
-      if (!fd) {
-        say("cannot create " + path.string() + ": " + errnoText(errno));
-        launchStatus_ = kExitUsage;
-        return false;
-      }
-      (std::string_view(suffix) == ".out" ? outWrite : errWrite) = std::move(fd);
-    }
+  if (!openRankOutput(options_, r, rank.out, rank.err, outWrite, errWrite)) {
+    launchStatus_ = kExitUsage;
+    return false;
   }
   // Only rank 0 gets a piped or redirected stdin; a terminal stays with strata-run, because a
   // rank in its own process group that reads the terminal would be stopped by SIGTTIN.
@@ -778,47 +418,6 @@ void Job::handleSignals() {
   }
 }
 
-void Job::emitLines(int rankIndex, Stream& stream, bool final) {
-  const std::string prefix = "[" + std::to_string(rankIndex) + "] ";
-  std::string out;
-  size_t start = 0;
-  for (;;) {
-    size_t nl = stream.pending.find('\n', start);
-    if (nl == std::string::npos) break;
-    out += prefix;
-    out.append(stream.pending, start, nl + 1 - start);
-    start = nl + 1;
-  }
-  stream.pending.erase(0, start);
-  if (!stream.pending.empty() && (final || stream.pending.size() >= kMaxPendingLine)) {
-    out += prefix + stream.pending + '\n';
-    stream.pending.clear();
-  }
-  // Whole lines in one write: a line from one rank is never split by another's.
-  if (!out.empty()) writeAll(stream.target, out);
-}
-
-void Job::readStream(Rank& rank, Stream& stream, bool drain) {
-  char buf[kReadChunk];
-  // Outside the final drain one read per wake-up, so that one chatty rank cannot starve others.
-  for (int reads = 0; stream.fd && (drain ? reads < 1024 : reads < 1); ++reads) {
-    ssize_t n = ::read(stream.fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (n <= 0) {
-      emitLines(rank.index, stream, true);
-      stream.fd.reset();
-      break;
-    }
-    stream.pending.append(buf, static_cast<size_t>(n));
-    emitLines(rank.index, stream, false);
-  }
-  if (drain && stream.fd) {
-    emitLines(rank.index, stream, true);
-    stream.fd.reset();
-  }
-}
-
 void Job::loop() {
   std::vector<pollfd> fds;
   std::vector<Stream*> streamOf;
@@ -865,7 +464,7 @@ void Job::loop() {
     if (n > 0) {
       if (fds[0].revents) handleSignals();
       for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents) readStream(*rankOf[i], *streamOf[i], false);
+        if (fds[i].revents) relayStream(rankOf[i]->index, *streamOf[i], false);
       }
     }
     reap();
@@ -889,8 +488,8 @@ int Job::run() {
   // Everything the ranks wrote before exiting is in the pipes now; children they left behind
   // may hold the pipes open, so read what is there without waiting for end-of-file.
   for (Rank& rank : ranks_) {
-    readStream(rank, rank.out, true);
-    readStream(rank, rank.err, true);
+    relayStream(rank.index, rank.out, true);
+    relayStream(rank.index, rank.err, true);
   }
   return exitStatus_.value_or(0);
 }
