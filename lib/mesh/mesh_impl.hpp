@@ -146,7 +146,6 @@ struct PeerMesh::Impl {
             std::string_view op, bool internal);
   void recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
             std::string_view op, bool internal);
-  void checkPeer(int peer, std::string_view op) const;
 
   // ---- frames on one connection (frame_io.cpp) ----
 

@@ -106,22 +106,9 @@ void PeerMesh::recv(int peer, int tag, void* data, size_t bytes, const Deadline&
   impl_->recv(peer, tag, data, bytes, deadline, op, internal);
 }
 
-void PeerMesh::Impl::checkPeer(int peer, std::string_view op) const {
-  if (peer < 0 || peer >= opt.size) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("{}: peer {} is out of range 0..{}", op, peer, opt.size - 1), peer);
-  }
-  if (peer == opt.rank) {
-    throw Error(
-        ErrorCode::InvalidArgument,
-        fmt::format("{}: peer {} is this rank; send/recv to self is not supported", op, peer),
-        peer);
-  }
-}
-
 void PeerMesh::Impl::send(int peer, int tag, const void* data, size_t bytes,
                           const Deadline& deadline, std::string_view op, bool internal) {
-  checkPeer(peer, op);
+  p2p::checkPeer(opt.rank, opt.size, peer, op);
   if (tag < 0 && !internal) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("{}: tag {} is negative", op, tag), peer);
   }
@@ -204,7 +191,7 @@ void PeerMesh::Impl::send(int peer, int tag, const void* data, size_t bytes,
 
 void PeerMesh::Impl::recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
                           std::string_view op, bool internal) {
-  checkPeer(peer, op);
+  p2p::checkPeer(opt.rank, opt.size, peer, op);
   if (tag < 0 && !internal) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("{}: tag {} is negative", op, tag), peer);
   }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -129,4 +130,16 @@ BOOST_AUTO_TEST_CASE(argument_checks) {
   BOOST_TEST(p2p::broadcastNeeded(2, nullptr, 0, 1));
   BOOST_TEST(!p2p::barrierNeeded(1));
   BOOST_TEST(p2p::barrierNeeded(2));
+  BOOST_CHECK_NO_THROW(p2p::checkPeer(1, 4, 3, "send"));
+  for (int peer : {-1, 4, 1}) {
+    try {
+      p2p::checkPeer(1, 4, peer, "send");
+      BOOST_FAIL("peer " << peer << " of rank 1 of 4 was accepted");
+    } catch (const Error& e) {
+      BOOST_TEST((e.code() == ErrorCode::InvalidArgument));
+      BOOST_TEST(e.peer() == peer);
+      BOOST_TEST(std::string(e.what()).rfind("send: peer " + std::to_string(peer), 0) == 0,
+                 e.what());
+    }
+  }
 }
