@@ -29,6 +29,19 @@ bool barrierNeeded(int size) {
   return size > 1;
 }
 
+void checkPeer(int rank, int size, int peer, std::string_view op) {
+  if (peer < 0 || peer >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: peer {} is out of range 0..{}", op, peer, size - 1), peer);
+  }
+  if (peer == rank) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{}: peer {} is this rank; send/recv to self is not supported", op, peer),
+        peer);
+  }
+}
+
 void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data, size_t bytesPerRank) {
   const int n = link.size, r = link.rank;
   auto* out = static_cast<uint8_t*>(data);

@@ -1,5 +1,5 @@
-// libFuzzer target for the peer mesh's frames (lib/base/mesh_frames.cpp): the input is a byte
-// stream as one peer connection delivers it; frames are taken from it the way mesh.cpp's
+// libFuzzer target for the peer mesh's frames (lib/mesh/frames.cpp): the input is a byte
+// stream as one peer connection delivers it; frames are taken from it the way frame_io.cpp's
 // readConn() does (a 20-byte header, checked, then its payload) until the stream ends or a
 // header is refused. Checked:
 //   * checkFrameHeader accepts only the right magic and version, types 1-4, and lengths within
@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!why.empty()) {
       FUZZ_CHECK(h.magic != mesh::kFrameMagic || h.version != mesh::kFrameVersion || h.type < 1 ||
                  h.type > 4 || h.length > (h.type == 1 ? kMaxMessage : mesh::kMaxControlPayload));
-      return 0;  // mesh.cpp closes the connection here
+      return 0;  // frame_io.cpp closes the connection here
     }
     FUZZ_CHECK(h.magic == mesh::kFrameMagic && h.version == mesh::kFrameVersion);
     FUZZ_CHECK(h.type >= 1 && h.type <= 4);

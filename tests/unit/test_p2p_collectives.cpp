@@ -1,4 +1,4 @@
-// The bootstrap collectives of base/collectives_over_p2p.hpp over an in-process message
+// The bootstrap collectives of mesh/p2p_collectives.hpp over an in-process message
 // engine: one thread per rank, one FIFO per (sender, receiver, round).
 #define BOOST_TEST_MODULE p2p_collectives
 #include <boost/test/unit_test.hpp>
@@ -6,18 +6,17 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <stdexcept>
-#include <thread>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include <strata/error.hpp>
 
 #include "mesh/p2p_collectives.hpp"
+#include "tests/harness/in_process_ranks.hpp"
 
 using namespace strata;
 
@@ -51,21 +50,7 @@ class Fabric {
 
   /// Runs fn(rank) in one thread per rank; rethrows the first failure.
   void run(const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(r);
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    testing::runRanks(size_, fn);
     for (auto& [key, q] : queues_) BOOST_TEST(q.empty());
   }
 
@@ -81,11 +66,7 @@ class Fabric {
 
 const int kSizes[] = {2, 3, 5, 8};
 
-// Boost.Test's assertions are not thread-safe: rank threads throw, run() rethrows on the main
-// thread.
-void expect(bool ok, const char* what) {
-  if (!ok) throw std::runtime_error(what);
-}
+using testing::expectInRank;
 
 }  // namespace
 
@@ -100,8 +81,8 @@ BOOST_AUTO_TEST_CASE(all_gather_every_algorithm) {
         table[2 * r + 1] = 2000u + static_cast<uint32_t>(r);
         p2p::allGather(fabric.link(r), algorithm, table.data(), 2 * sizeof(uint32_t));
         for (int q = 0; q < n; ++q) {
-          expect(table[2 * q] == 1000u + static_cast<uint32_t>(q), "slot word 0");
-          expect(table[2 * q + 1] == 2000u + static_cast<uint32_t>(q), "slot word 1");
+          expectInRank(table[2 * q] == 1000u + static_cast<uint32_t>(q), "slot word 0");
+          expectInRank(table[2 * q + 1] == 2000u + static_cast<uint32_t>(q), "slot word 1");
         }
       });
     }
@@ -116,7 +97,7 @@ BOOST_AUTO_TEST_CASE(broadcast_from_every_root) {
         fabric.run([&](int r) {
           uint64_t value = r == root ? 0xfeed0000u + static_cast<uint64_t>(root) : 0;
           p2p::broadcast(fabric.link(r), star, &value, sizeof value, root);
-          expect(value == 0xfeed0000u + static_cast<uint64_t>(root), "broadcast value");
+          expectInRank(value == 0xfeed0000u + static_cast<uint64_t>(root), "broadcast value");
         });
         BOOST_TEST(fabric.messages() == n - 1);
       }
@@ -149,4 +130,16 @@ BOOST_AUTO_TEST_CASE(argument_checks) {
   BOOST_TEST(p2p::broadcastNeeded(2, nullptr, 0, 1));
   BOOST_TEST(!p2p::barrierNeeded(1));
   BOOST_TEST(p2p::barrierNeeded(2));
+  BOOST_CHECK_NO_THROW(p2p::checkPeer(1, 4, 3, "send"));
+  for (int peer : {-1, 4, 1}) {
+    try {
+      p2p::checkPeer(1, 4, peer, "send");
+      BOOST_FAIL("peer " << peer << " of rank 1 of 4 was accepted");
+    } catch (const Error& e) {
+      BOOST_TEST((e.code() == ErrorCode::InvalidArgument));
+      BOOST_TEST(e.peer() == peer);
+      BOOST_TEST(std::string(e.what()).rfind("send: peer " + std::to_string(peer), 0) == 0,
+                 e.what());
+    }
+  }
 }

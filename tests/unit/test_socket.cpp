@@ -16,6 +16,7 @@
 #include "mesh/rendezvous.hpp"
 #include "net/handshake.hpp"
 #include "net/socket.hpp"
+#include "tests/harness/in_process_ranks.hpp"
 
 using namespace strata;
 using Clock = std::chrono::steady_clock;
@@ -37,32 +38,7 @@ bool is(const Error& e, ErrorCode c) {
   return e.code() == c;
 }
 
-net::SockAddr loopback(int family = AF_INET) {
-  return net::SockAddr::parseNumeric(family == AF_INET ? "127.0.0.1:1" : "[::1]:1");
-}
-
-// A listener on an ephemeral loopback port.
-struct Listener {
-  net::Fd fd;
-  net::SockAddr addr;
-  explicit Listener(int family = AF_INET) {
-    auto a = loopback(family);
-    a.setPort(0);
-    fd = net::listenOn(a);
-    addr = net::localAddress(fd.get());
-  }
-  net::Fd accept(double seconds = 5) {
-    auto end = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < end) {
-      pollfd p{fd.get(), POLLIN, 0};
-      ::poll(&p, 1, 100);
-      auto c = net::acceptOne(fd.get());
-      if (c.valid()) return c;
-    }
-    BOOST_FAIL("nothing connected");
-    return net::Fd();
-  }
-};
+using Listener = testing::LoopbackListener;
 
 }  // namespace
 

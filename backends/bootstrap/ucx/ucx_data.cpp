@@ -84,19 +84,6 @@ void UcxBootstrap::onPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
   STRATA_LOG(Debug, kSub, "rank {} lost: {}", p->rank, p->lostWhy);
 }
 
-void UcxBootstrap::checkPeer(int peer, std::string_view op) const {
-  if (peer < 0 || peer >= launch_.size) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("{}: peer {} is out of range 0..{}", op, peer, launch_.size - 1), peer);
-  }
-  if (peer == launch_.rank) {
-    throw Error(
-        ErrorCode::InvalidArgument,
-        fmt::format("{}: peer {} is this rank; send/recv to self is not supported", op, peer),
-        peer);
-  }
-}
-
 ucp_ep_h UcxBootstrap::endpoint(int peer) {
   Peer& p = *peers_[static_cast<size_t>(peer)];
   if (p.ep) return p.ep;
@@ -528,7 +515,7 @@ uint32_t UcxBootstrap::nextCollective() {
 }
 
 void UcxBootstrap::send(int peer, int tag, const void* data, size_t bytes) {
-  checkPeer(peer, "send");
+  p2p::checkPeer(launch_.rank, launch_.size, peer, "send");
   if (tag < 0) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} is negative", tag), peer);
   }
@@ -549,7 +536,7 @@ void UcxBootstrap::send(int peer, int tag, const void* data, size_t bytes) {
 }
 
 void UcxBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
-  checkPeer(peer, "recv");
+  p2p::checkPeer(launch_.rank, launch_.size, peer, "recv");
   if (tag < 0) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} is negative", tag), peer);
   }

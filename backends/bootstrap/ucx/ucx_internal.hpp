@@ -173,7 +173,6 @@ class UcxBootstrap final : public Bootstrap {
 
   // Engine; every function below runs with mu_ held.
   Deadline callDeadline() const { return Deadline::fromTimeout(timeout_); }
-  void checkPeer(int peer, std::string_view op) const;
   void progress(Lock& lk);
   void blockOnce(Lock& lk, const Deadline& deadline, int capMs);
   void progressLoop();

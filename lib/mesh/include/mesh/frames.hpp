@@ -4,7 +4,7 @@
 #endif
 
 // The frames of the peer mesh (docs/wire-format.md, "Peer frames"), without any I/O: the fixed
-// 20-byte header, its checks, and the two control payloads (GOODBYE, ABORT, LOST). mesh.cpp reads
+// 20-byte header, its checks, and the control payloads (GOODBYE, ABORT, LOST). frame_io.cpp reads
 // them from its peers' sockets; tests/fuzz feeds them arbitrary bytes.
 
 #include <cstddef>

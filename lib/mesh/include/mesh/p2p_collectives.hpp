@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include <strata/export.hpp>
 
@@ -32,6 +33,9 @@ struct Link {
 STRATA_API bool allGatherNeeded(int size, const void* data, size_t bytesPerRank);
 STRATA_API bool broadcastNeeded(int size, const void* data, size_t bytes, int root);
 STRATA_API bool barrierNeeded(int size);
+/// The check every engine makes before a point-to-point call: InvalidArgument, naming `op`,
+/// for a peer out of range or this rank itself.
+STRATA_API void checkPeer(int rank, int size, int peer, std::string_view op);
 
 enum class AllGatherAlgorithm {
   Bruck,  ///< ceil(log2 N) rounds, N-1 blocks sent per rank in all, through a scratch copy
