@@ -51,11 +51,11 @@ struct ProxyService::Impl {
     RegisteredMemory dst, src, peerFlags;
     uint64_t flagOffset = 0;
     uint64_t outbound = 0;
-    size_t link = 0;  ///< index in links: the channels of one Connection share it
+    size_t state = 0;  ///< index in connectionStates: the channels of one Connection share it
   };
   /// The failure of one Connection: its channels' later triggers are consumed without effect,
   /// while the other connections go on (a peer that is gone must not stop traffic to the rest).
-  struct Link {
+  struct ConnectionState {
     std::atomic<bool> failed{false};
     std::exception_ptr error;  ///< under errorMu
   };
@@ -80,7 +80,8 @@ struct ProxyService::Impl {
   std::atomic<uint32_t> deviceWork{0};
   std::atomic<uint64_t> sleepCount{0};
   std::vector<Channel> channels;
-  std::deque<Link> links;  ///< fixed once the thread runs (deque: atomics do not move)
+  /// Fixed once the thread runs (deque: atomics do not move).
+  std::deque<ConnectionState> connectionStates;
   std::thread thread;
   std::atomic<bool> stopping{false};
   /// A trigger that names no channel (a corrupt FIFO) stops every later trigger.
@@ -143,17 +144,18 @@ struct ProxyService::Impl {
       FifoSlot& slot = slots[tail % size];
       if (__atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE) == tail + 1) {
         ProxyTrigger t = slot.trigger;
-        Link* link = t.channel < channels.size() ? &links[channels[t.channel].link] : nullptr;
+        ConnectionState* state =
+            t.channel < channels.size() ? &connectionStates[channels[t.channel].state] : nullptr;
         if (!failed.load(std::memory_order_relaxed) &&
-            !(link && link->failed.load(std::memory_order_relaxed))) {
+            !(state && state->failed.load(std::memory_order_relaxed))) {
           try {
             execute(t);
           } catch (...) {
             std::lock_guard<std::mutex> lock(errorMu);
             if (!error) error = std::current_exception();
-            if (link) {
-              link->error = std::current_exception();
-              link->failed.store(true, std::memory_order_release);
+            if (state) {
+              state->error = std::current_exception();
+              state->failed.store(true, std::memory_order_release);
             } else {
               stopError = std::current_exception();
               failed.store(true, std::memory_order_release);
@@ -240,12 +242,14 @@ uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMe
                 "ProxyService::addChannel: dst and peerFlags must be the peer's memory (remote "
                 "views), src this rank's");
   }
-  size_t link = 0;
-  while (link < impl_->channels.size() && impl_->channels[link].conn != conn) ++link;
-  link = link < impl_->channels.size() ? impl_->channels[link].link : impl_->links.size();
-  if (link == impl_->links.size()) impl_->links.emplace_back();
-  impl_->channels.push_back(
-      {std::move(conn), std::move(dst), std::move(src), std::move(peerFlags), flagOffset, 0, link});
+  // The channels of one Connection share its state: find one of them, else add a state.
+  size_t sibling = 0;
+  while (sibling < impl_->channels.size() && impl_->channels[sibling].conn != conn) ++sibling;
+  const size_t state = sibling < impl_->channels.size() ? impl_->channels[sibling].state
+                                                        : impl_->connectionStates.size();
+  if (state == impl_->connectionStates.size()) impl_->connectionStates.emplace_back();
+  impl_->channels.push_back({std::move(conn), std::move(dst), std::move(src), std::move(peerFlags),
+                             flagOffset, 0, state});
   return static_cast<uint32_t>(impl_->channels.size() - 1);
 }
 
@@ -315,14 +319,14 @@ void ProxyService::check(uint32_t channel) const {
                 fmt::format("ProxyService::check: no channel {}", channel));
   }
   if (!impl_->anyError.load(std::memory_order_acquire)) return;
-  const Impl::Link& link = impl_->links[impl_->channels[channel].link];
+  const Impl::ConnectionState& state = impl_->connectionStates[impl_->channels[channel].state];
   if (impl_->failed.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(impl_->errorMu);
     std::rethrow_exception(impl_->stopError);
   }
-  if (link.failed.load(std::memory_order_acquire)) {
+  if (state.failed.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(impl_->errorMu);
-    std::rethrow_exception(link.error);
+    std::rethrow_exception(state.error);
   }
 }
 

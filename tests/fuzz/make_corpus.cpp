@@ -16,6 +16,7 @@
 #include "base/config_keys.hpp"
 #include "base/wire.hpp"
 #include "collectives/host/chunk_header.hpp"
+#include "core/failure_note_testing.hpp"
 #include "mesh/frames.hpp"
 #include "net/handshake_codec.hpp"
 #include "transport/records_testing.hpp"
@@ -313,6 +314,24 @@ void watchSeeds() {
   seed("exchange-rank3", 2, 3, w::encodeExchange({0x1111, "", {"[::1]:40124", "node18", 77}}));
 }
 
+// The failure note (fuzz_failure_note.cpp): byte 0 the job size - 1, byte 1 the sender's rank.
+void failureNoteSeeds() {
+  namespace n = strata::core::testing;
+  auto seed = [](const std::string& name, uint8_t sizeLess1, uint8_t from, const n::Note& note) {
+    Bytes slot = n::encode(note);
+    n::decode(slot, from, sizeLess1 + 1);  // throws if the seed is not valid
+    put("failure-note", name, cat(Bytes{sizeLess1, from}, slot));
+  };
+  seed("culprit-other", 3, 1,
+       {2, "rank 2 on host node17 (pid 4242) is not answering", 1,
+        "allReduce: Timeout after 6 s waiting for rank 2"});
+  seed("culprit-self", 3, 3,
+       {3, "rank 3 on host node17 (pid 77) is in broadcast #3 while ranks 0-2 are in allReduce #3",
+        3, "broadcast: ProtocolError: a chunk of allReduce from rank 0"});
+  seed("no-verdict", 1, 0, {-1, "", 0, "send: lost rank 1 (its bootstrap connection closed)"});
+  seed("longest", 7, 5, {0, std::string(n::maxVerdictBytes(), 'v'), 5, std::string(4096, 'e')});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -332,6 +351,7 @@ int main(int argc, char** argv) {
   configSeeds();
   textSeeds();
   watchSeeds();
+  failureNoteSeeds();
   std::printf("seeds written under %s\n", argv[1]);
   return 0;
 }

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,11 +19,13 @@
 #include <strata/communicator.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
-#include <strata/memory.hpp>
-#include <strata/transport.hpp>
 
 #include "base/process.hpp"
+#include "coll_buffers.hpp"
 #include "coll_data.hpp"
+#include "coll_measure.hpp"
+#include "coll_options.hpp"
+#include "coll_report.hpp"
 #include "device.hpp"
 #include "mode.hpp"
 #include "report.hpp"
@@ -34,28 +35,8 @@ namespace strata::perf {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // meson's (and the design's) status of a check that cannot run here.
 constexpr int kExitSkip = 77;
-
-struct CollOptions {
-  SweepOptions sweep;
-  std::string stepBytes;  // -i: a linear step instead of -f
-  CLI::Option* stepBytesOption = nullptr;
-  CLI::Option* factorOption = nullptr;
-  int check = 1;
-  std::string datatype = "float";
-  std::string redop = "sum";
-  int root = 0;
-  int blocking = 0;
-  std::string memory = "host";
-  std::string alloc = "malloc";
-  int graph = 0;  ///< -G: launches of a CUDA graph of the timed calls (0: no graph)
-  std::string label = "strata";
-  std::string algorithm;          ///< -a: forced through collectives.<op>.algorithm
-  std::vector<std::string> argv;  // echoed in the header
-};
 
 // nccl-tests' order for -d all / -o all (bfloat16 last, as nccl-tests appends it).
 const std::vector<DataType> kAllTypes = {
@@ -91,280 +72,6 @@ std::vector<size_t> collSizes(const CollOptions& opt) {
   return sizes;
 }
 
-// Where the calls of a run go: host memory (the calls complete before they return), or device
-// memory and the stream (device.hpp's) they are enqueued on.
-struct Target {
-  bool device = false;
-  void* stream = nullptr;
-};
-
-// The buffers of one run. Host memory: from the heap (any user buffer) or from strata's
-// allocator, and the inputs are written and the results read in place. Device memory:
-// cudaMalloc'ed and zeroed, with host staging buffers of the same size (only with -c 1: a sweep
-// to 8 GiB on 8 GPUs would otherwise hold 128 GiB of host memory) in which the inputs are written
-// (upload() copies them over) and into which a result is copied to be checked.
-class Buffers {
- public:
-  Buffers(Communicator& comm, const std::string& alloc, size_t bytes, Target target, bool check)
-      : target_(target) {
-    bytes = std::max<size_t>(bytes, 64);
-    bytes_ = bytes;
-    if (target_.device) {
-      devSend_ = device::allocate(bytes);
-      devRecv_ = device::allocate(bytes);
-      device::zero(devSend_, bytes, target_.stream);
-      device::zero(devRecv_, bytes, target_.stream);
-      if (!check) return;
-    }
-    if (alloc == "strata" && !target_.device) {
-      sendMem_ = comm.context().allocate(bytes);
-      recvMem_ = comm.context().allocate(bytes);
-      send_ = sendMem_.data();
-      recv_ = recvMem_.data();
-    } else {
-      const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-      heapSend_.reset(std::aligned_alloc(kAlign, rounded));
-      heapRecv_.reset(std::aligned_alloc(kAlign, rounded));
-      if (!heapSend_ || !heapRecv_) {
-        throw Error(
-            ErrorCode::SystemError,
-            fmt::format("cannot allocate 2 x {} of host memory; lower -e", formatBytes(bytes)));
-      }
-      send_ = heapSend_.get();
-      recv_ = heapRecv_.get();
-    }
-    std::memset(send_, 0, bytes);
-    std::memset(recv_, 0, bytes);
-  }
-  ~Buffers() {
-    device::release(devSend_);
-    device::release(devRecv_);
-  }
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-
-  /// Where the collectives read and write.
-  std::byte* send() const { return static_cast<std::byte*>(target_.device ? devSend_ : send_); }
-  std::byte* recv() const { return static_cast<std::byte*>(target_.device ? devRecv_ : recv_); }
-  /// Where the inputs are prepared: send() and recv() themselves for host memory; device
-  /// memory has them only with -c 1.
-  std::byte* hostSend() const { return static_cast<std::byte*>(send_); }
-  std::byte* hostRecv() const { return static_cast<std::byte*>(recv_); }
-
-  /// Device memory: copies the first `bytes` of both staging buffers to the device buffers.
-  void upload(size_t bytes) const {
-    if (!target_.device) return;
-    device::toDevice(devSend_, send_, std::min(bytes, bytes_), target_.stream);
-    device::toDevice(devRecv_, recv_, std::min(bytes, bytes_), target_.stream);
-  }
-  /// A result in send() or recv() readable on the host: itself for host memory, else a copy in
-  /// the receive staging buffer (overwritten by the next prepare).
-  const void* result(const void* where, size_t bytes) const {
-    if (!target_.device) return where;
-    device::toHost(recv_, where, bytes, target_.stream);
-    return recv_;
-  }
-
- private:
-  static constexpr size_t kAlign = 4096;
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> heapSend_, heapRecv_;
-  RegisteredMemory sendMem_, recvMem_;
-  void* send_ = nullptr;
-  void* recv_ = nullptr;
-  Target target_;
-  void* devSend_ = nullptr;
-  void* devRecv_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// A CUDA stream for the run (none for host memory), destroyed after the communicator.
-struct StreamDestroy {
-  void operator()(void* stream) const noexcept { device::destroyStream(stream); }
-};
-using StreamHandle = std::unique_ptr<void, StreamDestroy>;
-
-void callColl(Communicator& comm, const CollCase& c, const void* send, void* recv, Target at) {
-  const Stream s{at.stream};
-  switch (c.kind) {
-    case CollKind::AllReduce:
-      comm.allReduce(send, recv, c.count, c.type, c.op, s);
-      return;
-    case CollKind::AllGather:
-      comm.allGather(send, recv, c.count, c.type, s);
-      return;
-    case CollKind::ReduceScatter:
-      comm.reduceScatter(send, recv, c.count, c.type, c.op, s);
-      return;
-    case CollKind::Broadcast:
-      comm.broadcast(send, recv, c.count, c.type, c.root, s);
-      return;
-    case CollKind::AllToAll:
-      comm.allToAll(send, recv, c.count, c.type, s);
-      return;
-    case CollKind::SendRecv: {
-      if (c.nranks == 1) {
-        // nccl-tests sends to itself; here that is a copy, so that one rank runs too.
-        if (at.device) {
-          device::copyAsync(recv, send, c.count * sizeOf(c.type), at.stream);
-        } else {
-          std::memcpy(recv, send, c.count * sizeOf(c.type));
-        }
-        return;
-      }
-      // Host send/recv return when done, so a ring of sends first could wait forever; even ranks
-      // send first and odd ranks receive first, which completes for any nranks (and in the same
-      // order on a stream, where each call waits for its peer's).
-      const int next = (c.rank + 1) % c.nranks;
-      const int prev = (c.rank - 1 + c.nranks) % c.nranks;
-      if (c.rank % 2 == 0) {
-        comm.send(send, c.count, c.type, next, s);
-        comm.recv(recv, c.count, c.type, prev, s);
-      } else {
-        comm.recv(recv, c.count, c.type, prev, s);
-        comm.send(send, c.count, c.type, next, s);
-      }
-      return;
-    }
-  }
-}
-
-// In place as NCCL defines it; alltoall has no in-place form in strata's API (send and recv must
-// not overlap), and a blocking in-place sendrecv would overwrite the data before sending it.
-bool hasInPlace(CollKind kind) {
-  return kind != CollKind::AllToAll && kind != CollKind::SendRecv;
-}
-
-struct Placement {
-  const void* send;
-  void* recv;
-  const void* result;
-};
-
-Placement placementFor(const CollCase& c, const Buffers& buf, bool inPlace) {
-  if (!inPlace) return {buf.send(), buf.recv(), buf.recv()};
-  const size_t own = static_cast<size_t>(c.rank) * c.count * sizeOf(c.type);
-  switch (c.kind) {
-    case CollKind::AllGather:
-      return {buf.recv() + own, buf.recv(), buf.recv()};
-    case CollKind::ReduceScatter:
-      return {buf.send(), buf.send() + own, buf.send() + own};
-    default:
-      return {buf.recv(), buf.recv(), buf.recv()};
-  }
-}
-
-size_t wholeBytes(const CollCase& c) {
-  return std::max(sendElements(c), recvElements(c)) * sizeOf(c.type);
-}
-
-void prepare(const CollCase& c, const Buffers& buf, bool inPlace) {
-  if (!inPlace) {
-    fillSend(c, buf.hostSend());
-    poison(c.type, buf.hostRecv(), recvElements(c));
-  } else {
-    fillInPlace(c, c.kind == CollKind::ReduceScatter ? buf.hostSend() : buf.hostRecv());
-  }
-  buf.upload(wholeBytes(c));
-}
-
-// How the calls of a row are issued.
-struct Issue {
-  bool check = false;
-  Target at;
-  bool blocking = false;  ///< device memory, -z 1: synchronize after each call (graph launch)
-  int graph = 0;          ///< -G: launches of a graph that holds the timed calls
-};
-
-struct Measured {
-  double us = 0;  // per iteration on this rank
-  int64_t wrong = 0;
-};
-
-Measured measure(Communicator& comm, CollCase c, const Buffers& buf, bool inPlace, size_t iters,
-                 size_t warmup, const Issue& how, int& rep) {
-  Measured m;
-  const Placement p = placementFor(c, buf, inPlace);
-  const Target at = how.at;
-  void* stream = at.stream;
-  if (how.check) prepare(c, buf, inPlace);
-  for (size_t i = 0; i < warmup; ++i) callColl(comm, c, p.send, p.recv, at);
-  if (at.device) device::synchronize(stream);
-  // As nccl-tests: the timed calls are captured once, untimed; the time is that of the launches.
-  std::unique_ptr<device::Graph> graph;
-  if (how.graph > 0) {
-    graph = std::make_unique<device::Graph>();
-    graph->begin(stream);
-    for (size_t i = 0; i < iters; ++i) callColl(comm, c, p.send, p.recv, at);
-    graph->end();
-  }
-  comm.bootstrap().barrier();
-  const auto t0 = Clock::now();
-  if (graph) {
-    for (int l = 0; l < how.graph; ++l) {
-      graph->launch(stream);
-      if (how.blocking) device::synchronize(stream);
-    }
-  } else {
-    for (size_t i = 0; i < iters; ++i) {
-      callColl(comm, c, p.send, p.recv, at);
-      if (at.device && how.blocking) device::synchronize(stream);
-    }
-  }
-  if (at.device) device::synchronize(stream);
-  m.us = usSince(t0) / static_cast<double>(iters * static_cast<size_t>(graph ? how.graph : 1));
-  if (how.check) {
-    // A separate iteration with fresh inputs (as nccl-tests), so that the check neither
-    // disturbs the timing nor passes on data left by an earlier size; with -G it is a graph of
-    // one call too, so that what runs from a graph is checked.
-    c.seed = ++rep;
-    prepare(c, buf, inPlace);
-    if (how.graph > 0) {
-      device::Graph once;
-      once.begin(stream);
-      callColl(comm, c, p.send, p.recv, at);
-      once.end();
-      once.launch(stream);
-    } else {
-      callColl(comm, c, p.send, p.recv, at);
-    }
-    if (at.device) device::synchronize(stream);
-    m.wrong = countWrong(c, buf.result(p.result, recvElements(c) * sizeOf(c.type)));
-  }
-  return m;
-}
-
-// The count argument of the call for `bytes` of the whole buffer, nccl-tests' convention:
-// allgather, reducescatter and alltoall split the buffer between the ranks.
-size_t countFor(CollKind kind, size_t bytes, DataType type, int nranks) {
-  const size_t elements = bytes / sizeOf(type);
-  switch (kind) {
-    case CollKind::AllGather:
-    case CollKind::ReduceScatter:
-    case CollKind::AllToAll:
-      return elements / static_cast<size_t>(nranks);
-    default:
-      return elements;
-  }
-}
-
-struct RankRecord {
-  int32_t pid = 0;
-  char host[60] = {};
-  int32_t device = -1;  // --memory cuda: the rank's CUDA device
-  int32_t pciBus = 0;
-  char deviceName[64] = {};
-};
-
-struct RankResult {
-  double outUs = 0;
-  double inUs = 0;
-  int64_t outWrong = 0;
-  int64_t inWrong = 0;
-};
-
 std::vector<DataType> typesOf(const CollOptions& opt) {
   if (opt.datatype == "all") return kAllTypes;
   return {*parseDataType(opt.datatype)};
@@ -374,79 +81,6 @@ std::vector<ReduceOp> opsOf(CollKind kind, const CollOptions& opt) {
   if (!isReducing(kind)) return {ReduceOp::Sum};  // unused; printed as "none"
   if (opt.redop == "all") return kAllOps;
   return {*parseReduceOp(opt.redop)};
-}
-
-void printHeader(Reporter& out, CollKind kind, const CollOptions& opt, Communicator& comm,
-                 const std::vector<RankRecord>& ranks) {
-  const bool linear = opt.stepBytesOption->count() > 0;
-  out.line(fmt::format(
-      "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg "
-      "iters: 1 validation: {} graph: {}",
-      parseBytes(opt.sweep.minBytes), parseBytes(opt.sweep.maxBytes),
-      linear ? parseBytes(opt.stepBytes) : opt.sweep.factor, linear ? "bytes" : "factor",
-      opt.sweep.warmup, opt.sweep.iters, opt.check, opt.graph));
-  const bool cuda = opt.memory == "cuda";
-  if (opt.blocking && cuda) {
-    out.comment(opt.graph > 0 ? "Blocking Enabled: cudaStreamSynchronize after each graph launch"
-                              : "Blocking Enabled: cudaStreamSynchronize after each collective");
-  } else if (opt.blocking) {
-    out.comment(
-        "Blocking Enabled: host memory collectives always complete before they return (-z has "
-        "no further effect)");
-  }
-  out.line("#");
-  std::string cmd;
-  for (const auto& a : opt.argv) cmd += (cmd.empty() ? "" : " ") + a;
-  out.comment(fmt::format("strata-perf {}: {}", collName(kind), cmd));
-  const std::string memory =
-      cuda ? fmt::format("cuda (device {}, {})", ranks[0].device, ranks[0].deviceName)
-           : fmt::format("host ({})", opt.alloc == "strata" ? "strata's allocator" : "malloc");
-  out.comment(fmt::format("backend: {}  nranks: {}  memory: {}  label: {}",
-                          comm.bootstrap().backend(), comm.size(), memory, opt.label));
-  if (!opt.sweep.itersOption->count() || !opt.sweep.warmupOption->count()) {
-    out.comment(fmt::format(
-        "iters/warmup {}/{} up to {}, scaled down in proportion above (at least 20/2); -n and -w "
-        "fix them for every size",
-        opt.sweep.iters, opt.sweep.warmup, formatBytes(SweepOptions::kLargeBytes)));
-  }
-  out.comment(
-      "time: per iteration, average over ranks; algbw = size / time; busbw = algbw * "
-      "factor (GB = 1e9 B)");
-  if (cuda && opt.graph > 0) {
-    out.comment(fmt::format(
-        "cuda: each row's timed calls captured once in a CUDA graph, launched {} times; time = "
-        "launches to the last cudaStreamSynchronize / (iters * {})",
-        opt.graph, opt.graph));
-  } else if (cuda) {
-    out.comment(
-        "cuda: calls enqueued back to back on one stream per rank; time = the calls to the last "
-        "cudaStreamSynchronize / iters");
-  }
-  if (!hasInPlace(kind)) {
-    out.comment(fmt::format("{} has no in-place form here: those columns are N/A", collName(kind)));
-  }
-  out.comment(opt.algorithm.empty()
-                  ? std::string("algorithm: auto (chosen per call; an \"algorithm:\" line names "
-                                "the one the rows below it ran)")
-                  : fmt::format("algorithm: {} (forced with -a: collectives.{}.algorithm)",
-                                opt.algorithm, collName(kind)));
-  out.line("#");
-  out.line("# Using devices");
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (cuda) {
-      out.line(fmt::format("#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [0x{:02x}] {}", r,
-                           ranks[r].pid, ranks[r].host, ranks[r].device, ranks[r].pciBus,
-                           ranks[r].deviceName));
-    } else {
-      out.line(fmt::format("#  Rank {:2} Group  0 Pid {:6} on {:>10} host memory", r, ranks[r].pid,
-                           ranks[r].host));
-    }
-  }
-}
-
-// "cuda/oneshot (grid 8 block 512)"; the name alone when the algorithm launched no kernel.
-std::string algorithmText(const std::string& algorithm, const std::string& launch) {
-  return launch.empty() ? algorithm : fmt::format("{} ({})", algorithm, launch);
 }
 
 int runColl(CollKind kind, const CollOptions& opt) {
@@ -539,10 +173,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
     how.at = at;
     how.blocking = opt.blocking != 0;
     how.graph = opt.graph;
-    const double factor = busBwFactor(kind, nranks);
-    int64_t totalWrong = 0;
-    double busbwSum = 0;
-    size_t busbwCount = 0;
+    CollTotals totals;
     int rep = 0;
     std::string lastAlgorithm;  // with the launch shape: a new line when either changes
     for (DataType type : types) {
@@ -572,52 +203,19 @@ int runColl(CollKind kind, const CollOptions& opt) {
           all[static_cast<size_t>(rank)] = mine;
           boot->allGather(all.data(), sizeof(RankResult));
 
-          CollRow row;
-          row.op = collName(kind);
-          row.bytes = wholeBytes(c);
-          row.count = c.count;
-          row.type = std::string(toString(type));
-          row.redop = isReducing(kind) ? std::string(toString(op)) : std::string("none");
-          row.root = c.root;
-          row.algorithm = comm->lastAlgorithm();
-          row.launch = comm->lastLaunch();
-          const std::string algorithm = algorithmText(row.algorithm, row.launch);
+          const CollRow row = collRow(c, *comm, all, check, totals);
+          const std::string algorithm = algorithmText(row);
           if (out && algorithm != lastAlgorithm) {
             out->comment(fmt::format("algorithm: {}", algorithm));
             lastAlgorithm = algorithm;
           }
-          auto fill = [&](CollResult& res, bool inPlace) {
-            double us = 0;
-            int64_t wrong = 0;
-            for (const RankResult& r : all) {
-              us += inPlace ? r.inUs : r.outUs;
-              wrong += inPlace ? r.inWrong : r.outWrong;
-            }
-            res.measured = true;
-            res.timeUs = us / nranks;
-            res.algbw = res.timeUs > 0 ? static_cast<double>(row.bytes) / (res.timeUs * 1e3) : 0;
-            res.busbw = res.algbw * factor;
-            res.wrong = check ? wrong : -1;
-            totalWrong += wrong;
-            busbwSum += res.busbw;
-            ++busbwCount;
-          };
-          fill(row.outOfPlace, false);
-          if (hasInPlace(kind)) fill(row.inPlace, true);
           if (out) out->row(row);
         }
       }
     }
-
-    if (out) {
-      out->line(
-          fmt::format("# Out of bounds values : {} {}", totalWrong, totalWrong ? "FAILED" : "OK"));
-      out->line(fmt::format("# Avg bus bandwidth    : {:g} ",
-                            busbwCount ? busbwSum / static_cast<double>(busbwCount) : 0.0));
-      out->line("#");
-    }
+    if (out) printTrailer(*out, totals);
     boot->barrier();
-    return totalWrong ? 1 : 0;
+    return totals.wrong ? 1 : 0;
   } catch (...) {
     abortJobAndRethrow(*boot);
   }

@@ -49,30 +49,30 @@ namespace {
 
 class FabricLocal final : public backend::LocalMemory {
  public:
-  FabricLocal(std::shared_ptr<FabricCore> core, fid_mr* mr, MemoryRecord record)
-      : core_(std::move(core)), mr_(mr), record_(record) {
-    core_->registrations_.fetch_add(1);
+  FabricLocal(std::shared_ptr<Endpoint> endpoint, fid_mr* mr, MemoryRecord record)
+      : endpoint_(std::move(endpoint)), mr_(mr), record_(record) {
+    endpoint_->registrations_.fetch_add(1);
   }
   ~FabricLocal() override {
-    core_->closeRegion(mr_);
-    core_->registrations_.fetch_sub(1);
+    endpoint_->closeRegion(mr_);
+    endpoint_->registrations_.fetch_sub(1);
   }
   std::vector<uint8_t> descriptor() const override { return encode(record_); }
   void* desc() const noexcept { return fi_mr_desc(mr_); }
 
  private:
-  std::shared_ptr<FabricCore> core_;
+  std::shared_ptr<Endpoint> endpoint_;
   fid_mr* mr_;
   MemoryRecord record_;
 };
 
 class FabricRemote final : public backend::RemoteMemory {
  public:
-  FabricRemote(std::shared_ptr<FabricCore> core, MemoryRecord record)
-      : core_(std::move(core)), record_(record) {
-    core_->imports_.fetch_add(1);
+  FabricRemote(std::shared_ptr<Endpoint> endpoint, MemoryRecord record)
+      : endpoint_(std::move(endpoint)), record_(record) {
+    endpoint_->imports_.fetch_add(1);
   }
-  ~FabricRemote() override { core_->imports_.fetch_sub(1); }
+  ~FabricRemote() override { endpoint_->imports_.fetch_sub(1); }
   /// The target address of dst + offset: the remote VA under FI_MR_VIRT_ADDR, else the offset.
   uint64_t target(uint64_t offset) const noexcept {
     return (record_.mrMode & FI_MR_VIRT_ADDR) ? record_.baseVa + offset : offset;
@@ -80,7 +80,7 @@ class FabricRemote final : public backend::RemoteMemory {
   uint64_t key() const noexcept { return record_.key; }
 
  private:
-  std::shared_ptr<FabricCore> core_;
+  std::shared_ptr<Endpoint> endpoint_;
   MemoryRecord record_;
 };
 
@@ -89,47 +89,47 @@ class FabricRemote final : public backend::RemoteMemory {
 
 class FabricConnection final : public backend::TransportConnection {
  public:
-  FabricConnection(std::shared_ptr<FabricCore> core, std::shared_ptr<ConnState> state)
-      : core_(std::move(core)), state_(std::move(state)) {
-    core_->connections_.fetch_add(1);
+  FabricConnection(std::shared_ptr<Endpoint> endpoint, std::shared_ptr<ConnState> state)
+      : endpoint_(std::move(endpoint)), state_(std::move(state)) {
+    endpoint_->connections_.fetch_add(1);
   }
 
   ~FabricConnection() override {
     // Give our own writes a moment to land so that the address can be removed cleanly; a peer
-    // that is gone never completes them, and the core then reaps them when it closes.
+    // that is gone never completes them, and the endpoint then reaps them when it closes.
     auto deadline = Deadline::after(kCloseGraceSeconds);
     while (state_->outstanding.load() > 0 && !deadline.expired() && !state_->failed()) {
-      core_->progressOnce();
-      core_->waitForCompletion(deadline.remaining());
+      endpoint_->progressOnce();
+      endpoint_->waitForCompletion(deadline.remaining());
     }
     if (state_->outstanding.load() == 0) {
-      std::lock_guard<std::mutex> lock(core_->mutex_);
-      fi_av_remove(core_->av_, &state_->addr, 1, 0);
+      std::lock_guard<std::mutex> lock(endpoint_->mutex_);
+      fi_av_remove(endpoint_->av_, &state_->addr, 1, 0);
     }
-    core_->connections_.fetch_sub(1);
+    endpoint_->connections_.fetch_sub(1);
   }
 
   void write(const backend::RemoteRef& dst, uint64_t dstOffset, const backend::LocalRef& src,
              uint64_t srcOffset, size_t bytes) override {
     state_->rethrow();
-    auto deadline = Deadline::fromTimeout(core_->timeout_);
+    auto deadline = Deadline::fromTimeout(endpoint_->timeout_);
     auto* remote = static_cast<FabricRemote*>(dst.memory);
     auto* local = static_cast<FabricLocal*>(src.memory);
     void* desc = local ? local->desc() : nullptr;
-    if (!local && (core_->mrMode_ & FI_MR_LOCAL)) {
+    if (!local && (endpoint_->mrMode_ & FI_MR_LOCAL)) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("{}: write to rank {} from an unregistered buffer, but the "
                               "provider needs local registration (FI_MR_LOCAL)",
-                              core_->describe(), state_->rank),
+                              endpoint_->describe(), state_->rank),
                   state_->rank);
     }
     const char* from = static_cast<const char*>(src.data) + srcOffset;
     while (bytes > 0) {
-      size_t n = std::min(bytes, core_->maxChunk_);
+      size_t n = std::min(bytes, endpoint_->maxChunk_);
       auto op = std::make_unique<OpContext>();
       op->conn = state_;
-      core_->postWrite(std::move(op), from, n, desc, remote->target(dstOffset), remote->key(),
-                       deadline);
+      endpoint_->postWrite(std::move(op), from, n, desc, remote->target(dstOffset), remote->key(),
+                           deadline);
       from += n;
       dstOffset += n;
       bytes -= n;
@@ -138,26 +138,26 @@ class FabricConnection final : public backend::TransportConnection {
 
   void updateAndSync(const backend::RemoteRef& dst, uint64_t dstOffset, uint64_t value) override {
     state_->rethrow();
-    auto deadline = Deadline::fromTimeout(core_->timeout_);
+    auto deadline = Deadline::fromTimeout(endpoint_->timeout_);
     // Without write-after-write ordering, the signal may overtake the data: complete the data
     // first (delivery complete), then write the signal.
-    if (!core_->orderedWaw_) waitIdle(deadline, "a signal's earlier writes");
+    if (!endpoint_->orderedWaw_) waitIdle(deadline, "a signal's earlier writes");
     auto* remote = static_cast<FabricRemote*>(dst.memory);
-    int slot = core_->acquireSlot(deadline, state_->rank);
-    uint64_t* word = core_->slotWord(slot);
+    int slot = endpoint_->acquireSlot(deadline, state_->rank);
+    uint64_t* word = endpoint_->slotWord(slot);
     __atomic_store_n(word, value, __ATOMIC_RELEASE);
     auto op = std::make_unique<OpContext>();
     op->conn = state_;
     op->slot = slot;
-    core_->postWrite(std::move(op), word, sizeof(uint64_t), core_->internalDesc(),
-                     remote->target(dstOffset), remote->key(), deadline);
+    endpoint_->postWrite(std::move(op), word, sizeof(uint64_t), endpoint_->internalDesc(),
+                         remote->target(dstOffset), remote->key(), deadline);
   }
 
   void flush(double deadlineSeconds) override {
     waitIdle(Deadline::after(deadlineSeconds), "flush");
   }
 
-  void progress() override { core_->progressOnce(); }
+  void progress() override { endpoint_->progressOnce(); }
 
   void checkPeer() override {
     state_->rethrow();
@@ -166,7 +166,7 @@ class FabricConnection final : public backend::TransportConnection {
     // instead of failing the write.
     if (state_->sameHost && state_->pid > 0 && ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
       state_->fail(Error(ErrorCode::PeerLost,
-                         fmt::format("{}: rank {} (pid {}) has exited", core_->describe(),
+                         fmt::format("{}: rank {} (pid {}) has exited", endpoint_->describe(),
                                      state_->rank, state_->pid),
                          state_->rank));
       state_->rethrow();
@@ -174,7 +174,7 @@ class FabricConnection final : public backend::TransportConnection {
     auto now = std::chrono::steady_clock::now();
     if (now - lastProbe_ < kProbeInterval) return;
     lastProbe_ = now;
-    core_->progressOnce();
+    endpoint_->progressOnce();
     state_->rethrow();
     uint64_t done = state_->probesCompleted.load();
     if (done != probesSeen_) {
@@ -185,14 +185,14 @@ class FabricConnection final : public backend::TransportConnection {
     // queued, or refused with -FI_EAGAIN on every attempt) means the peer is unreachable:
     // ofi_rxm keeps retrying a refused connection instead of failing the write. A live peer's
     // progress thread completes it in microseconds.
-    if (probeWaiting_ && core_->probeTimeout_ > 0) {
+    if (probeWaiting_ && endpoint_->probeTimeout_ > 0) {
       double waited = std::chrono::duration<double>(now - probeSince_).count();
-      if (waited > core_->probeTimeout_) {
+      if (waited > endpoint_->probeTimeout_) {
         state_->fail(Error(ErrorCode::PeerLost,
                            fmt::format("{}: rank {} did not complete an 8-byte liveness write in "
                                        "{:.1f} s (transport.fabric.probe_timeout); the peer "
                                        "is gone or unreachable",
-                                       core_->describe(), state_->rank, waited),
+                                       endpoint_->describe(), state_->rank, waited),
                            state_->rank));
         state_->rethrow();
       }
@@ -206,8 +206,9 @@ class FabricConnection final : public backend::TransportConnection {
     op->conn = state_;
     op->probe = true;
     try {
-      core_->postWrite(std::move(op), core_->probeSource(), sizeof(uint64_t), core_->internalDesc(),
-                       state_->probeTarget, state_->probeKey, Deadline::after(0));
+      endpoint_->postWrite(std::move(op), endpoint_->probeSource(), sizeof(uint64_t),
+                           endpoint_->internalDesc(), state_->probeTarget, state_->probeKey,
+                           Deadline::after(0));
     } catch (const Error& e) {
       state_->probeInFlight = false;
       if (e.code() != ErrorCode::Timeout) throw;  // a full queue only postpones the probe
@@ -217,7 +218,7 @@ class FabricConnection final : public backend::TransportConnection {
  private:
   void waitIdle(const Deadline& deadline, std::string_view what) {
     for (;;) {
-      core_->progressOnce();
+      endpoint_->progressOnce();
       state_->rethrow();
       int64_t left = state_->outstanding.load();
       if (left == 0) return;
@@ -225,14 +226,14 @@ class FabricConnection final : public backend::TransportConnection {
         throw Error(ErrorCode::Timeout,
                     fmt::format("{}: {} to rank {} timed out with {} write(s) not completed; "
                                 "the peer is not making progress or the link is down",
-                                core_->describe(), what, state_->rank, left),
+                                endpoint_->describe(), what, state_->rank, left),
                     state_->rank);
       }
-      core_->waitForCompletion(deadline.remaining());
+      endpoint_->waitForCompletion(deadline.remaining());
     }
   }
 
-  std::shared_ptr<FabricCore> core_;
+  std::shared_ptr<Endpoint> endpoint_;
   std::shared_ptr<ConnState> state_;
   std::chrono::steady_clock::time_point lastProbe_{};
   std::chrono::steady_clock::time_point probeSince_{};
@@ -252,33 +253,33 @@ FabricTransport::FabricTransport(const backend::TransportInit& init) {
   // FI_HMEM is requested only where CUDA memory may be registered at all (a CUDA driver is
   // present); asking for it elsewhere would narrow the providers for nothing.
   bool wantHmem = ::access("/dev/nvidiactl", F_OK) == 0;
-  core_ = std::make_shared<FabricCore>(init, provider, wantHmem);
-  progress_ = std::make_unique<ProgressThread>(core_);
+  endpoint_ = std::make_shared<Endpoint>(init, provider, wantHmem);
+  progress_ = std::make_unique<ProgressThread>(endpoint_);
 }
 
 FabricTransport::~FabricTransport() {
-  core_->stopWatchers();
+  endpoint_->stopWatchers();
   progress_.reset();
 }
 
 bool FabricTransport::blockingWaitSupported() const noexcept {
   // Only with a wait fd does the progress thread wake when data arrives; without one it sleeps
   // in back-off steps, and a waiter that polls itself is faster.
-  return core_->waitFd_ >= 0;
+  return endpoint_->waitFd_ >= 0;
 }
 
 bool FabricTransport::waitSignal(const backend::LocalRef& mem, uint64_t offset, uint64_t above,
                                  double maxSeconds) {
   auto* word = reinterpret_cast<const uint64_t*>(static_cast<const char*>(mem.data) + offset);
-  return core_->waitWord(word, above, maxSeconds);
+  return endpoint_->waitWord(word, above, maxSeconds);
 }
 
 bool FabricTransport::canReach(const backend::PeerInfo& peer) const noexcept {
-  return core_->provider_ == "shm" ? peer.sameHost : true;
+  return endpoint_->provider_ == "shm" ? peer.sameHost : true;
 }
 
 bool FabricTransport::supportsMemory(MemoryKind kind) const noexcept {
-  return kind == MemoryKind::Host || (kind == MemoryKind::Cuda && core_->hmem_);
+  return kind == MemoryKind::Host || (kind == MemoryKind::Cuda && endpoint_->hmem_);
 }
 
 std::unique_ptr<backend::LocalMemory> FabricTransport::registerMemory(
@@ -286,37 +287,37 @@ std::unique_ptr<backend::LocalMemory> FabricTransport::registerMemory(
   bool cuda = kind == MemoryKind::Cuda;
   int device = 0;
   if (cuda) {
-    if (!core_->hmem_) {
+    if (!endpoint_->hmem_) {
       throw Error(ErrorCode::NotSupported,
                   fmt::format("{}: cannot register CUDA memory: the provider does not offer "
                               "FI_HMEM (GPU memory registration); use the nvlink transport "
                               "within a node or a provider with FI_HMEM (verbs with DMA-BUF or "
                               "peer memory, efa, shm)",
-                              core_->describe()));
+                              endpoint_->describe()));
     }
     device = cudaDeviceOf(data);
     if (device < 0) {
       throw Error(ErrorCode::NotSupported,
                   fmt::format("{}: cannot tell which CUDA device owns {} (libcuda.so.1 missing "
                               "or not a device pointer)",
-                              core_->describe(), data));
+                              endpoint_->describe(), data));
     }
   }
-  fid_mr* mr = core_->registerRegion(data, bytes, FI_REMOTE_WRITE | FI_WRITE, cuda, device);
+  fid_mr* mr = endpoint_->registerRegion(data, bytes, FI_REMOTE_WRITE | FI_WRITE, cuda, device);
   MemoryRecord rec;
   rec.key = fi_mr_key(mr);
   rec.baseVa = reinterpret_cast<uint64_t>(data);
   rec.length = bytes;
-  rec.mrMode = core_->mrMode_;
+  rec.mrMode = endpoint_->mrMode_;
   rec.kind = static_cast<uint8_t>(kind);
   if (rec.key == FI_KEY_NOTAVAIL) {
-    core_->closeRegion(mr);
+    endpoint_->closeRegion(mr);
     throw Error(ErrorCode::NotSupported,
                 fmt::format("{}: the provider gives no 64-bit key for this region (raw keys "
                             "are not implemented)",
-                            core_->describe()));
+                            endpoint_->describe()));
   }
-  return std::make_unique<FabricLocal>(core_, mr, rec);
+  return std::make_unique<FabricLocal>(endpoint_, mr, rec);
 }
 
 std::unique_ptr<backend::RemoteMemory> FabricTransport::importMemory(
@@ -327,56 +328,58 @@ std::unique_ptr<backend::RemoteMemory> FabricTransport::importMemory(
     throw Error(ErrorCode::ProtocolError,
                 fmt::format("{}: the memory descriptor of rank {} describes {} bytes, but the "
                             "buffer is {} bytes; the records do not belong together",
-                            core_->describe(), owner.rank, rec.length, bytes),
+                            endpoint_->describe(), owner.rank, rec.length, bytes),
                 owner.rank);
   }
   if (rec.kind != static_cast<uint8_t>(kind)) {
     throw Error(ErrorCode::ProtocolError,
                 fmt::format("{}: the memory descriptor of rank {} is for {} memory, the "
                             "buffer record says {}",
-                            core_->describe(), owner.rank, rec.kind == static_cast<uint8_t>(MemoryKind::Cuda) ? "cuda" : "host",
+                            endpoint_->describe(), owner.rank,
+                            rec.kind == static_cast<uint8_t>(MemoryKind::Cuda) ? "cuda" : "host",
                             kind == MemoryKind::Cuda ? "cuda" : "host"),
                 owner.rank);
   }
-  return std::make_unique<FabricRemote>(core_, rec);
+  return std::make_unique<FabricRemote>(endpoint_, rec);
 }
 
 std::vector<uint8_t> FabricTransport::endpoint() {
   EndpointRecord r;
-  r.provider = core_->provider_;
-  r.fabric = core_->info_->fabric_attr->name ? core_->info_->fabric_attr->name : "";
-  r.domain = core_->info_->domain_attr->name ? core_->info_->domain_attr->name : "";
-  r.address = core_->address_;
-  r.mrMode = core_->mrMode_;
-  r.cqDataSize = core_->info_->domain_attr->cq_data_size;
-  r.probeKey = fi_mr_key(core_->internalMr_);
-  r.probeVa = reinterpret_cast<uint64_t>(core_->internal_);
+  r.provider = endpoint_->provider_;
+  r.fabric = endpoint_->info_->fabric_attr->name ? endpoint_->info_->fabric_attr->name : "";
+  r.domain = endpoint_->info_->domain_attr->name ? endpoint_->info_->domain_attr->name : "";
+  r.address = endpoint_->address_;
+  r.mrMode = endpoint_->mrMode_;
+  r.cqDataSize = endpoint_->info_->domain_attr->cq_data_size;
+  r.probeKey = fi_mr_key(endpoint_->internalMr_);
+  r.probeVa = reinterpret_cast<uint64_t>(endpoint_->internal_);
   return encode(r);
 }
 
 std::unique_ptr<backend::TransportConnection> FabricTransport::connect(
     const backend::PeerInfo& peer, std::span<const uint8_t> peerEndpoint) {
   EndpointRecord r = decodeEndpoint(peerEndpoint, peer.rank);
-  std::string fabricName = core_->info_->fabric_attr->name ? core_->info_->fabric_attr->name : "";
+  std::string fabricName =
+      endpoint_->info_->fabric_attr->name ? endpoint_->info_->fabric_attr->name : "";
   // IP providers (tcp, udp, sockets) name the fabric after the subnet of the local interface
   // ("10.232.7.0/24"): hosts on different subnets reach each other through IP routers, so for
   // them only the provider has to match (a peer that cannot be reached fails when it is used).
-  const uint32_t format = core_->info_->addr_format;
+  const uint32_t format = endpoint_->info_->addr_format;
   const bool routed =
       format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
-  if (r.provider != core_->provider_ || (!routed && r.fabric != fabricName)) {
+  if (r.provider != endpoint_->provider_ || (!routed && r.fabric != fabricName)) {
     throw Error(ErrorCode::BackendError,
                 fmt::format("{}: rank {} uses provider \"{}\" on fabric \"{}\", this rank "
                             "provider \"{}\" on fabric \"{}\"; both ends must use the same "
                             "provider and fabric (set transport.fabric.provider explicitly)",
-                            core_->describe(), peer.rank, r.provider, r.fabric, core_->provider_,
-                            fabricName),
+                            endpoint_->describe(), peer.rank, r.provider, r.fabric,
+                            endpoint_->provider_, fabricName),
                 peer.rank);
   }
   if ((r.mrMode & FI_MR_RAW) != 0) {
     throw Error(ErrorCode::ProtocolError,
                 fmt::format("{}: rank {} announces FI_MR_RAW keys, which are not implemented",
-                            core_->describe(), peer.rank),
+                            endpoint_->describe(), peer.rank),
                 peer.rank);
   }
   auto state = std::make_shared<ConnState>();
@@ -386,24 +389,24 @@ std::unique_ptr<backend::TransportConnection> FabricTransport::connect(
   state->probeKey = r.probeKey;
   state->probeTarget = (r.mrMode & FI_MR_VIRT_ADDR) ? r.probeVa : 0;
   {
-    std::lock_guard<std::mutex> lock(core_->mutex_);
-    int n = fi_av_insert(core_->av_, r.address.data(), 1, &state->addr, 0, nullptr);
+    std::lock_guard<std::mutex> lock(endpoint_->mutex_);
+    int n = fi_av_insert(endpoint_->av_, r.address.data(), 1, &state->addr, 0, nullptr);
     if (n != 1) {
       throw Error(ErrorCode::BackendError,
                   fmt::format("{}: fi_av_insert of rank {}'s address ({} bytes) failed: {}",
-                              core_->describe(), peer.rank, r.address.size(),
+                              endpoint_->describe(), peer.rank, r.address.size(),
                               n < 0 ? fiError(n) : std::string("address not inserted")),
                   peer.rank);
     }
   }
-  return std::make_unique<FabricConnection>(core_, std::move(state));
+  return std::make_unique<FabricConnection>(endpoint_, std::move(state));
 }
 
 backend::TransportStats FabricTransport::stats() const noexcept {
   backend::TransportStats s;
-  s.registrations = core_->registrations_.load();
-  s.imports = core_->imports_.load();
-  s.connections = core_->connections_.load();
+  s.registrations = endpoint_->registrations_.load();
+  s.imports = endpoint_->imports_.load();
+  s.connections = endpoint_->connections_.load();
   return s;
 }
 

@@ -3,7 +3,8 @@
 // The libfabric transport (strata-transport-fabric.so): RDM endpoint, one-sided fi_write into
 // registered peer memory, a background progress thread for providers with manual progress.
 // docs/transport-fabric.md describes the choices; this header only declares the pieces. The
-// endpoint, CQ and progress thread are in fabric_core.hpp.
+// endpoint, CQ and memory regions are in fabric_endpoint.hpp, the progress thread in
+// fabric_progress.hpp.
 
 #include <memory>
 #include <span>
@@ -12,7 +13,8 @@
 
 #include <strata/backend/transport.hpp>
 
-#include "fabric_core.hpp"
+#include "fabric_endpoint.hpp"
+#include "fabric_progress.hpp"
 
 namespace strata::fabric {
 
@@ -38,7 +40,7 @@ class FabricTransport final : public backend::Transport {
                   double maxSeconds) override;
 
  private:
-  std::shared_ptr<FabricCore> core_;
+  std::shared_ptr<Endpoint> endpoint_;
   std::unique_ptr<ProgressThread> progress_;
 };
 

@@ -1,9 +1,11 @@
 #pragma once
 
-// The fabric core: everything of the libfabric transport that talks to libfabric (fabric,
-// domain, RDM endpoint, AV, CQ, memory regions, posting and reaping writes) and the background
-// progress thread that drives the endpoint. fabric_transport.{hpp,cpp} build the transport, its
-// memory and its connections on it. docs/transport-fabric.md describes the choices.
+// This rank's libfabric endpoint: everything of the libfabric transport that talks to libfabric
+// (fabric, domain, RDM endpoint, AV, CQ, memory regions, posting and reaping writes).
+// fabric_provider.cpp chooses the provider, fabric_endpoint.cpp opens and closes the objects,
+// fabric_progress.cpp posts writes, reaps completions and drives the endpoint in the background
+// (fabric_progress.hpp). fabric_transport.{hpp,cpp} build the transport, its memory and its
+// connections on it. docs/transport-fabric.md describes the choices.
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -18,7 +20,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -46,12 +47,13 @@ struct OpContext {
 /// Everything that talks to libfabric. Shared by the transport, its registrations and its
 /// connections, so that the domain outlives the last MR closed through it even if a caller
 /// destroys objects in the wrong order.
-class FabricCore {
+class Endpoint {
  public:
-  FabricCore(const backend::TransportInit& init, std::string provider, bool wantHmem);
-  ~FabricCore();
-  FabricCore(const FabricCore&) = delete;
-  FabricCore& operator=(const FabricCore&) = delete;
+  /// Opens the objects on the provider `provider` names (transport.fabric.provider).
+  Endpoint(const backend::TransportInit& init, std::string provider, bool wantHmem);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
 
   /// Reads completions; caller holds mutex. Returns how many entries it handled.
   size_t drainLocked() noexcept;
@@ -135,7 +137,7 @@ class FabricCore {
   bool watchersStopped_ = false;       ///< guarded by watchMutex_
 
  private:
-  void open(const backend::TransportInit& init, bool wantHmem);
+  void open(bool wantHmem);
   void close() noexcept;
 };
 
@@ -165,23 +167,6 @@ class ConnState {
     std::lock_guard<std::mutex> lock(errorMutex);
     if (error) throw *error;
   }
-};
-
-/// The background thread that drives the endpoint (docs/transport-fabric.md, "Progress
-/// thread"): started by the constructor, stopped and joined by the destructor.
-class ProgressThread {
- public:
-  explicit ProgressThread(std::shared_ptr<FabricCore> core);
-  ~ProgressThread();
-  ProgressThread(const ProgressThread&) = delete;
-  ProgressThread& operator=(const ProgressThread&) = delete;
-
- private:
-  void loop() noexcept;
-  std::shared_ptr<FabricCore> core_;
-  int wakeFd_ = -1;  ///< eventfd that wakes the thread (new writes, shutdown)
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
 };
 
 }  // namespace strata::fabric

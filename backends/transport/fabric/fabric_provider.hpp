@@ -1,0 +1,41 @@
+#pragma once
+
+// Choosing the libfabric provider (docs/transport-fabric.md, "Providers"): the one
+// transport.fabric.provider names, or the first of the usual ones under "auto", with the
+// strongest completion and ordering guarantees it accepts, and the wait for the interface that
+// FI_TCP_IFACE names. fabric_endpoint.cpp opens the objects on what it chose.
+
+#include <rdma/fabric.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace strata::fabric {
+
+struct InfoDeleter {
+  void operator()(fi_info* info) const noexcept { fi_freeinfo(info); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+
+// The mr_mode bits strata handles (FI_MR_RAW is left out on purpose: keys wider than 64 bits
+// would need fi_mr_raw_attr/fi_mr_map_raw, which this transport does not implement).
+inline constexpr uint64_t kMrModeHandled =
+    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | FI_MR_ENDPOINT;
+
+/// A provider's fi_info and the guarantees it accepted.
+struct ProviderChoice {
+  InfoPtr info;
+  bool deliveryComplete = false;  ///< FI_DELIVERY_COMPLETE
+  bool waw = false;               ///< write-after-write ordering on both sides
+};
+
+/// The provider `requested` names ("auto": the first of verbs;ofi_rxm, efa, tcp;ofi_rxm), with
+/// FI_HMEM where `wantHmem` and the provider has it. When the tcp provider is not on the
+/// interface FI_TCP_IFACE names, waits up to `timeout` seconds for that interface. `rank` and
+/// `who` (the transport as messages name it) are for errors and logs. Throws NotSupported when
+/// no provider fits, BackendError when the interface stays unusable.
+ProviderChoice chooseProvider(const std::string& requested, bool wantHmem, int rank,
+                              const std::string& who, double timeout);
+
+}  // namespace strata::fabric

@@ -1,0 +1,80 @@
+#pragma once
+
+// What the Communicator's files share: its state (Communicator::Impl) and the tables the
+// selection builds once at creation. communicator.cpp checks the arguments and runs the call,
+// selection.cpp loads the collectives backends and picks an algorithm per call,
+// failure_note.cpp leaves and reads the notes between the ranks of a host.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <strata/backend/collectives.hpp>
+#include <strata/bootstrap.hpp>
+#include <strata/communicator.hpp>
+#include <strata/config.hpp>
+#include <strata/error.hpp>
+#include <strata/transport.hpp>
+
+#include "base/watch_calls.hpp"
+
+namespace strata {
+namespace core {
+
+/// One algorithm of one backend that can run an op.
+struct Candidate {
+  backend::Algorithm* algorithm = nullptr;
+  backend::CollectivesBackend* backend = nullptr;
+  uint32_t kinds = 0;    ///< the backend's memory kinds (kindBit)
+  std::string fullName;  ///< "host/twoshot"
+};
+
+struct OpTable {
+  std::vector<Candidate> candidates;  ///< in selection order
+  const Candidate* forced = nullptr;
+  std::string forcedBy;  ///< "collectives.algorithm = twoshot"
+};
+
+/// Op tables, indexed by CollectiveOp's value.
+inline constexpr size_t kOpSlots = 8;
+
+}  // namespace core
+
+struct Communicator::Impl {
+  std::shared_ptr<Bootstrap> bootstrap;
+  std::shared_ptr<Context> context;
+  int rank = 0;
+  int size = 1;
+  // Declared after context: destroyed before it.
+  std::vector<std::unique_ptr<backend::CollectivesBackend>> backends;
+  std::array<core::OpTable, core::kOpSlots> ops;
+  /// Why the cuda module is not loaded (for the NotSupported message on device memory).
+  std::string cudaMissing;
+  /// Held for a whole call: broken and last are read and written under it.
+  mutable std::mutex mu;
+  /// Set by the first error while data moved: the pair counters may be out of step, so every
+  /// later call fails at once instead of mixing up data.
+  mutable std::optional<Error> broken;    // asyncError() const may set it
+  const core::Candidate* last = nullptr;  ///< what the last call chose
+  /// The watch's record of its calls (base/watch_calls.hpp): this communicator's label and call
+  /// count.
+  std::unique_ptr<watch::Slot> slot;
+  uint64_t calls = 0;
+
+  // selection.cpp
+  void loadBackends(const Config& config);
+  void resolveForced(const Config& config);
+  const core::Candidate& select(const backend::CollectiveRequest& r, const char* what) const;
+  // communicator.cpp
+  void run(const backend::CollectiveRequest& r, const char* what);
+  // failure_note.cpp
+  void leaveNote(const Error& e) const noexcept;
+  Error explain(const Error& e) const;
+};
+
+}  // namespace strata
