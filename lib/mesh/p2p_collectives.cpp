@@ -42,26 +42,26 @@ void checkPeer(int rank, int size, int peer, std::string_view op) {
   }
 }
 
-void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data, size_t bytesPerRank) {
-  const int n = link.size, r = link.rank;
+void allGather(const Messenger& m, AllGatherAlgorithm algorithm, void* data, size_t bytesPerRank) {
+  const int n = m.size, r = m.rank;
   auto* out = static_cast<uint8_t*>(data);
   auto slot = [&](int q) { return out + static_cast<size_t>(q) * bytesPerRank; };
   const size_t total = static_cast<size_t>(n) * bytesPerRank;
   switch (algorithm) {
     case AllGatherAlgorithm::Star:
       if (r == 0) {
-        for (int p = 1; p < n; ++p) link.recv(p, 0, slot(p), bytesPerRank);
-        for (int p = 1; p < n; ++p) link.send(p, 1, out, total);
+        for (int p = 1; p < n; ++p) m.recv(p, 0, slot(p), bytesPerRank);
+        for (int p = 1; p < n; ++p) m.send(p, 1, out, total);
       } else {
-        link.send(0, 0, slot(r), bytesPerRank);
-        link.recv(0, 1, out, total);
+        m.send(0, 0, slot(r), bytesPerRank);
+        m.recv(0, 1, out, total);
       }
       return;
     case AllGatherAlgorithm::Ring: {
       const int next = (r + 1) % n, prev = (r - 1 + n) % n;
       for (int step = 0; step < n - 1; ++step) {
-        link.send(next, static_cast<uint32_t>(step), slot((r - step + n) % n), bytesPerRank);
-        link.recv(prev, static_cast<uint32_t>(step), slot((r - step - 1 + n) % n), bytesPerRank);
+        m.send(next, static_cast<uint32_t>(step), slot((r - step + n) % n), bytesPerRank);
+        m.recv(prev, static_cast<uint32_t>(step), slot((r - step - 1 + n) % n), bytesPerRank);
       }
       return;
     }
@@ -72,9 +72,8 @@ void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data, size_
       uint32_t round = 0;
       for (int dist = 1; dist < n; dist *= 2, ++round) {
         const size_t bytes = static_cast<size_t>(std::min(dist, n - dist)) * bytesPerRank;
-        link.send((r - dist + n) % n, round, tmp.data(), bytes);
-        link.recv((r + dist) % n, round, tmp.data() + static_cast<size_t>(dist) * bytesPerRank,
-                  bytes);
+        m.send((r - dist + n) % n, round, tmp.data(), bytes);
+        m.recv((r + dist) % n, round, tmp.data() + static_cast<size_t>(dist) * bytesPerRank, bytes);
       }
       for (int i = 0; i < n; ++i) {
         std::memcpy(slot((r + i) % n), tmp.data() + static_cast<size_t>(i) * bytesPerRank,
@@ -85,15 +84,15 @@ void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data, size_
   }
 }
 
-void broadcast(const Link& link, bool star, void* data, size_t bytes, int root) {
-  const int n = link.size, r = link.rank;
+void broadcast(const Messenger& m, bool star, void* data, size_t bytes, int root) {
+  const int n = m.size, r = m.rank;
   if (star) {
     if (r == root) {
       for (int p = 0; p < n; ++p) {
-        if (p != root) link.send(p, 0, data, bytes);
+        if (p != root) m.send(p, 0, data, bytes);
       }
     } else {
-      link.recv(root, 0, data, bytes);
+      m.recv(root, 0, data, bytes);
     }
     return;
   }
@@ -103,32 +102,32 @@ void broadcast(const Link& link, bool star, void* data, size_t bytes, int root) 
   int mask = 1;
   while (mask < n) {
     if (vr & mask) {
-      link.recv((vr - mask + root) % n, 0, data, bytes);
+      m.recv((vr - mask + root) % n, 0, data, bytes);
       break;
     }
     mask <<= 1;
   }
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < n) link.send((vr + mask + root) % n, 0, data, bytes);
+    if (vr + mask < n) m.send((vr + mask + root) % n, 0, data, bytes);
   }
 }
 
-void barrier(const Link& link, bool star) {
-  const int n = link.size, r = link.rank;
+void barrier(const Messenger& m, bool star) {
+  const int n = m.size, r = m.rank;
   if (star) {
     if (r == 0) {
-      for (int p = 1; p < n; ++p) link.recv(p, 0, nullptr, 0);
-      for (int p = 1; p < n; ++p) link.send(p, 1, nullptr, 0);
+      for (int p = 1; p < n; ++p) m.recv(p, 0, nullptr, 0);
+      for (int p = 1; p < n; ++p) m.send(p, 1, nullptr, 0);
     } else {
-      link.send(0, 0, nullptr, 0);
-      link.recv(0, 1, nullptr, 0);
+      m.send(0, 0, nullptr, 0);
+      m.recv(0, 1, nullptr, 0);
     }
     return;
   }
   uint32_t round = 0;
   for (int dist = 1; dist < n; dist <<= 1, ++round) {
-    link.send((r + dist) % n, round, nullptr, 0);
-    link.recv((r - dist + n) % n, round, nullptr, 0);
+    m.send((r + dist) % n, round, nullptr, 0);
+    m.recv((r - dist + n) % n, round, nullptr, 0);
   }
 }
 

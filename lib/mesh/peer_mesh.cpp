@@ -35,7 +35,7 @@ bool useStar(const PeerMesh::Impl& I, size_t totalBytes) {
 
 /// One collective call's messages: internal `tag`, `op` in errors, bootstrap.timeout. Each
 /// collective runs alone (collMu), with one tag and one deadline for all its messages.
-p2p::Link collectiveLink(PeerMesh::Impl& I, int tag, std::string_view op) {
+p2p::Messenger collectiveMessenger(PeerMesh::Impl& I, int tag, std::string_view op) {
   Deadline dl = Deadline::fromTimeout(I.opt.timeout);
   return {I.opt.rank, I.opt.size,
           [&I, tag, op, dl](int peer, uint32_t, const void* data, size_t bytes) {
@@ -244,7 +244,7 @@ void PeerMesh::allGather(void* data, size_t bytesPerRank) {
   if (!p2p::allGatherNeeded(I.opt.size, data, bytesPerRank)) return;
   std::lock_guard coll(I.collMu);
   const bool star = useStar(I, static_cast<size_t>(I.opt.size) * bytesPerRank);
-  p2p::allGather(collectiveLink(I, kTagAllGather, "allGather"),
+  p2p::allGather(collectiveMessenger(I, kTagAllGather, "allGather"),
                  star ? p2p::AllGatherAlgorithm::Star : p2p::AllGatherAlgorithm::Bruck, data,
                  bytesPerRank);
 }
@@ -253,7 +253,7 @@ void PeerMesh::broadcast(void* data, size_t bytes, int root) {
   auto& I = *impl_;
   if (!p2p::broadcastNeeded(I.opt.size, data, bytes, root)) return;
   std::lock_guard coll(I.collMu);
-  p2p::broadcast(collectiveLink(I, kTagBroadcast, "broadcast"), useStar(I, bytes), data, bytes,
+  p2p::broadcast(collectiveMessenger(I, kTagBroadcast, "broadcast"), useStar(I, bytes), data, bytes,
                  root);
 }
 
@@ -261,7 +261,7 @@ void PeerMesh::barrier() {
   auto& I = *impl_;
   if (!p2p::barrierNeeded(I.opt.size)) return;
   std::lock_guard coll(I.collMu);
-  p2p::barrier(collectiveLink(I, kTagBarrier, "barrier"), useStar(I, 0));
+  p2p::barrier(collectiveMessenger(I, kTagBarrier, "barrier"), useStar(I, 0));
 }
 
 void PeerMesh::abort(std::string_view reason) noexcept {

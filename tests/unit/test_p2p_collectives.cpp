@@ -26,7 +26,7 @@ class Fabric {
  public:
   explicit Fabric(int size) : size_(size) {}
 
-  p2p::Link link(int rank) {
+  p2p::Messenger messenger(int rank) {
     return {rank, size_,
             [this, rank](int peer, uint32_t round, const void* data, size_t bytes) {
               auto* p = static_cast<const uint8_t*>(data);
@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_CASE(all_gather_every_algorithm) {
         std::vector<uint32_t> table(static_cast<size_t>(n) * 2, 0);
         table[2 * r] = 1000u + static_cast<uint32_t>(r);
         table[2 * r + 1] = 2000u + static_cast<uint32_t>(r);
-        p2p::allGather(fabric.link(r), algorithm, table.data(), 2 * sizeof(uint32_t));
+        p2p::allGather(fabric.messenger(r), algorithm, table.data(), 2 * sizeof(uint32_t));
         for (int q = 0; q < n; ++q) {
           expectInRank(table[2 * q] == 1000u + static_cast<uint32_t>(q), "slot word 0");
           expectInRank(table[2 * q + 1] == 2000u + static_cast<uint32_t>(q), "slot word 1");
@@ -96,7 +96,7 @@ BOOST_AUTO_TEST_CASE(broadcast_from_every_root) {
         Fabric fabric(n);
         fabric.run([&](int r) {
           uint64_t value = r == root ? 0xfeed0000u + static_cast<uint64_t>(root) : 0;
-          p2p::broadcast(fabric.link(r), star, &value, sizeof value, root);
+          p2p::broadcast(fabric.messenger(r), star, &value, sizeof value, root);
           expectInRank(value == 0xfeed0000u + static_cast<uint64_t>(root), "broadcast value");
         });
         BOOST_TEST(fabric.messages() == n - 1);
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(barrier_rounds) {
   for (bool star : {false, true}) {
     for (int n : kSizes) {
       Fabric fabric(n);
-      fabric.run([&](int r) { p2p::barrier(fabric.link(r), star); });
+      fabric.run([&](int r) { p2p::barrier(fabric.messenger(r), star); });
       int rounds = 0;
       while ((1 << rounds) < n) ++rounds;
       BOOST_TEST(fabric.messages() == (star ? 2 * (n - 1) : n * rounds));

@@ -254,14 +254,15 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
     mine[kMaxAddress + 1] = static_cast<uint8_t>((spin.yield ? 1 : 0) | (mode << 1));
   }
   mesh::PeerMesh& engine = *I.mesh;
-  p2p::Link link{r, n,
-                 [&](int peer, uint32_t, const void* data, size_t bytes) {
-                   engine.send(peer, mesh::kTagSetup, data, bytes, dl, "rendezvous", true);
-                 },
-                 [&](int peer, uint32_t, void* data, size_t bytes) {
-                   engine.recv(peer, mesh::kTagSetup, data, bytes, dl, "rendezvous", true);
-                 }};
-  p2p::allGather(link, p2p::AllGatherAlgorithm::Ring, slots.data(), kSlot);
+  p2p::Messenger messenger{
+      r, n,
+      [&](int peer, uint32_t, const void* data, size_t bytes) {
+        engine.send(peer, mesh::kTagSetup, data, bytes, dl, "rendezvous", true);
+      },
+      [&](int peer, uint32_t, void* data, size_t bytes) {
+        engine.recv(peer, mesh::kTagSetup, data, bytes, dl, "rendezvous", true);
+      }};
+  p2p::allGather(messenger, p2p::AllGatherAlgorithm::Ring, slots.data(), kSlot);
   const int prev = (r - 1 + n) % n;  // every slot came through it
   for (int q = 0; q < n; ++q) {
     const uint8_t* slot = slots.data() + static_cast<size_t>(q) * kSlot;

@@ -552,8 +552,8 @@ void UcxBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
 // The algorithms are lib/mesh/p2p_collectives.cpp's. Every rank calls the collectives
 // in the same order, so one sequence number per call (nextCollective) tags all its messages;
 // the barrier also puts its round in the low 8 bits.
-p2p::Link UcxBootstrap::collectiveLink(Lock& lk, const Deadline& deadline, std::string_view op,
-                                       bool tagRounds) {
+p2p::Messenger UcxBootstrap::collectiveMessenger(Lock& lk, const Deadline& deadline,
+                                                 std::string_view op, bool tagRounds) {
   const uint32_t seq = nextCollective();
   auto low = [seq, tagRounds](uint32_t round) { return tagRounds ? seq | round : seq; };
   return {launch_.rank, launch_.size,
@@ -571,8 +571,8 @@ void UcxBootstrap::allGather(void* data, size_t bytesPerRank) {
   Deadline dl = callDeadline();
   Lock lk(mu_);
   if (aborted_) throwAborted();
-  p2p::allGather(collectiveLink(lk, dl, "allGather", false), p2p::AllGatherAlgorithm::Ring, data,
-                 bytesPerRank);
+  p2p::allGather(collectiveMessenger(lk, dl, "allGather", false), p2p::AllGatherAlgorithm::Ring,
+                 data, bytesPerRank);
 }
 
 void UcxBootstrap::broadcast(void* data, size_t bytes, int root) {
@@ -580,7 +580,7 @@ void UcxBootstrap::broadcast(void* data, size_t bytes, int root) {
   Deadline dl = callDeadline();
   Lock lk(mu_);
   if (aborted_) throwAborted();
-  p2p::broadcast(collectiveLink(lk, dl, "broadcast", false), false, data, bytes, root);
+  p2p::broadcast(collectiveMessenger(lk, dl, "broadcast", false), false, data, bytes, root);
 }
 
 void UcxBootstrap::barrier() {
@@ -588,7 +588,7 @@ void UcxBootstrap::barrier() {
   Deadline dl = callDeadline();
   Lock lk(mu_);
   if (aborted_) throwAborted();
-  p2p::barrier(collectiveLink(lk, dl, "barrier", true), false);
+  p2p::barrier(collectiveMessenger(lk, dl, "barrier", true), false);
 }
 
 void UcxBootstrap::abort(std::string_view reason) noexcept {

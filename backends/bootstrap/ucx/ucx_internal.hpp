@@ -206,7 +206,8 @@ class UcxBootstrap final : public Bootstrap {
   [[noreturn]] void throwLost(int peer, std::string_view op, Kind kind, int tag) const;
   uint32_t nextCollective();
   /// One collective call's messages (see allGather).
-  p2p::Link collectiveLink(Lock& lk, const Deadline& deadline, std::string_view op, bool tagRounds);
+  p2p::Messenger collectiveMessenger(Lock& lk, const Deadline& deadline, std::string_view op,
+                                     bool tagRounds);
   void waitRequest(Lock& lk, void* request, std::unique_ptr<OpState>& state,
                    const Deadline& deadline, int peer, std::string_view op, Kind kind, int tag);
 

@@ -5,7 +5,7 @@
 
 // The bootstrap collectives built over point-to-point messages, written once for every
 // message engine (mesh::PeerMesh under tcp and pmix, the ucx backend's UCX tags). The engine
-// binds one call in a Link: the operation's name for its errors ("allGather"), the call's
+// binds one call in a Messenger: the operation's name for its errors ("allGather"), the call's
 // deadline and its tags; these functions only decide who sends what to whom, in which order.
 
 #include <cstddef>
@@ -20,7 +20,7 @@ namespace strata::p2p {
 /// One collective call's messages. `round` numbers the exchanges of the call from 0, for
 /// engines that tag every round apart; others ignore it. Both block until done (a send may
 /// return once the engine holds the data) and throw the engine's errors.
-struct Link {
+struct Messenger {
   int rank = 0;
   int size = 1;
   std::function<void(int peer, uint32_t round, const void* data, size_t bytes)> send;
@@ -44,12 +44,12 @@ enum class AllGatherAlgorithm {
 };
 
 /// In place: slot r of `data` (bytesPerRank each) is rank r's block.
-STRATA_API void allGather(const Link& link, AllGatherAlgorithm algorithm, void* data,
+STRATA_API void allGather(const Messenger& m, AllGatherAlgorithm algorithm, void* data,
                           size_t bytesPerRank);
 /// Binomial tree from `root` (ceil(log2 N) rounds), or with star the root sends to every rank.
-STRATA_API void broadcast(const Link& link, bool star, void* data, size_t bytes, int root);
+STRATA_API void broadcast(const Messenger& m, bool star, void* data, size_t bytes, int root);
 /// Dissemination (ceil(log2 N) rounds of empty messages, round i to rank + 2^i), or with star
 /// every rank checks in at rank 0, which then releases them.
-STRATA_API void barrier(const Link& link, bool star);
+STRATA_API void barrier(const Messenger& m, bool star);
 
 }  // namespace strata::p2p
