@@ -19,25 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include <strata/communicator.hpp>
-#include <strata/error.hpp>
-#include <strata/memory.hpp>
-#include <strata/transport.hpp>
-
 #include "coll_values.hpp"
-#include "tests/harness/mp_test.hpp"
+#include "tests/harness/fixtures.hpp"
 
-using strata::Communicator;
-using strata::DataType;
-using strata::Error;
-using strata::ErrorCode;
-using strata::ReduceOp;
-using strata::RegisteredMemory;
-using strata::testing::catchError;
-using strata::testing::checkPattern;
-using strata::testing::describe;
-using strata::testing::fillPattern;
-using strata::testing::launchEnv;
 using strata::testing::ReductionInputs;
 
 namespace {
@@ -496,10 +480,7 @@ BOOST_AUTO_TEST_CASE(send_recv_ring) {
   RANK_SCOPE();
   auto& c = comm();
   const int n = c.size(), me = c.rank();
-  if (n < 2) {
-    BOOST_TEST_MESSAGE("skipped: needs at least 2 ranks");
-    return;
-  }
+  REQUIRE_RANKS(2);
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   auto one = [&](DataType t, size_t count, Mem mem) {
     std::string what = describeCall("send/recv ring", t, count, false, mem);

@@ -24,36 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include <strata/bootstrap.hpp>
-#include <strata/communicator.hpp>
-#include <strata/config.hpp>
-#include <strata/error.hpp>
-
-#include "tests/harness/mp_test.hpp"
-
-using strata::Communicator;
-using strata::Config;
-using strata::DataType;
-using strata::Error;
-using strata::ErrorCode;
-using strata::ReduceOp;
-using strata::testing::catchError;
-using strata::testing::checkPattern;
-using strata::testing::describe;
-using strata::testing::fillPattern;
-using strata::testing::launchEnv;
-using strata::testing::namesRank;
-using strata::testing::secondsSince;
-using Clock = std::chrono::steady_clock;
-
-#define REQUIRE_RANKS(n)                                                         \
-  do {                                                                           \
-    if (launchEnv().size < (n)) {                                                \
-      BOOST_TEST_MESSAGE("skipped: needs at least " << (n) << " ranks, job has " \
-                                                    << launchEnv().size);        \
-      return;                                                                    \
-    }                                                                            \
-  } while (false)
+#include "tests/harness/fixtures.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Compile check: the channel handles (<strata/channel.hpp>, <strata/device.hpp>) must build under
 // nvcc for device code as well as for the host pass. The kernels below touch every device-side
 // method of MemoryChannel, PortChannel and FifoDeviceHandle. The object is built by the 'gpu'
-// suite (tests/gpu/meson.build) and never run: correctness is covered on the CPU by
-// tests/unit/test_channels.cpp, which runs the same code in host threads.
+// suite (tests/gpu/meson.build) and never run: correctness is covered on the CPU by the unit
+// test `channels` (tests/unit/transport/), which runs the same code in host threads.
 
 #include <cstddef>
 #include <cstdint>

@@ -29,16 +29,13 @@
 
 #include "backends/transport/nvlink/nvlink_records.hpp"
 #include "base/dynload.hpp"
+#include "tests/harness/transport_sdk.hpp"
 
 extern char** environ;
 
 namespace {
 
 using namespace strata;
-using backend::LocalRef;
-using backend::PeerInfo;
-using backend::RemoteRef;
-using backend::Transport;
 
 constexpr uint64_t kHostId = 0x5157;  // any value both processes agree on
 std::string gModulePath;
@@ -63,23 +60,11 @@ const backend::ModuleInfo& moduleInfo() {
 }
 
 std::unique_ptr<Transport> makeTransport(int rank) {
-  backend::TransportInit init;
-  init.rank = rank;
-  init.size = 2;
-  init.localRank = rank;
-  init.localSize = 2;
-  init.hostId = kHostId;
-  return moduleInfo().createTransport(init);
+  return moduleInfo().createTransport(testing::pairInit(rank, kHostId));
 }
 
 PeerInfo peerInfo(int rank, pid_t pid) {
-  PeerInfo p;
-  p.rank = rank;
-  p.sameHost = true;
-  p.hostId = kHostId;
-  p.hostName = "localhost";
-  p.pid = pid;
-  return p;
+  return testing::sameHostPeer(rank, pid, kHostId);
 }
 
 uint8_t pattern(size_t i, uint32_t seed) {

@@ -217,17 +217,4 @@ void writeAllIgnoringErrors(int fd, const void* data, size_t bytes) {
   }
 }
 
-void fillPattern(void* data, size_t bytes, uint64_t seed) {
-  auto* p = static_cast<uint8_t*>(data);
-  for (size_t i = 0; i < bytes; ++i) p[i] = patternByte(seed, i);
-}
-
-size_t checkPattern(const void* data, size_t bytes, uint64_t seed) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    if (p[i] != patternByte(seed, i)) return i;
-  }
-  return bytes;
-}
-
 }  // namespace strata::testing

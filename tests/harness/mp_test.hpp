@@ -17,6 +17,8 @@
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 
+#include "tests/harness/pattern.hpp"
+
 namespace strata::testing {
 
 /// What the launcher told this process, read from STRATA_* or else SLURM_* variables. The
@@ -63,16 +65,6 @@ int connectLoopback(std::string_view address);
 /// Writes all bytes, ignoring errors (strangers do not care whether the peer hung up).
 void writeAllIgnoringErrors(int fd, const void* data, size_t bytes);
 
-/// Deterministic byte pattern for payload checks: byte i of message `seed`.
-inline uint8_t patternByte(uint64_t seed, size_t i) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 31;
-  return static_cast<uint8_t>(x ^ (x >> 17));
-}
-void fillPattern(void* data, size_t bytes, uint64_t seed);
-/// Index of the first byte that differs from the pattern, or bytes if all match.
-size_t checkPattern(const void* data, size_t bytes, uint64_t seed);
-
 }  // namespace strata::testing
 
 // Every failure message says which rank saw it: all ranks write to the same output. For
@@ -80,3 +72,14 @@ size_t checkPattern(const void* data, size_t bytes, uint64_t seed);
 #define RANK_SCOPE()                                                             \
   BOOST_TEST_INFO_SCOPE("rank " << ::strata::testing::launchEnv().rank << " of " \
                                 << ::strata::testing::launchEnv().size)
+
+// Ends a case early, as a pass with a message, when the job has fewer than `n` ranks. Every rank
+// sees the same size, so all ranks skip alike and stay in step for the next case.
+#define REQUIRE_RANKS(n)                                                                     \
+  do {                                                                                       \
+    if (::strata::testing::launchEnv().size < (n)) {                                         \
+      BOOST_TEST_MESSAGE("skipped: needs at least " << (n) << " ranks, job has "             \
+                                                    << ::strata::testing::launchEnv().size); \
+      return;                                                                                \
+    }                                                                                        \
+  } while (false)

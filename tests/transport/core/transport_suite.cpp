@@ -24,35 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include <strata/bootstrap.hpp>
-#include <strata/config.hpp>
-#include <strata/error.hpp>
-#include <strata/transport.hpp>
-
-#include "tests/harness/mp_test.hpp"
-
-using strata::Bootstrap;
-using strata::Config;
-using strata::Connection;
-using strata::Context;
-using strata::Error;
-using strata::ErrorCode;
-using strata::HostSemaphore;
-using strata::MemoryKind;
-using strata::RegisteredMemory;
-using strata::testing::catchError;
-using strata::testing::describe;
-using strata::testing::launchEnv;
-using strata::testing::secondsSince;
-using Clock = std::chrono::steady_clock;
-
-#define REQUIRE_PEERS(ctx)                                                              \
-  do {                                                                                  \
-    if ((ctx)->size() < 2) {                                                            \
-      BOOST_TEST_MESSAGE("skipped: needs at least 2 ranks, job has " << (ctx)->size()); \
-      return;                                                                           \
-    }                                                                                   \
-  } while (false)
+#include "tests/harness/fixtures.hpp"
 
 namespace {
 
@@ -124,7 +96,7 @@ struct Ring {
 BOOST_AUTO_TEST_CASE(selection) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   std::string intra = envOr("STRATA_TEST_EXPECT_INTRA", "");
   std::string inter = envOr("STRATA_TEST_EXPECT_INTER", "");
   std::vector<int> peers;
@@ -158,11 +130,10 @@ BOOST_AUTO_TEST_CASE(selection) {
 BOOST_AUTO_TEST_CASE(integrity) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   const size_t kMax = size_t{256} << 20;
-  const std::vector<size_t> sizes = {1,       3,         8,          63,        4095,
-                                     4097,    65537,     (1 << 20) + 3, (16 << 20) + 5,
-                                     kMax};
+  const std::vector<size_t> sizes = {
+      1, 3, 8, 63, 4095, 4097, 65537, (1 << 20) + 3, (16 << 20) + 5, kMax};
   auto dst = ctx->allocate(kMax + 4096);
   auto src = ctx->allocate(kMax + 4096);
   std::vector<uint8_t> userSrcStore((4 << 20) + 64);
@@ -201,7 +172,7 @@ BOOST_AUTO_TEST_CASE(integrity) {
 BOOST_AUTO_TEST_CASE(user_memory_destination) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   const size_t n = (1 << 20) + 3;
   std::vector<uint8_t> store(n + 16, 0);
   auto dst = ctx->registerMemory(store.data(), store.size());
@@ -234,7 +205,7 @@ BOOST_AUTO_TEST_CASE(user_memory_destination) {
 BOOST_AUTO_TEST_CASE(signal_after_data_concurrent) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   const int n = ctx->size(), me = ctx->rank();
   const size_t kSlot = 64 * 1024;
   const int kRounds = n <= 2 ? 1000 : 200;
@@ -271,9 +242,8 @@ BOOST_AUTO_TEST_CASE(signal_after_data_concurrent) {
             uint64_t want = (uint64_t(r) << 32) | (uint64_t(p) << 16) | w;
             if (in[w] != want) {
               if (failures++ == 0) {
-                firstError[i] = "round " + std::to_string(r) + " from rank " +
-                                std::to_string(p) + ": word " + std::to_string(w) +
-                                " is stale after the signal";
+                firstError[i] = "round " + std::to_string(r) + " from rank " + std::to_string(p) +
+                                ": word " + std::to_string(w) + " is stale after the signal";
               }
               break;
             }
@@ -297,7 +267,7 @@ BOOST_AUTO_TEST_CASE(signal_after_data_concurrent) {
 BOOST_AUTO_TEST_CASE(wait_deadline) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   auto peers = ringPeers(*ctx);
   auto conns = ctx->connect(peers);
   auto sems = ctx->createSemaphores(conns);
@@ -396,7 +366,7 @@ BOOST_AUTO_TEST_CASE(peer_lost) {
 BOOST_AUTO_TEST_CASE(corrupt_records) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   auto& bs = ctx->bootstrap();
   int peer = (ctx->rank() + 1) % ctx->size();
   int from = (ctx->rank() + ctx->size() - 1) % ctx->size();
@@ -460,7 +430,7 @@ BOOST_AUTO_TEST_CASE(corrupt_records) {
 BOOST_AUTO_TEST_CASE(bad_arguments) {
   RANK_SCOPE();
   auto ctx = makeContext();
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   auto peers = ringPeers(*ctx);
   auto conns = ctx->connect(peers);
   auto mine = ctx->allocate(4096);
@@ -497,7 +467,7 @@ BOOST_AUTO_TEST_CASE(no_leaks) {
   RANK_SCOPE();
   Config cfg = Config::load();
   auto ctx = makeContext(cfg);
-  REQUIRE_PEERS(ctx);
+  REQUIRE_RANKS(2);
   auto peers = ringPeers(*ctx);
   auto cycle = [&](Context& c) {
     auto mem = c.allocate(1 << 20);
@@ -524,8 +494,8 @@ BOOST_AUTO_TEST_CASE(no_leaks) {
     BOOST_TEST(usageAfter[i].connections == usageBefore[i].connections);
   }
   // Fewer is fine (a provider may close an idle connection); more is a leak.
-  BOOST_TEST(strata::testing::countOpenFds() <= fds, "open fds went from " << fds << " to "
-                                                     << strata::testing::countOpenFds());
+  BOOST_TEST(strata::testing::countOpenFds() <= fds,
+             "open fds went from " << fds << " to " << strata::testing::countOpenFds());
   BOOST_TEST(countMaps() <= maps + 2, "mappings went from " << maps << " to " << countMaps());
   ctx.reset();
   size_t fds2 = strata::testing::countOpenFds();
@@ -533,8 +503,8 @@ BOOST_AUTO_TEST_CASE(no_leaks) {
     auto c = makeContext(cfg);
     cycle(*c);
   }
-  BOOST_TEST(strata::testing::countOpenFds() <= fds2, "open fds went from " << fds2 << " to "
-                                                      << strata::testing::countOpenFds());
+  BOOST_TEST(strata::testing::countOpenFds() <= fds2,
+             "open fds went from " << fds2 << " to " << strata::testing::countOpenFds());
 }
 
 int main(int argc, char** argv) {

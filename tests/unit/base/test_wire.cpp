@@ -1,5 +1,5 @@
-// Wire encoding: round trips, one case per class of malformed input, a deterministic mutation
-// loop, and (here because it is the other byte-level helper) an HMAC known-answer test.
+// Wire encoding (lib/base/wire.cpp): round trips, one case per class of malformed input, a
+// deterministic mutation loop.
 #define BOOST_TEST_MODULE wire
 #include <boost/test/unit_test.hpp>
 
@@ -15,7 +15,6 @@
 
 #include <strata/error.hpp>
 
-#include "base/crypto.hpp"
 #include "base/wire.hpp"
 
 // Records the largest single allocation, so the mutation loop can prove that forged lengths
@@ -449,39 +448,3 @@ BOOST_AUTO_TEST_CASE(mutation_loop_only_protocol_errors) {
   // Nothing beyond the record itself and small field copies was ever allocated.
   BOOST_TEST(gLargestAllocation.load() < 64u * 1024, "largest allocation " << gLargestAllocation);
 }
-
-BOOST_AUTO_TEST_SUITE(hmac)
-
-BOOST_AUTO_TEST_CASE(rfc4231_test_case_2) {
-  auto d = crypto::hmacSha256(asBytes("Jefe"), asBytes("what do ya want for nothing?"));
-  BOOST_TEST(crypto::toHex(d) ==
-             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-}
-
-BOOST_AUTO_TEST_CASE(sha256_known_answer) {
-  BOOST_TEST(crypto::toHex(crypto::sha256(asBytes("abc"))) ==
-             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  BOOST_TEST(crypto::toHex(crypto::sha256({})) ==
-             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-}
-
-BOOST_AUTO_TEST_CASE(empty_key_and_data) {
-  // RFC-independent value computed with `openssl dgst -sha256 -hmac ''` on empty input.
-  BOOST_TEST(crypto::toHex(crypto::hmacSha256({}, {})) ==
-             "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
-}
-
-BOOST_AUTO_TEST_CASE(random_secret_and_compare) {
-  auto a = crypto::randomSecretHex();
-  auto b = crypto::randomSecretHex();
-  BOOST_TEST(a.size() == 64u);
-  BOOST_TEST(a.find_first_not_of("0123456789abcdef") == std::string::npos);
-  BOOST_TEST(a != b);
-  BOOST_TEST(crypto::toHex(std::vector<uint8_t>{0x00, 0x0f, 0xa5, 0xff}) == "000fa5ff");
-  BOOST_TEST(crypto::equalConstantTime(asBytes(a), asBytes(a)));
-  BOOST_TEST(!crypto::equalConstantTime(asBytes(a), asBytes(b)));
-  BOOST_TEST(!crypto::equalConstantTime(asBytes("abc"), asBytes("abcd")));
-  BOOST_TEST(crypto::equalConstantTime({}, {}));
-}
-
-BOOST_AUTO_TEST_SUITE_END()

@@ -144,7 +144,10 @@ std::optional<fs::path> sourceRoot() {
   }
   for (const auto& base : bases) {
     fs::path candidate = fs::weakly_canonical(base / self);
-    if (fs::exists(candidate)) return candidate.parent_path().parent_path().parent_path();
+    // This file is <root>/tests/unit/base/test_config.cpp.
+    if (fs::exists(candidate)) {
+      return candidate.parent_path().parent_path().parent_path().parent_path();
+    }
   }
   return std::nullopt;
 }
@@ -600,7 +603,8 @@ BOOST_AUTO_TEST_CASE(lines_go_to_log_file_whole) {
     if (line.compare(sp + 1, 1, "r") != 0) return false;
     size_t sp2 = line.find(' ', sp + 1);
     std::string rank = line.substr(sp + 2, sp2 - sp - 2);
-    if (rank != "?" && (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos)) {
+    if (rank != "?" &&
+        (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos)) {
       return false;
     }
     size_t close = line.find("] ", sp2);

@@ -1,5 +1,5 @@
-// The handshake records and checks without sockets (base/handshake_codec.hpp); the socket
-// engines are tested in test_socket.cpp.
+// The handshake records and checks without sockets (lib/net/handshake_codec.cpp). The main of
+// the module `handshake`; test_handshake.cpp runs the engines over sockets.
 #define BOOST_TEST_MODULE handshake
 #include <boost/test/unit_test.hpp>
 

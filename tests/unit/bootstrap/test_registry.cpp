@@ -39,7 +39,9 @@ BOOST_AUTO_TEST_CASE(lists_builtin_and_known_modules) {
     if (b.name == "pmix") pmix = true;
     if (b.name == "testgood") good = b.kind == "module" && b.usable;
     if (b.name == "testbadabi") {
-      bad = !b.usable && b.error.find("module ABI " + std::to_string(STRATA_MODULE_ABI_VERSION + 998)) != std::string::npos;
+      bad = !b.usable &&
+            b.error.find("module ABI " + std::to_string(STRATA_MODULE_ABI_VERSION + 998)) !=
+                std::string::npos;
       BOOST_TEST_MESSAGE("testbadabi: " << b.error);
     }
     if (b.name == "testnoentry") {

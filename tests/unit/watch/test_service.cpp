@@ -1,0 +1,143 @@
+// The status service in this process (lib/watch/service.cpp, scope.cpp): it answers local
+// status, list and dump requests while another thread enters and leaves calls, stops with the
+// last scope, and a forked child runs a service of its own. Part of the module `watch`
+// (test_codec.cpp). Scopes are opened through watch/watch.hpp, as the watched bootstrap opens
+// them (tests/unit/bootstrap/test_watched.cpp).
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include <strata/error.hpp>
+
+#include "base/watch_calls.hpp"
+#include "watch/watch.hpp"
+
+using namespace strata;
+using namespace strata::watch;
+
+namespace {
+
+/// The scope of rank 0 of a job of `size`, opened as lib/bootstrap's watched decorator opens it,
+/// over an allGather that gives every other rank a copy of rank 0's record. Closed by reset() or
+/// at the end of its scope.
+class OpenScope {
+ public:
+  explicit OpenScope(int size) {
+    OpenOptions options;
+    options.rank = 0;
+    options.size = size;
+    options.interface = "lo";
+    scope_ = open(options, [size](void* data, size_t bytesPerRank) {
+      auto* p = static_cast<uint8_t*>(data);
+      for (int r = 1; r < size; ++r) std::memcpy(p + bytesPerRank * r, p, bytesPerRank);
+    });
+  }
+  ~OpenScope() { reset(); }
+  OpenScope(const OpenScope&) = delete;
+  OpenScope& operator=(const OpenScope&) = delete;
+
+  const std::shared_ptr<Scope>& get() const { return scope_; }
+  void reset() {
+    if (scope_) close(*scope_);
+    scope_.reset();
+  }
+
+ private:
+  std::shared_ptr<Scope> scope_;
+};
+
+}  // namespace
+
+// The status service answers (status, list, dump) while another thread enters and leaves calls
+// and changes what it waits for; run under ThreadSanitizer as well (docs/testing.md).
+BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
+  OpenScope opened(2);
+  auto scope = opened.get();
+  BOOST_REQUIRE(scope != nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
+  std::thread worker([&] {
+    for (uint64_t i = 1; !stop; ++i) {
+      Call c(scope, "communicator 0", "allReduce", i);
+      for (int k = 0; k < 200; ++k) {
+        waitingFor(1, k % 2 ? "0 of 2 pieces from it received" : "1 of 2 pieces from it");
+        waitingFor(1, "1 of 2 pieces from it received", std::chrono::steady_clock::now());
+        progressed();
+      }
+      ++calls;
+    }
+  });
+  const int32_t pid = static_cast<int32_t>(::getpid());
+  uint64_t jobId = 0;
+  int seenWaiting = 0;  // answers caught while the worker waited (the racy moments)
+  for (int i = 0; i < 200; ++i) {
+    Reply list = askLocal(pid, {RequestType::List, 0}, 5);
+    BOOST_REQUIRE(list.error.empty());
+    BOOST_REQUIRE(!list.reports.empty());
+    jobId = list.reports.front().jobId;
+    Reply st = askLocal(pid, {RequestType::Status, jobId}, 5);
+    BOOST_REQUIRE(st.reports.size() == 1u);
+    BOOST_TEST(st.reports.front().rank == 0);
+    for (const auto& c : st.reports.front().calls) {
+      BOOST_TEST(c.op == "allReduce");
+      BOOST_TEST((c.waitingFor == -1 || c.waitingFor == 1));
+      if (c.waitingFor == 1) ++seenWaiting;
+    }
+  }
+  Reply dump = askLocal(pid, {RequestType::Dump, jobId}, 10);
+  BOOST_TEST(dump.error.empty(), dump.error);
+  BOOST_TEST(dump.text.find("2 ranks, asked from rank 0") != std::string::npos, dump.text);
+  Reply none = askLocal(pid, {RequestType::Status, jobId + 1}, 5);
+  BOOST_TEST(none.error.find("has no job") != std::string::npos, none.error);
+  stop = true;
+  worker.join();
+  BOOST_TEST(calls > 0u);
+  BOOST_TEST_MESSAGE("worker calls " << calls << ", answers showing a wait " << seenWaiting);
+  opened.reset();
+  // The last scope closed: the service thread and its socket are gone.
+  BOOST_CHECK_THROW(askLocal(pid, {RequestType::List, 0}, 1), Error);
+}
+
+// A process that forks while its status service runs (a PyTorch DataLoader worker, a test
+// that forks a stand-in rank): the child starts a service of its own for a bootstrap it creates,
+// and destroying what it inherited neither hangs nor touches the parent's.
+BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer cannot start threads in the child of a multi-threaded fork.
+  BOOST_TEST_MESSAGE("skipped under ThreadSanitizer (no threads after a multi-threaded fork)");
+  return;
+#endif
+  OpenScope parent(2);
+  BOOST_REQUIRE(parent.get() != nullptr);
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    int rc = 0;
+    try {
+      OpenScope own(2);
+      Reply r = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
+      if (r.reports.size() != 1) rc = 2;
+      own.reset();
+      parent.reset();  // inherited: must not wait for the parent's thread
+    } catch (...) {
+      rc = 3;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "child status " << status);
+  Reply mine = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
+  BOOST_TEST(mine.reports.size() == 1u);
+}
