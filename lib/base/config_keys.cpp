@@ -237,20 +237,29 @@ std::optional<Range> parseRange(std::string_view choices) {
   return Range{choices.substr(0, dots), choices.substr(dots + 2)};
 }
 
-std::optional<int64_t> parseInt(std::string_view text) {
+// A decimal integer (T = int64_t) or number (T = double), with an optional leading '+'.
+template <typename T>
+std::optional<T> parseNumber(std::string_view text) {
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  int64_t value = 0;
+  T value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
 }
+constexpr auto parseInt = parseNumber<int64_t>;
+constexpr auto parseDouble = parseNumber<double>;
 
-std::optional<double> parseDouble(std::string_view text) {
-  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
+// Rejects a number outside the key's range "min..max" (either side may be empty).
+template <typename T>
+void checkRange(const KeyInfo& key, std::string_view value, std::string_view where, T number) {
+  auto range = parseRange(key.choices);
+  if (!range) return;
+  if (!range->min.empty() && number < parseNumber<T>(range->min).value_or(0)) {
+    invalid(key, value, where, fmt::format("must be at least {}", range->min));
+  }
+  if (!range->max.empty() && number > parseNumber<T>(range->max).value_or(0)) {
+    invalid(key, value, where, fmt::format("must be at most {}", range->max));
+  }
 }
 
 std::optional<bool> parseBool(std::string_view text) {
@@ -269,29 +278,14 @@ std::optional<uint64_t> parseBytes(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + digits, number);
   if (ec != std::errc() || end != text.data() + digits) return std::nullopt;
   std::string suffix = lower(trim(text.substr(digits)));
-  int shift = 0;
-  if (!suffix.empty()) {
-    switch (suffix.front()) {
-      case 'k':
-        shift = 10;
-        break;
-      case 'm':
-        shift = 20;
-        break;
-      case 'g':
-        shift = 30;
-        break;
-      case 't':
-        shift = 40;
-        break;
-      default:
-        break;
-    }
-    std::string_view rest = suffix;
-    if (shift != 0) rest.remove_prefix(1);
-    // After a multiplier "B" and "iB" are both accepted; a bare number may end in "B" only.
-    if (!(rest.empty() || rest == "b" || (shift != 0 && rest == "ib"))) return std::nullopt;
-  }
+  // k, m, g, t: 2^10, 2^20, 2^30, 2^40.
+  const size_t unit =
+      suffix.empty() ? std::string_view::npos : std::string_view("kmgt").find(suffix[0]);
+  const int shift = unit == std::string_view::npos ? 0 : 10 * static_cast<int>(unit + 1);
+  std::string_view rest = suffix;
+  if (shift != 0) rest.remove_prefix(1);
+  // After a multiplier "B" and "iB" are both accepted; a bare number may end in "B" only.
+  if (!(rest.empty() || rest == "b" || (shift != 0 && rest == "ib"))) return std::nullopt;
   if (shift != 0 && number > (std::numeric_limits<uint64_t>::max() >> shift)) return std::nullopt;
   return number << shift;
 }
@@ -355,14 +349,7 @@ std::string validate(const KeyInfo& key, std::string_view value, std::string_vie
     case Type::Int: {
       auto number = parseInt(text);
       if (!number) invalid(key, value, where, "expected a decimal integer");
-      if (auto range = parseRange(key.choices)) {
-        if (!range->min.empty() && *number < parseInt(range->min).value_or(0)) {
-          invalid(key, value, where, fmt::format("must be at least {}", range->min));
-        }
-        if (!range->max.empty() && *number > parseInt(range->max).value_or(0)) {
-          invalid(key, value, where, fmt::format("must be at most {}", range->max));
-        }
-      }
+      checkRange(key, value, where, *number);
       return std::to_string(*number);
     }
 
@@ -370,14 +357,7 @@ std::string validate(const KeyInfo& key, std::string_view value, std::string_vie
       auto number = parseDouble(text);
       if (!number) invalid(key, value, where, "expected a number");
       if (!std::isfinite(*number)) invalid(key, value, where, "must be finite");
-      if (auto range = parseRange(key.choices)) {
-        if (!range->min.empty() && *number < parseDouble(range->min).value_or(0)) {
-          invalid(key, value, where, fmt::format("must be at least {}", range->min));
-        }
-        if (!range->max.empty() && *number > parseDouble(range->max).value_or(0)) {
-          invalid(key, value, where, fmt::format("must be at most {}", range->max));
-        }
-      }
+      checkRange(key, value, where, *number);
       // Shortest text that round-trips, so that equal values compare equal in the agreement check.
       return fmt::format("{}", *number);
     }

@@ -1,4 +1,4 @@
-// libFuzzer target for the connection handshake's records (lib/base/handshake_codec.cpp): the
+// libFuzzer target for the connection handshake's records (lib/net/handshake_codec.cpp): the
 // input is tried as CHALLENGE (what a connector reads from a listener), AUTH (what a listener
 // reads from a connector) and RESULT / REJECT (what a connector reads back). Checked:
 //   * a decoder refuses only with Error(ProtocolError);

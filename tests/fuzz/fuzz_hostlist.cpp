@@ -1,4 +1,4 @@
-// libFuzzer target for the Slurm list parsers (lib/base/hostlist.cpp): the input is parsed as a
+// libFuzzer target for the Slurm list parsers (lib/launch/hostlist.cpp): the input is parsed as a
 // compressed host list (SLURM_JOB_NODELIST, SLURM_STEP_NODELIST), a tasks-per-node list
 // (SLURM_STEP_TASKS_PER_NODE) and a port list (SLURM_STEP_RESV_PORTS). Checked:
 //   * a list is refused only with Error(InvalidArgument);

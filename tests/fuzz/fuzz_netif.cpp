@@ -1,4 +1,4 @@
-// libFuzzer target for the interface-spec parser and the interface choice (lib/base/netif.cpp),
+// libFuzzer target for the interface-spec parser and the interface choice (lib/net/netif.cpp),
 // which read bootstrap.tcp.interface / STRATA_BOOTSTRAP_TCP_INTERFACE. Byte 0 picks the address
 // family (or an invalid one), byte 1 a subnet hint (none, IPv4, IPv6, IPv4-mapped IPv6; its
 // address bytes follow), byte 2 the prefix lengths of the fixed candidate interfaces; the rest

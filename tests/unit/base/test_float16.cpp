@@ -1,4 +1,4 @@
-// The fp16 and bf16 conversions (lib/base/float16.hpp): exhaustive round trips, every rounding
+// The fp16 and bf16 conversions (lib/base/include/base/float16.hpp): exhaustive round trips, every rounding
 // midpoint, special values, and the compiler's own _Float16 as an independent reference.
 #define BOOST_TEST_MODULE float16
 #include <boost/test/unit_test.hpp>
