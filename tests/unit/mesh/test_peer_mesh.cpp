@@ -260,10 +260,13 @@ BOOST_AUTO_TEST_CASE(calls_past_their_deadline_throw_Timeout_naming_peer_and_ope
   BOOST_TEST(took < 5.0);
 
   // A send to a rank that does not read: connected first, then more than the sockets hold.
+  // Separate buffers: the reader thread writes its own while this thread's send reads v.
+  uint64_t got = 1;
   auto reader = std::async(std::launch::async,
-                           [&] { job[0].recv(1, 1, &v, sizeof v, Deadline::after(kPatient)); });
+                           [&] { job[0].recv(1, 1, &got, sizeof got, Deadline::after(kPatient)); });
   job[1].send(0, 1, &v, sizeof v, Deadline::after(kPatient));
   reader.get();
+  BOOST_TEST(got == v);
   std::vector<uint8_t> big(64u << 20);
   t0 = std::chrono::steady_clock::now();
   e = expectError([&] { job[1].send(0, 2, big.data(), big.size(), job[1].callDeadline()); });
@@ -281,12 +284,14 @@ BOOST_AUTO_TEST_CASE(calls_past_their_deadline_throw_Timeout_naming_peer_and_ope
 BOOST_AUTO_TEST_CASE(a_peer_that_closes_gives_PeerLost_before_the_timeout) {
   Job job(2);
   job.startAll();
-  uint64_t v = 1;
+  const uint64_t sent = 1;  // the closer's own buffer: this thread receives into v meanwhile
+  uint64_t v = 0;
   auto closer = std::async(std::launch::async, [&] {
-    job[0].send(1, 1, &v, sizeof v, Deadline::after(kPatient));
+    job[0].send(1, 1, &sent, sizeof sent, Deadline::after(kPatient));
     job[0].close();
   });
   job[1].recv(0, 1, &v, sizeof v, Deadline::after(kPatient));
+  BOOST_TEST(v == sent);
   Error e = expectError([&] { job[1].recv(0, 2, &v, sizeof v, job[1].callDeadline()); });
   closer.get();
   BOOST_TEST((e.code() == ErrorCode::PeerLost));
