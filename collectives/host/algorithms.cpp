@@ -8,6 +8,7 @@
 
 #include <strata/error.hpp>
 
+#include "call.hpp"
 #include "reduce.hpp"
 
 namespace strata::collectives {
@@ -48,6 +49,8 @@ Field headerField(Value value, const char* name, const CollectiveRequest& call) 
   return static_cast<Field>(value);
 }
 
+}  // namespace
+
 /// What every chunk of the call carries (docs/wire-format.md, "Collective chunks"): the reduce
 /// op only for reducing ops, the root only for broadcast.
 OpSignature signatureOf(const CollectiveRequest& call) {
@@ -71,6 +74,12 @@ Plan makePlan(Engine& e, const OpSignature& sig) {
   plan.in.resize(static_cast<size_t>(e.size()));
   return plan;
 }
+
+void copyIfDistinct(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes) std::memmove(dst, src, bytes);
+}
+
+namespace {
 
 /// One reduction round per chunk of [0, bytes): dst + off = op over members (default: every
 /// rank) of (own + off, each member's chunk). Members' pieces are expected in the same chunking.
@@ -99,97 +108,6 @@ void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, 
   }
 }
 
-void copyIfDistinct(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes) std::memmove(dst, src, bytes);
-}
-
-// --- single copy: peers read each other's buffers with process_vm_readv --------------------
-//
-// Each rank sends every peer a descriptor (its buffer addresses); a reader copies what it needs
-// straight from the peer's buffer into its own, then tells the owner "done" so that the owner
-// may return (its buffers are no longer read). Offsets tag the messages of one operation:
-// 0 descriptor, 1 "reduced" (allReduce), 2 "done".
-
-struct Desc {
-  uint64_t send = 0;
-  uint64_t recv = 0;
-};
-
-uint64_t addressOf(const void* p) {
-  return reinterpret_cast<uint64_t>(p);
-}
-
-Desc readDesc(const char* payload) {
-  Desc d;
-  std::memcpy(&d, payload, sizeof d);
-  return d;
-}
-
-void sendDone(Engine& e, int peer, const OpSignature& sig) {
-  uint64_t one = 1;
-  e.queueCopy(peer, &one, sizeof one, sig, 2);
-}
-
-void expectDone(Plan& plan, int peer, uint64_t* sink) {
-  plan.in[peer].push_back({reinterpret_cast<char*>(sink), sizeof(uint64_t), 2, -1, {}});
-}
-
-/// Single copy, step 0: sends this rank's descriptor to every peer and adds round 0, which
-/// runs once every peer's descriptor is here: it fills descs[p] for each peer (descs[me] stays
-/// empty), then calls then().
-void exchangeDescs(Engine& e, const OpSignature& sig, Plan& plan, const Desc& mine,
-                   std::vector<Desc>& descs, std::function<void()> then) {
-  const size_t me = static_cast<size_t>(e.rank());
-  for (size_t p = 0; p < descs.size(); ++p) {
-    if (p == me) continue;
-    e.queueCopy(static_cast<int>(p), &mine, sizeof mine, sig, 0);
-    plan.in[p].push_back({nullptr, sizeof(Desc), 0, 0, {}});
-  }
-  Round round;
-  round.action = [&descs, me, then = std::move(then)](const std::vector<const char*>& payloads) {
-    for (size_t p = 0; p < descs.size(); ++p) {
-      if (p != me) descs[p] = readDesc(payloads[p]);
-    }
-    then();
-  };
-  plan.rounds.push_back(std::move(round));
-}
-
-/// dst = op over ranks of block [offset, offset + bytes) of every rank's send buffer (own: the
-/// local one), reading peers' blocks through a reused staging buffer in pieces.
-void reduceFromPeers(Engine& e, const std::vector<Desc>& descs, const char* own, char* dst,
-                     uint64_t offset, size_t bytes, DataType type, ReduceOp op) {
-  const size_t ts = sizeOf(type);
-  const size_t n = static_cast<size_t>(e.size());
-  const size_t piece = 256 * 1024;  // a few pieces of every peer stay in the L2 cache
-  char* temp = e.temp(piece * n);
-  std::vector<const void*> srcs(n);
-  for (size_t off = 0; off < bytes; off += piece) {
-    size_t len = std::min(piece, bytes - off);
-    for (size_t p = 0; p < n; ++p) {
-      if (p == static_cast<size_t>(e.rank())) {
-        srcs[p] = own + off;
-      } else {
-        e.readFrom(static_cast<int>(p), descs[p].send + offset + off, temp + p * piece, len);
-        srcs[p] = temp + p * piece;
-      }
-    }
-    reduceMany(dst + off, srcs.data(), n, len / ts, type, op);
-    if (op == ReduceOp::Avg) divideBy(dst + off, len / ts, type, e.size());
-  }
-}
-
-/// Blocks of [0, count) elements split n ways, 16-element aligned: byte start and length.
-struct Blocks {
-  size_t count, n, ts, blk;
-  Blocks(size_t count_, size_t n_, size_t ts_) : count(count_), n(n_), ts(ts_) {
-    blk = (count + n - 1) / n;
-    blk = (blk + 15) / 16 * 16;
-  }
-  size_t start(size_t b) const { return std::min(count, b * blk) * ts; }
-  size_t length(size_t b) const { return start(b + 1) - start(b); }
-};
-
 /// Two-shot allReduce among members (this rank one of them) of count elements: block k of
 /// the elements is reduced by members[k] from every member's block k (reduce-scatter), then
 /// sent to every member (all-gather). A chunk goes out as soon as its round is reduced, so the
@@ -213,66 +131,6 @@ void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t c
   for (size_t k = 0; k < n; ++k) {
     if (k != me)
       Engine::expectCopy(plan, members[k], d + bl.start(k), bl.length(k), e.chunkBytes());
-  }
-  e.run(plan, what);
-}
-
-void singleCopyAllReduce(Engine& e, const OpSignature& sig, const CollectiveRequest& call) {
-  const char* s = static_cast<const char*>(call.send);
-  char* d = static_cast<char*>(call.recv);
-  const DataType type = call.type;
-  const ReduceOp op = call.redop;
-  const size_t ts = sizeOf(type);
-  const size_t n = static_cast<size_t>(e.size());
-  const size_t me = static_cast<size_t>(e.rank());
-  const Blocks bl(call.count, n, ts);
-  Plan plan = makePlan(e, sig);
-  std::vector<Desc> descs(n);
-  std::vector<uint64_t> sink(n);
-  // Round 0: every descriptor is here; reduce this rank's block from every send buffer, then
-  // tell every peer that the block is ready to be read.
-  exchangeDescs(e, sig, plan, Desc{addressOf(s), addressOf(d)}, descs, [&] {
-    reduceFromPeers(e, descs, s + bl.start(me), d + bl.start(me), bl.start(me), bl.length(me), type,
-                    op);
-    uint64_t one = 1;
-    for (size_t p = 0; p < n; ++p) {
-      if (p != me) e.queueCopy(static_cast<int>(p), &one, sizeof one, sig, 1);
-    }
-  });
-  for (size_t p = 0; p < n; ++p) {
-    if (p == me) continue;
-    int peer = static_cast<int>(p);
-    plan.in[p].push_back({nullptr, sizeof(uint64_t), 1, -1, [&, p, peer](const char*) {
-                            e.readFrom(peer, descs[p].recv + bl.start(p), d + bl.start(p),
-                                       bl.length(p));
-                            sendDone(e, peer, sig);
-                          }});
-    expectDone(plan, peer, &sink[p]);
-  }
-  e.run(plan, "allReduce");
-}
-
-/// Ops where each reader copies one region of each peer's send buffer into its recv buffer:
-/// srcOffset(p) and dst(p) say which; owners wait for every reader's "done".
-template <typename SrcOffset, typename Dst>
-void gatherSingleCopy(Engine& e, const OpSignature& sig, const void* send, size_t bytes,
-                      SrcOffset srcOffset, Dst dst, const char* what,
-                      std::function<void()> localWork) {
-  const size_t n = static_cast<size_t>(e.size());
-  Plan plan = makePlan(e, sig);
-  plan.localWork = std::move(localWork);
-  std::vector<uint64_t> sink(n);
-  Desc mine{addressOf(send), 0};
-  for (size_t p = 0; p < n; ++p) {
-    if (p == static_cast<size_t>(e.rank())) continue;
-    int peer = static_cast<int>(p);
-    e.queueCopy(peer, &mine, sizeof mine, sig, 0);
-    plan.in[p].push_back({nullptr, sizeof(Desc), 0, -1, [&, peer](const char* payload) {
-                            Desc d = readDesc(payload);
-                            e.readFrom(peer, d.send + srcOffset(peer), dst(peer), bytes);
-                            sendDone(e, peer, sig);
-                          }});
-    expectDone(plan, peer, &sink[p]);
   }
   e.run(plan, what);
 }
@@ -383,12 +241,7 @@ void allReduceHierarchical(Engine& e, const CollectiveRequest& call) {
   hierarchicalAllReduce(e, signatureOf(call), call);
 }
 
-void allReduceSingleCopy(Engine& e, const CollectiveRequest& call) {
-  if (trivialAllReduce(e, call)) return;
-  singleCopyAllReduce(e, signatureOf(call), call);
-}
-
-void allGather(Engine& e, const CollectiveRequest& call, Path path) {
+void allGather(Engine& e, const CollectiveRequest& call) {
   const size_t bytes = call.bytes();
   if (call.count == 0) return;
   const OpSignature sig = signatureOf(call);
@@ -397,12 +250,6 @@ void allGather(Engine& e, const CollectiveRequest& call, Path path) {
   auto own = [&] { copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes); };
   if (e.size() == 1) {
     own();
-    return;
-  }
-  if (path == Path::SingleCopy) {
-    gatherSingleCopy(
-        e, sig, send, bytes, [](int) { return uint64_t{0}; },
-        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allGather", own);
     return;
   }
   Plan plan = makePlan(e, sig);
@@ -415,7 +262,7 @@ void allGather(Engine& e, const CollectiveRequest& call, Path path) {
   e.run(plan, "allGather");
 }
 
-void reduceScatter(Engine& e, const CollectiveRequest& call, Path path) {
+void reduceScatter(Engine& e, const CollectiveRequest& call) {
   const size_t bytes = call.bytes();
   if (call.count == 0) return;
   const char* s = static_cast<const char*>(call.send);
@@ -426,24 +273,6 @@ void reduceScatter(Engine& e, const CollectiveRequest& call, Path path) {
     return;
   }
   const OpSignature sig = signatureOf(call);
-  if (path == Path::SingleCopy) {
-    const size_t n = static_cast<size_t>(e.size());
-    Plan plan = makePlan(e, sig);
-    std::vector<Desc> descs(n);
-    std::vector<uint64_t> sink(n);
-    exchangeDescs(e, sig, plan, Desc{addressOf(s), 0}, descs, [&] {
-      reduceFromPeers(e, descs, s + me * bytes, static_cast<char*>(recv), me * bytes, bytes,
-                      call.type, call.redop);
-      for (size_t p = 0; p < n; ++p) {
-        if (p != me) sendDone(e, static_cast<int>(p), sig);
-      }
-    });
-    for (size_t p = 0; p < n; ++p) {
-      if (p != me) expectDone(plan, static_cast<int>(p), &sink[p]);
-    }
-    e.run(plan, "reduceScatter");
-    return;
-  }
   Plan plan = makePlan(e, sig);
   for (int p = 0; p < e.size(); ++p) {
     if (p != e.rank()) e.queueSend(p, s + static_cast<size_t>(p) * bytes, bytes, sig);
@@ -452,7 +281,7 @@ void reduceScatter(Engine& e, const CollectiveRequest& call, Path path) {
   e.run(plan, "reduceScatter");
 }
 
-void broadcast(Engine& e, const CollectiveRequest& call, Path path) {
+void broadcast(Engine& e, const CollectiveRequest& call) {
   const size_t bytes = call.bytes();
   if (call.count == 0) return;
   const void* send = call.send;
@@ -463,26 +292,6 @@ void broadcast(Engine& e, const CollectiveRequest& call, Path path) {
     return;
   }
   const OpSignature sig = signatureOf(call);
-  if (path == Path::SingleCopy) {
-    Plan plan = makePlan(e, sig);
-    std::vector<uint64_t> sink(static_cast<size_t>(e.size()));
-    if (e.rank() == root) {
-      Desc mine{addressOf(send), 0};
-      for (int p = 0; p < e.size(); ++p) {
-        if (p == root) continue;
-        e.queueCopy(p, &mine, sizeof mine, sig, 0);
-        expectDone(plan, p, &sink[p]);
-      }
-      plan.localWork = [&] { copyIfDistinct(recv, send, bytes); };
-    } else {
-      plan.in[root].push_back({nullptr, sizeof(Desc), 0, -1, [&](const char* payload) {
-                                 e.readFrom(root, readDesc(payload).send, recv, bytes);
-                                 sendDone(e, root, sig);
-                               }});
-    }
-    e.run(plan, "broadcast");
-    return;
-  }
   Plan plan = makePlan(e, sig);
   if (e.rank() == root) {
     for (int p = 0; p < e.size(); ++p) {
@@ -495,7 +304,7 @@ void broadcast(Engine& e, const CollectiveRequest& call, Path path) {
   e.run(plan, "broadcast");
 }
 
-void allToAll(Engine& e, const CollectiveRequest& call, Path path) {
+void allToAll(Engine& e, const CollectiveRequest& call) {
   const size_t bytes = call.bytes();
   if (call.count == 0) return;
   const char* s = static_cast<const char*>(call.send);
@@ -505,12 +314,6 @@ void allToAll(Engine& e, const CollectiveRequest& call, Path path) {
   auto own = [&] { copyIfDistinct(d + me * bytes, s + me * bytes, bytes); };
   if (e.size() == 1) {
     own();
-    return;
-  }
-  if (path == Path::SingleCopy) {
-    gatherSingleCopy(
-        e, sig, s, bytes, [&](int) { return uint64_t{me * bytes}; },
-        [&](int p) { return d + static_cast<size_t>(p) * bytes; }, "allToAll", own);
     return;
   }
   Plan plan = makePlan(e, sig);

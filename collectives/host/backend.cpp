@@ -24,11 +24,36 @@ using backend::BufferKind;
 using backend::CollectiveOp;
 using backend::CollectiveRequest;
 
+void runGatherLike(Engine& e, const CollectiveRequest& r, const char* name);
+
 /// The engine and what every algorithm of this backend shares: the lock that the delivery
 /// thread of buffered sends also takes, and the rule that a failed call forgets its queue.
 struct Shared {
   std::unique_ptr<Engine> engine;
-  size_t oneshotMax = 0;  ///< auto's oneshot limit at this rank count
+  size_t oneshotMax = 0;     ///< auto's oneshot limit at this rank count
+  uint64_t zeroCopyMin = 0;  ///< collectives.zero_copy_min_bytes
+
+  /// Whether auto runs the call by single copy (process_vm_readv) rather than through the
+  /// slots: from the tuned crossover of its op family on (engine->choices()).
+  bool singleCopyPreferred(const CollectiveRequest& r) const {
+    if (!engine->singleCopy()) return false;
+    const Choices& c = engine->choices();
+    return r.bytes() >=
+           (r.op == CollectiveOp::AllReduce ? c.allReduceSingleCopyMin : c.gatherSingleCopyMin);
+  }
+  /// What auto runs through the slots (one host: no hierarchical); returns its name.
+  const char* runSlots(Engine& e, const CollectiveRequest& r) const {
+    if (r.op != CollectiveOp::AllReduce) {
+      runGatherLike(e, r, "host/direct");
+      return "direct";
+    }
+    if (r.bytes() <= oneshotMax) {
+      allReduceOneShot(e, r);
+      return "oneshot";
+    }
+    allReduceTwoShot(e, r);
+    return "twoshot";
+  }
 
   template <typename F>
   void guarded(F&& fn) {
@@ -63,17 +88,17 @@ std::string kib(size_t bytes) {
   return bytes % 1024 == 0 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes);
 }
 
-/// allGather, reduceScatter, broadcast and allToAll through the slots or by single copy.
-void runGatherLike(Engine& e, const CollectiveRequest& r, Path path, const char* name) {
+/// allGather, reduceScatter, broadcast and allToAll through the slots.
+void runGatherLike(Engine& e, const CollectiveRequest& r, const char* name) {
   switch (r.op) {
     case CollectiveOp::AllGather:
-      return allGather(e, r, path);
+      return allGather(e, r);
     case CollectiveOp::ReduceScatter:
-      return reduceScatter(e, r, path);
+      return reduceScatter(e, r);
     case CollectiveOp::Broadcast:
-      return broadcast(e, r, path);
+      return broadcast(e, r);
     case CollectiveOp::AllToAll:
-      return allToAll(e, r, path);
+      return allToAll(e, r);
     case CollectiveOp::AllReduce:
     case CollectiveOp::Send:
     case CollectiveOp::Recv:
@@ -149,6 +174,10 @@ class TwoShot final : public HostAlgorithm {
   }
 };
 
+std::string thresholdText(uint64_t bytes) {
+  return bytes == UINT64_MAX ? std::string("never") : fmt::format("from {}", kib(bytes));
+}
+
 /// allReduce, allGather, reduceScatter, broadcast, allToAll reading peers' buffers directly.
 class SingleCopy final : public HostAlgorithm {
  public:
@@ -158,28 +187,83 @@ class SingleCopy final : public HostAlgorithm {
             CollectiveOp::Broadcast, CollectiveOp::AllToAll};
   }
   std::string describe() const override {
+    const Choices& c = s_.engine->choices();
     return fmt::format(
         "each rank reads what it needs straight from the peers' buffers with process_vm_readv "
-        "(one copy); host memory, every rank on one host with ptrace permitted; auto takes it "
-        "from {} per rank for allGather, reduceScatter, broadcast and allToAll "
-        "(collectives.single_copy_min_bytes), never for allReduce",
-        kib(s_.engine->singleCopyMinBytes()));
+        "(one copy; allocHost buffers through their mapping); host memory, every rank on one "
+        "host with ptrace permitted; auto takes it {} per rank for allGather, reduceScatter, "
+        "broadcast and allToAll and {} for allReduce ({})",
+        thresholdText(c.gatherSingleCopyMin), thresholdText(c.allReduceSingleCopyMin),
+        s_.engine->tuning().source);
   }
   std::string unsuitable(const CollectiveRequest& r) const override {
     std::string why = s_.noStream(r);
     return why.empty() ? s_.singleCopyMissing() : why;
   }
-  bool prefers(const CollectiveRequest& r) const override {
-    // allReduce reads twice (the second time what the peers just reduced): it ran at 0.55x
-    // Open MPI on an AMD EPYC machine where the slot path ran at 2x (docs/benchmarks.md).
-    return r.op != CollectiveOp::AllReduce && r.bytes() >= s_.engine->singleCopyMinBytes();
-  }
+  bool prefers(const CollectiveRequest& r) const override { return s_.singleCopyPreferred(r); }
   void run(const CollectiveRequest& r) override {
+    how_.clear();
     s_.guarded([&](Engine& e) {
-      if (r.op == CollectiveOp::AllReduce) return allReduceSingleCopy(e, r);
-      runGatherLike(e, r, Path::SingleCopy, "host/singlecopy");
+      if (trivialCall(e, r)) return;
+      Descriptors d = exchangeDescriptors(e, r);
+      if (d.allShared) how_ = "mapped: every buffer is allocHost memory";
+      singleCopy(e, r, d);
     });
   }
+  std::string launchShape() const override { return how_; }
+
+ private:
+  std::string how_;
+};
+
+/// The five collectives on allocHost memory: descriptors first, then either every peer's buffer
+/// read through its mapping, or what auto would have run without this algorithm.
+class ZeroCopy final : public HostAlgorithm {
+ public:
+  explicit ZeroCopy(Shared& s) : HostAlgorithm(s, "zerocopy") {}
+  std::vector<CollectiveOp> ops() const override {
+    return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
+            CollectiveOp::Broadcast, CollectiveOp::AllToAll};
+  }
+  std::string describe() const override {
+    return fmt::format(
+        "every rank describes its buffers; when the buffers the peers read are "
+        "Communicator::allocHost memory on every rank, they read them through shared mappings "
+        "(plain loads and in-place reductions, no kernel or slot copy), else the call runs as "
+        "auto would have chosen without it, one message round later; host memory, every rank "
+        "on one host; auto takes it from {} per rank (collectives.zero_copy_min_bytes)",
+        kib(s_.zeroCopyMin));
+  }
+  std::string unsuitable(const CollectiveRequest& r) const override {
+    std::string why = s_.noStream(r);
+    if (why.empty() && !s_.engine->zeroCopy()) {
+      why =
+          "mapping the peers' allocHost memory is not available (ranks on several hosts, "
+          "collectives.zero_copy = off, or /proc/<pid>/fd of a peer not readable)";
+    }
+    return why;
+  }
+  bool prefers(const CollectiveRequest& r) const override { return r.bytes() >= s_.zeroCopyMin; }
+  void run(const CollectiveRequest& r) override {
+    how_.clear();
+    s_.guarded([&](Engine& e) {
+      if (trivialCall(e, r)) return;
+      Descriptors d = exchangeDescriptors(e, r);
+      if (d.allShared) {
+        how_ = "mapped";
+        return singleCopy(e, r, d);
+      }
+      if (s_.singleCopyPreferred(r)) {
+        how_ = "singlecopy: not every buffer is allocHost memory";
+        return singleCopy(e, r, d);
+      }
+      how_ = fmt::format("{}: not every buffer is allocHost memory", s_.runSlots(e, r));
+    });
+  }
+  std::string launchShape() const override { return how_; }
+
+ private:
+  std::string how_;
 };
 
 /// Everything but allReduce through the shared slots, and send/recv.
@@ -200,7 +284,7 @@ class Direct final : public HostAlgorithm {
     s_.guarded([&](Engine& e) {
       if (r.op == CollectiveOp::Send) return send(e, r);
       if (r.op == CollectiveOp::Recv) return recv(e, r);
-      runGatherLike(e, r, Path::Slots, "host/direct");
+      runGatherLike(e, r, "host/direct");
     });
   }
 };
@@ -218,10 +302,13 @@ class HostBackend final : public backend::CollectivesBackend {
       // 8 (docs/collectives.md).
       shared_.oneshotMax = shared_.oneshotMax * 4 / (n * n);
     }
+    shared_.zeroCopyMin = config::getBytes(*init.config, "collectives.zero_copy_min_bytes");
+    // In order of preference: the first that accepts a call and prefers it runs it.
+    algorithms_.push_back(std::make_unique<ZeroCopy>(shared_));
     algorithms_.push_back(std::make_unique<OneShot>(shared_));
     algorithms_.push_back(std::make_unique<Hierarchical>(shared_));
-    algorithms_.push_back(std::make_unique<TwoShot>(shared_));
     algorithms_.push_back(std::make_unique<SingleCopy>(shared_));
+    algorithms_.push_back(std::make_unique<TwoShot>(shared_));
     algorithms_.push_back(std::make_unique<Direct>(shared_));
   }
   std::string_view name() const noexcept override { return "host"; }

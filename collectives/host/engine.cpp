@@ -59,6 +59,32 @@ void Engine::readFrom(int peer, uint64_t addr, void* dst, size_t bytes) {
   }
 }
 
+const char* Engine::peerView(int peer, const PeerBuffer& b, uint64_t frees, uint64_t offset,
+                             size_t bytes) {
+  if (!zeroCopy_ || !b.shared()) return nullptr;
+  const auto& r = b.region;
+  if (offset > r.bytes - r.offset || bytes > r.bytes - r.offset - offset) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("rank {}'s buffer lies at offset {} of an allocation of {} B, but "
+                            "this call reads {} B at its offset {}: the ranks disagree about the "
+                            "call's size",
+                            peer, r.offset, r.bytes, bytes, offset),
+                peer);
+  }
+  std::string why;
+  const char* base = maps_->map(peer, pids_[peer], r, frees, &why);
+  if (!base) {
+    if (!mapFailureSaid_[peer]) {
+      mapFailureSaid_[peer] = 1;
+      STRATA_LOG(Info, "coll",
+                 "cannot map rank {}'s allocHost memory ({}); reading it with process_vm_readv",
+                 peer, why);
+    }
+    return nullptr;
+  }
+  return base + r.offset + offset;
+}
+
 void Engine::queueCopy(int peer, const void* data, size_t bytes, const OpSignature& sig,
                        uint64_t offset) {
   auto owned = std::make_shared<std::vector<char>>(static_cast<const char*>(data),

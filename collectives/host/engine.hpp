@@ -31,7 +31,9 @@
 
 #include "chunk_header.hpp"
 #include "link.hpp"
+#include "peer_maps.hpp"
 #include "slot_geometry.hpp"
+#include "tuning.hpp"
 
 namespace strata::collectives {
 
@@ -92,6 +94,16 @@ struct Plan {
   std::function<void()> localWork;
 };
 
+/// How this engine chose between the slots and single copy (strata-info --tuning).
+struct HostTuning {
+  Choices choices;
+  /// Where the figures came from: "measured at create in 4.2 ms", "cache <file>",
+  /// "collectives.tuning = off", "not needed: ...".
+  std::string source;
+  std::vector<ProbeSample> samples;  ///< empty: no measurement
+  std::string machine;               ///< rank 0's MachineKey::text()
+};
+
 class Engine {
  public:
   /// Collective over the context's ranks: checks that every rank cut its slots the same way
@@ -126,7 +138,19 @@ class Engine {
   /// process_vm_readv (probed at creation; collectives.single_copy): the single-copy
   /// algorithms read peers' buffers directly.
   bool singleCopy() const { return singleCopy_; }
-  size_t singleCopyMinBytes() const { return singleCopyMin_; }
+  /// The crossovers auto uses (the same on every rank: rank 0's figures).
+  const Choices& choices() const { return tuning_.choices; }
+  const HostTuning& tuning() const { return tuning_; }
+  /// True when every peer shares this host and each rank can map the others' allocHost memory
+  /// (probed at creation, collectives.zero_copy): a call whose buffers are such memory on
+  /// every rank reads them with plain loads.
+  bool zeroCopy() const { return zeroCopy_; }
+  /// Bytes [offset, offset + bytes) of peer's buffer b mapped into this process, or nullptr
+  /// when b is not allocHost memory or cannot be mapped (said once per peer at info level; the
+  /// caller then reads with process_vm_readv). ProtocolError when the range lies outside the
+  /// allocation the peer described.
+  const char* peerView(int peer, const PeerBuffer& b, uint64_t frees, uint64_t offset,
+                       size_t bytes);
   /// A buffer of this process for staging (reused across calls, so its pages stay mapped).
   char* temp(size_t bytes) {
     if (temp_.size() < bytes) temp_.resize(bytes);
@@ -149,7 +173,11 @@ class Engine {
   // Set-up (setup.cpp).
   /// Connects every pair, exchanges areas and flags, and makes each peer's Link.
   void connectLinks();
-  void probeSingleCopy(const Config& config);
+  /// Whether every pair of ranks can read each other's memory with process_vm_readv
+  /// (singleCopy_) and map each other's memfd memory (zeroCopy_).
+  void probePeerAccess(const Config& config);
+  /// Sets tuning_: rank 0 measures (or reads the cache) and tells every rank (setup.cpp).
+  void tune(const Config& config);
 
   // The progress loop (engine.cpp).
   /// Sends the link's next queued piece if a slot is free.
@@ -186,6 +214,12 @@ class Engine {
   RegisteredMemory staging_;  ///< proxied links: source of puts, region per destination
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
+  bool zeroCopy_ = false;
+  HostTuning tuning_;
+  uint64_t probePeerArea_ = 0;           ///< rank 0: rank 1's receive area, in rank 1's process
+  const char* probePeerView_ = nullptr;  ///< rank 0: the same area mapped here
+  std::unique_ptr<PeerMaps> maps_;
+  std::vector<uint8_t> mapFailureSaid_;  ///< per peer: a failed mapping was logged
   std::vector<int32_t> pids_;
   std::vector<std::vector<int>> hosts_;
   std::vector<char> temp_;

@@ -1,18 +1,25 @@
 // The engine's set-up, collective over the context's ranks: the slot geometry and its check,
 // the pairing of every two ranks (connections, receive areas, semaphore words), the proxy for
-// peers whose memory is not mapped here, and the single-copy probe.
+// peers whose memory is not mapped here, and the probes of reading peers' memory directly.
 
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include <strata/error.hpp>
+
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
+#include "base/wire.hpp"
 #include "engine.hpp"
 
 namespace strata::collectives {
@@ -60,7 +67,8 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   flags_ = context_->allocate(Link::flagBytes(size_));
   connectLinks();
   if (proxy_) proxy_->start();
-  probeSingleCopy(config);
+  probePeerAccess(config);
+  tune(config);
   STRATA_LOG(Debug, "coll",
              "host collectives: {} ranks, chunk {} B, {} slots per peer, {} peers "
              "through the proxy",
@@ -86,6 +94,8 @@ void Engine::connectLinks() {
                   static_cast<char*>(flags_.data()),
                   areas[i],
                   flags[i]};
+    if (rank_ == 0 && peers[i] == 1)
+      probePeerView_ = static_cast<const char*>(areas[i].hostPointer());
     if (Link::mappable(ends)) {
       links_[peers[i]] = Link::mapped(ends);
       continue;
@@ -98,44 +108,214 @@ void Engine::connectLinks() {
   }
 }
 
-void Engine::probeSingleCopy(const Config& config) {
-  std::string mode = config::getString(config, "collectives.single_copy");
+namespace {
+
+/// A page of memfd memory holding a probe word, for the zero-copy probe (not from the allocHost
+/// registry: probing must not count as an allocation or a free).
+struct ProbeFile {
+  int fd = -1;
+  uint64_t inode = 0;
+  void* page = MAP_FAILED;
+  size_t bytes = 0;
+  explicit ProbeFile(uint64_t word) {
+    bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    fd = memfd_create("strata-probe", MFD_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 || fstat(fd, &st) != 0) return;
+    inode = static_cast<uint64_t>(st.st_ino);
+    page = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (page != MAP_FAILED) std::memcpy(page, &word, sizeof word);
+  }
+  ~ProbeFile() {
+    if (page != MAP_FAILED) munmap(page, bytes);
+    if (fd >= 0) ::close(fd);
+  }
+  ProbeFile(const ProbeFile&) = delete;
+  ProbeFile& operator=(const ProbeFile&) = delete;
+  bool ok() const { return page != MAP_FAILED; }
+};
+
+}  // namespace
+
+void Engine::probePeerAccess(const Config& config) {
+  const bool singleWanted = config::getString(config, "collectives.single_copy") != "off";
+  const bool zeroWanted = config::getString(config, "collectives.zero_copy") != "off";
   pids_.assign(size_, 0);
   for (int p = 0; p < size_; ++p) pids_[p] = context_->pid(p);
-  // Every rank tries to read every same-host peer's probe word; single copy is used only when
-  // all pairs of the job can, so that every rank picks the same algorithms.
-  uint8_t ok = mode != "off";
-  uint64_t myAddress = reinterpret_cast<uint64_t>(&probeWord_);
-  std::vector<uint64_t> addresses(size_);
-  addresses[rank_] = myAddress;
-  context_->bootstrap().allGather(addresses.data(), sizeof(uint64_t));
-  for (int p = 0; p < size_ && ok; ++p) {
+  maps_ = std::make_unique<PeerMaps>(size_);
+  mapFailureSaid_.assign(static_cast<size_t>(size_), 0);
+  bool allMapped = true;
+  for (int p = 0; p < size_; ++p) allMapped &= p == rank_ || links_[p].isMapped();
+  ProbeFile file(probeWord_);
+  // Every rank tries to read every peer's probe word both ways (process_vm_readv; mapping the
+  // peer's memfd); each way is used only when all pairs of the job can, so that every rank
+  // picks the same algorithms. Record per rank: probe word address, memfd fd, its inode, and the
+  // receive area's address (for the tuning probe).
+  constexpr size_t kRecord = 32;
+  std::vector<uint8_t> records(kRecord * static_cast<size_t>(size_));
+  uint8_t* mine = records.data() + kRecord * static_cast<size_t>(rank_);
+  wire::storeLe(mine, reinterpret_cast<uint64_t>(&probeWord_));
+  wire::storeLe(mine + 8, static_cast<int64_t>(file.ok() ? file.fd : -1));
+  wire::storeLe(mine + 16, file.inode);
+  wire::storeLe(mine + 24, reinterpret_cast<uint64_t>(area_.data()));
+  context_->bootstrap().allGather(records.data(), kRecord);
+  if (size_ > 1) probePeerArea_ = wire::loadLe<uint64_t>(records.data() + kRecord + 24);
+  uint8_t single = singleWanted && allMapped;
+  uint8_t zero = zeroWanted && allMapped && file.ok();
+  for (int p = 0; p < size_ && (single || zero); ++p) {
     if (p == rank_) continue;
-    if (!links_[p].isMapped()) {
-      ok = 0;
-      break;
+    const uint8_t* rec = records.data() + kRecord * static_cast<size_t>(p);
+    if (single) {
+      uint64_t value = 0;
+      iovec local{&value, sizeof value};
+      iovec remote{reinterpret_cast<void*>(wire::loadLe<uint64_t>(rec)), sizeof value};
+      ssize_t n = process_vm_readv(pids_[p], &local, 1, &remote, 1, 0);
+      const int err = errno;  // read before anything else can change it
+      if (n != static_cast<ssize_t>(sizeof value) || value != probeWord_) {
+        // errno means something only when the call failed; a short read or another value
+        // leaves it stale.
+        std::string why = n < 0 ? std::strerror(err)
+                          : n != static_cast<ssize_t>(sizeof value)
+                              ? fmt::format("short read ({} of {} bytes)", n, sizeof value)
+                              : std::string("read a different value (not the probe word)");
+        STRATA_LOG(Info, "coll", "single copy off: cannot read rank {}'s memory (pid {}): {}", p,
+                   pids_[p], why);
+        single = 0;
+      }
     }
-    uint64_t value = 0;
-    iovec local{&value, sizeof value};
-    iovec remote{reinterpret_cast<void*>(addresses[p]), sizeof value};
-    ssize_t n = process_vm_readv(pids_[p], &local, 1, &remote, 1, 0);
-    const int err = errno;  // read before anything else can change it
-    if (n != static_cast<ssize_t>(sizeof value) || value != probeWord_) {
-      // errno means something only when the call failed; a short read or another value leaves
-      // it stale.
-      std::string why = n < 0 ? std::strerror(err)
-                        : n != static_cast<ssize_t>(sizeof value)
-                            ? fmt::format("short read ({} of {} bytes)", n, sizeof value)
-                            : std::string("read a different value (not the probe word)");
-      STRATA_LOG(Info, "coll", "single copy off: cannot read rank {}'s memory (pid {}): {}", p,
-                 pids_[p], why);
-      ok = 0;
+    if (zero) {
+      const int64_t fd = wire::loadLe<int64_t>(rec + 8);
+      std::string why = fd < 0 || fd > INT32_MAX
+                            ? std::string("it could not create its probe memfd")
+                            : PeerMaps::probe(pids_[p], static_cast<int>(fd),
+                                              wire::loadLe<uint64_t>(rec + 16), probeWord_);
+      if (!why.empty()) {
+        STRATA_LOG(Info, "coll", "zero copy off: cannot map rank {}'s memory (pid {}): {}", p,
+                   pids_[p], why);
+        zero = 0;
+      }
     }
   }
-  std::vector<uint8_t> all(size_);
-  all[rank_] = ok;
-  context_->bootstrap().allGather(all.data(), 1);
-  singleCopy_ = std::all_of(all.begin(), all.end(), [](uint8_t v) { return v != 0; });
+  std::vector<uint8_t> all(2 * static_cast<size_t>(size_));
+  all[2 * rank_] = single;
+  all[2 * rank_ + 1] = zero;
+  context_->bootstrap().allGather(all.data(), 2);
+  singleCopy_ = zeroCopy_ = true;
+  for (int p = 0; p < size_; ++p) {
+    singleCopy_ &= all[2 * p] != 0;
+    zeroCopy_ &= all[2 * p + 1] != 0;
+  }
+}
+
+void Engine::tune(const Config& config) {
+  const std::string mode = config::getString(config, "collectives.tuning");
+  const bool explicitMin = config::source(config, "collectives.single_copy_min_bytes") != "default";
+  auto finish = [&] {
+    if (explicitMin) {
+      tuning_.choices.gatherSingleCopyMin = singleCopyMin_;
+      tuning_.choices.why.push_back(
+          fmt::format("allGather, reduceScatter, broadcast, allToAll: single copy from {} B, as "
+                      "collectives.single_copy_min_bytes is set ({})",
+                      singleCopyMin_, config::source(config, "collectives.single_copy_min_bytes")));
+    }
+  };
+  auto defaults = [&](std::string source) {
+    tuning_.choices = Choices{};
+    tuning_.choices.gatherSingleCopyMin = singleCopyMin_;
+    tuning_.choices.why = {
+        fmt::format("allGather, reduceScatter, broadcast, allToAll: single copy from {} B "
+                    "(collectives.single_copy_min_bytes)",
+                    singleCopyMin_),
+        "allReduce: never single copy (the slots' two-shot)"};
+    tuning_.source = std::move(source);
+  };
+  if (!singleCopy_) {
+    defaults("not needed: single copy is not available to this job");
+    return;
+  }
+  if (mode == "off") {
+    defaults("collectives.tuning = off: the configured crossovers");
+    finish();
+    return;
+  }
+  // Rank 0 finds the figures (cache or probe) and tells every rank, so that every rank takes
+  // the same decisions. Message: u32 length of the encoded samples, the samples, u32 cores,
+  // u16 length of the source text, the text, u16 length of the machine text, the text.
+  constexpr size_t kMessage = 1024;
+  std::vector<uint8_t> msg(kMessage);
+  const int local = static_cast<int>(hosts_.empty() ? size_ : hosts_[0].size());
+  if (rank_ == 0) {
+    const MachineKey key = MachineKey::current(local);
+    std::vector<ProbeSample> samples;
+    std::string source;
+    auto file = tuningCacheFile();
+    if (file) {
+      std::string problem;
+      if (auto cached = loadCachedSamples(*file, key, &problem)) {
+        samples = std::move(*cached);
+        source = fmt::format("cache {}", file->string());
+      } else if (!problem.empty()) {
+        STRATA_LOG(Warn, "coll", "host tuning cache ignored: {}", problem);
+      }
+    }
+    if (samples.empty() && mode == "auto" && probePeerView_ && probePeerArea_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        samples = probeReads(pids_[1], probePeerArea_, probePeerView_, slots_.areaBytes);
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        source = fmt::format("measured at create in {:.1f} ms (rank 0 reading rank 1)", ms);
+        if (file) {
+          std::string failed = storeCachedSamples(*file, key, samples);
+          if (!failed.empty()) {
+            STRATA_LOG(Info, "coll", "host tuning cache not written: {}", failed);
+          } else {
+            source += fmt::format(", stored in {}", file->string());
+          }
+        }
+      } catch (const Error& err) {
+        STRATA_LOG(Warn, "coll", "host tuning probe failed, using the defaults: {}", err.what());
+        samples.clear();
+        source = fmt::format("probe failed ({})", err.what());
+      }
+    }
+    if (samples.empty() && source.empty()) {
+      source = mode == "cached" ? "collectives.tuning = cached, but the cache has no entry for "
+                                  "this machine"
+                                : "no same-host peer to measure";
+    }
+    wire::Writer w;
+    const std::vector<uint8_t> enc = encodeSamples(samples);
+    w.u32(static_cast<uint32_t>(enc.size())).raw(enc);
+    w.u32(static_cast<uint32_t>(key.cores));
+    const std::string text = key.text();
+    w.u16(static_cast<uint16_t>(std::min<size_t>(source.size(), 400)))
+        .raw({reinterpret_cast<const uint8_t*>(source.data()),
+              std::min<size_t>(source.size(), 400)});
+    w.u16(static_cast<uint16_t>(std::min<size_t>(text.size(), 300)))
+        .raw({reinterpret_cast<const uint8_t*>(text.data()), std::min<size_t>(text.size(), 300)});
+    const auto& bytes = w.data();
+    std::copy(bytes.begin(), bytes.end(), msg.begin());
+  }
+  context_->bootstrap().broadcast(msg.data(), msg.size(), 0);
+  wire::Reader r(msg, "host tuning from rank 0");
+  const uint32_t encBytes = r.u32("samples length");
+  auto enc = r.raw(encBytes, "samples");
+  std::vector<ProbeSample> samples = decodeSamples(enc.data(), enc.size());
+  const int cores = static_cast<int>(r.u32("cores"));
+  auto sourceText = r.raw(r.u16("source length"), "source");
+  auto machineText = r.raw(r.u16("machine length"), "machine");
+  const std::string source(sourceText.begin(), sourceText.end());
+  if (samples.empty()) {
+    defaults(source);
+  } else {
+    tuning_.choices = deriveChoices(samples, local, cores);
+    tuning_.samples = samples;
+    tuning_.source = source;
+  }
+  tuning_.machine.assign(machineText.begin(), machineText.end());
+  finish();
 }
 
 }  // namespace strata::collectives

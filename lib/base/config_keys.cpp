@@ -154,8 +154,32 @@ constexpr KeyInfo kKeys[] = {
      "permitted). off always copies through the shared receive buffers (two copies).",
      true},
     {"collectives.single_copy_min_bytes", Type::Int, "16384", "0..",
-     "Smallest message (bytes per rank) that uses single copy; smaller ones go through the shared "
-     "receive buffers, which has lower latency.",
+     "Smallest allGather, reduceScatter, broadcast or allToAll (bytes per rank) that auto runs by "
+     "single copy when collectives.tuning is off (or has no measurement); with tuning the "
+     "measured crossover applies unless this key is set explicitly. Smaller calls go through the "
+     "shared receive buffers.",
+     true},
+    {"collectives.zero_copy", Type::Enum, "auto", "auto|off",
+     "Calls whose buffers are Communicator::allocHost memory on every rank read the peers' "
+     "buffers through shared mappings (plain loads, no kernel copy) when every rank of the job is "
+     "on one host and can map the others' memory (same user; /proc/<pid>/fd readable). off: "
+     "such buffers are treated as any other memory.",
+     true},
+    {"collectives.zero_copy_min_bytes", Type::Bytes, "1M", "",
+     "Smallest call (bytes per rank) of allReduce, allGather, reduceScatter, broadcast and "
+     "allToAll that auto gives to the zerocopy algorithm: it first exchanges buffer descriptors "
+     "(one message round), then reads the peers' buffers directly when all are allocHost "
+     "memory, and otherwise runs what auto would have chosen, one round later. Lower it when "
+     "most large calls use allocHost buffers.",
+     true},
+    {"collectives.tuning", Type::Enum, "auto", "auto|cached|off",
+     "How the host collectives choose between the shared receive buffers and single copy: auto "
+     "measures at create (rank 0 reads a same-host peer's memory both ways, a few ms) unless "
+     "the cache ($XDG_CACHE_HOME/strata/host-tuning.txt) has this machine, then stores the "
+     "figures there; cached uses the cache and never measures (the defaults when it has no "
+     "entry); off uses collectives.single_copy_min_bytes and never single copy for allReduce. "
+     "Forcing keys (collectives.algorithm) and an explicitly set single_copy_min_bytes win. "
+     "strata-info --tuning shows the figures and choices.",
      true},
     {"collectives.oneshot_max_bytes", Type::Int, "65536", "0..",
      "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm at 2 ranks; "

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <strata/backend/host_memory.hpp>
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
 
@@ -184,6 +185,14 @@ std::optional<Error> Communicator::asyncError() const {
 std::string Communicator::lastLaunch() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->last ? impl_->last->algorithm->launchShape() : std::string();
+}
+
+void* Communicator::allocHost(size_t bytes) {
+  return backend::allocSharedHost(bytes);
+}
+
+void Communicator::freeHost(void* ptr) {
+  backend::freeSharedHost(ptr);
 }
 
 std::vector<Communicator::AlgorithmInfo> Communicator::algorithms() const {

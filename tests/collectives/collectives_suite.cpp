@@ -60,7 +60,7 @@ uint64_t seedOf(uint64_t a, uint64_t b = 0, uint64_t c = 0) {
   return ((a * 1000003 + b) * 1000003 + c) + 1;
 }
 
-enum class Mem { Malloc, Unaligned, Registered };
+enum class Mem { Malloc, Unaligned, Registered, AllocHost };
 
 const char* memName(Mem m) {
   switch (m) {
@@ -70,6 +70,8 @@ const char* memName(Mem m) {
       return "malloc+1 element";
     case Mem::Registered:
       return "context().allocate";
+    case Mem::AllocHost:
+      return "allocHost";
   }
   return "?";
 }
@@ -87,6 +89,8 @@ class Buffer {
     if (mem == Mem::Registered) {
       reg_ = comm().context().allocate(total);
       base_ = static_cast<uint8_t*>(reg_.data());
+    } else if (mem == Mem::AllocHost) {
+      shared_ = base_ = static_cast<uint8_t*>(comm().allocHost(total));
     } else {
       owned_.reset(static_cast<uint8_t*>(std::malloc(total)));
       base_ = owned_.get();
@@ -95,6 +99,12 @@ class Buffer {
     std::memset(base_ + offset_ + bytes, kGuardByte, kGuard);
     std::memset(data(), 0xA5, bytes);  // garbage, overwritten by the inputs or the result
   }
+
+  ~Buffer() {
+    if (shared_) comm().freeHost(shared_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
 
   uint8_t* data() const { return base_ + offset_; }
   size_t bytes() const { return bytes_; }
@@ -117,6 +127,7 @@ class Buffer {
   size_t offset_ = 0;
   std::unique_ptr<uint8_t, Free> owned_;
   RegisteredMemory reg_;
+  uint8_t* shared_ = nullptr;  ///< allocHost memory, freed with freeHost
   uint8_t* base_ = nullptr;
 };
 
@@ -472,6 +483,68 @@ BOOST_AUTO_TEST_CASE(registered_memory) {
   h ^= runAllReduce(DataType::Float32, ReduceOp::Sum, kLarge, true, Mem::Registered,
                     Mem::Registered);
   checkSameOnAllRanks(h, "registered memory");
+}
+
+// Communicator::allocHost memory, which the zerocopy algorithm reads in place through shared
+// mappings (with collectives.zero_copy_min_bytes = 1 from every size; with the default from
+// 1 MiB per rank): every op, in and out of place, small and large; a call where one rank's
+// buffers are malloc'ed (every rank must fall back alike); and buffers freed and allocated
+// again between calls, so that an address the allocator hands out again must never be read
+// through a stale mapping (more allocations than a peer keeps mapped).
+BOOST_AUTO_TEST_CASE(alloc_host) {
+  RANK_SCOPE();
+  const int n = comm().size();
+  const Mem shared = Mem::AllocHost;
+  uint64_t h = 0;
+  for (size_t count : {size_t{13}, size_t{131071}, size_t{1} << 20}) {
+    const size_t per = count > 1000 ? count / n + 1 : count;
+    for (bool inPlace : {false, true}) {
+      h ^= runAllReduce(DataType::Float32, ReduceOp::Sum, count, inPlace, shared, shared);
+      runReduceScatter(DataType::Int32, ReduceOp::Max, per, inPlace, shared);
+      runAllGather(DataType::Uint8, per, inPlace, shared);
+      runBroadcast(DataType::Float64, count, n - 1, inPlace, shared);
+    }
+    h ^= runAllReduce(DataType::BFloat16, ReduceOp::Avg, count, false, shared, shared);
+    h ^= runAllReduce(DataType::Int64, ReduceOp::Min, count, false, Mem::Malloc, shared);
+    runAllToAll(DataType::Float16, per, shared, shared);
+    runAllToAll(DataType::Int8, per, shared, Mem::Malloc);
+    // Rank 0's buffers are not shared: every rank must take the same fallback.
+    const Mem mixed = comm().rank() == 0 ? Mem::Malloc : shared;
+    h ^= runAllReduce(DataType::Float32, ReduceOp::Sum, count, false, mixed, mixed);
+    runAllGather(DataType::Int32, per, false, mixed);
+    runReduceScatter(DataType::Float32, ReduceOp::Sum, per, true, mixed);
+    runBroadcast(DataType::Uint8, count, 0, false, mixed);
+    runAllToAll(DataType::Uint64, per, mixed, mixed);
+  }
+  // Free and allocate again (the same addresses come back) more often than a peer keeps
+  // mappings, with sizes that change; each call must see its own data.
+  for (int i = 0; i < 40; ++i) {
+    const size_t count = (size_t{1} << 16) + static_cast<size_t>(i % 5) * 4099;
+    h ^= runAllReduce(DataType::Int32, ReduceOp::Sum, count, i % 2 == 0, shared, shared);
+    runAllGather(DataType::Uint8, count, i % 3 == 0, shared);
+  }
+  checkSameOnAllRanks(h, "allocHost memory");
+}
+
+// allocHost and freeHost: the errors users can make.
+BOOST_AUTO_TEST_CASE(alloc_host_errors) {
+  RANK_SCOPE();
+  auto& c = comm();
+  auto err = catchError([&] { c.allocHost(0); });
+  BOOST_TEST((err && err->code() == ErrorCode::InvalidArgument), "allocHost(0)");
+  void* p = c.allocHost(100);
+  BOOST_TEST((reinterpret_cast<uintptr_t>(p) % 4096 == 0), "allocHost is page aligned");
+  std::memset(p, 1, 4096);  // rounded up to whole pages
+  err = catchError([&] { c.freeHost(static_cast<char*>(p) + 8); });
+  BOOST_TEST((err && err->code() == ErrorCode::InvalidArgument), "freeHost inside");
+  int onStack = 0;
+  err = catchError([&] { c.freeHost(&onStack); });
+  BOOST_TEST((err && err->code() == ErrorCode::InvalidArgument), "freeHost of other memory");
+  c.freeHost(p);
+  err = catchError([&] { c.freeHost(p); });
+  BOOST_TEST((err && err->code() == ErrorCode::InvalidArgument), "freeHost twice");
+  c.freeHost(nullptr);
+  checkStillUsable("allocHost errors");
 }
 
 // Point to point around the ring (rank -> rank+1). Rank 0 sends first, everyone else receives

@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 out=$("$info" --algorithms 2>&1) || fail "strata-info --algorithms failed: $out"
 echo "$out"
-for a in oneshot hierarchical twoshot singlecopy direct; do
+for a in zerocopy oneshot hierarchical twoshot singlecopy direct; do
   grep -q "^  host/$a\$" <<<"$out" || fail "host/$a is not listed"
 done
 grep -q '^    ops: *allReduce, allGather, reduceScatter, broadcast, allToAll$' <<<"$out" ||
@@ -25,10 +25,17 @@ grep -q '^# algorithm: twoshot (forced with -a' <<<"$out" || fail "the header do
 grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "the rows do not say host/twoshot ran"
 grep -q '^# algorithm: host/oneshot' <<<"$out" && fail "oneshot ran although twoshot was forced"
 
-out=$("$run" -n 2 "$perf" allreduce -b 1K -e 1M -f 32 2>&1) || fail "strata-perf (auto) failed: $out"
+out=$("$run" -n 2 "$perf" allreduce -b 1K -e 1M -f 16 2>&1) || fail "strata-perf (auto) failed: $out"
 grep -q '^# algorithm: auto' <<<"$out" || fail "the header does not say auto"
 grep -q '^# algorithm: host/oneshot$' <<<"$out" || fail "auto did not run oneshot at 1 KiB"
-grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto did not run twoshot at 1 MiB"
+grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto did not run twoshot at 256 KiB"
+# From collectives.zero_copy_min_bytes (1 MiB) zerocopy takes the call; malloc'ed buffers run
+# what auto would have chosen, and the row says which; allocHost buffers are read in place.
+grep -q '^# algorithm: host/zerocopy (twoshot: not every buffer is allocHost memory)$' <<<"$out" ||
+  fail "auto did not say zerocopy fell back to twoshot at 1 MiB"
+out=$("$run" -n 2 "$perf" allreduce --alloc allochost -b 1M -e 1M 2>&1) ||
+  fail "strata-perf --alloc allochost failed: $out"
+grep -q '^# algorithm: host/zerocopy (mapped)$' <<<"$out" || fail "allocHost buffers were not read in place"
 
 out=$("$run" -n 2 "$perf" allreduce -a hierarchical -b 1K -e 1K 2>&1) && fail "hierarchical on one host ran: $out"
 echo "$out"
@@ -36,7 +43,7 @@ grep -q 'NotSupported.*host/hierarchical.*several hosts' <<<"$out" || fail "no N
 
 out=$("$run" -n 2 "$perf" allgather -a oneshot -b 1K -e 1K 2>&1) && fail "allgather -a oneshot ran: $out"
 echo "$out"
-grep -q 'InvalidConfig.*collectives.allgather.algorithm = oneshot.*choices: auto, host/singlecopy, host/direct' <<<"$out" ||
+grep -q 'InvalidConfig.*collectives.allgather.algorithm = oneshot.*choices: auto, host/zerocopy, host/singlecopy, host/direct' <<<"$out" ||
   fail "no InvalidConfig naming the allGather choices"
 # The 4096-byte chunk floor overrides a collectives.buffer_bytes too small for the rank count:
 # said once at create (rank 0), and the collectives still run.

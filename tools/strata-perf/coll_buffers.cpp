@@ -25,7 +25,16 @@ Buffers::Buffers(Communicator& comm, const std::string& alloc, size_t bytes, Tar
     device::zero(devRecv_, bytes, target_.stream);
     if (!check) return;
   }
-  if (alloc == "strata" && !target_.device) {
+  if (alloc == "allochost" && !target_.device) {
+    shared_ = &comm;
+    send_ = comm.allocHost(bytes);
+    try {
+      recv_ = comm.allocHost(bytes);
+    } catch (...) {
+      comm.freeHost(send_);
+      throw;
+    }
+  } else if (alloc == "strata" && !target_.device) {
     sendMem_ = comm.context().allocate(bytes);
     recvMem_ = comm.context().allocate(bytes);
     send_ = sendMem_.data();
@@ -47,6 +56,10 @@ Buffers::Buffers(Communicator& comm, const std::string& alloc, size_t bytes, Tar
 }
 
 Buffers::~Buffers() {
+  if (shared_) {
+    shared_->freeHost(send_);
+    shared_->freeHost(recv_);
+  }
   device::release(devSend_);
   device::release(devRecv_);
 }

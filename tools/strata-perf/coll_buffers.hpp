@@ -53,6 +53,7 @@ class Buffers {
   };
   std::unique_ptr<void, Free> heapSend_, heapRecv_;
   RegisteredMemory sendMem_, recvMem_;
+  Communicator* shared_ = nullptr;  ///< --alloc allochost: freed with its freeHost
   void* send_ = nullptr;
   void* recv_ = nullptr;
   Target target_;

@@ -91,10 +91,11 @@ int runColl(CollKind kind, const CollOptions& opt) {
         "-G/--cudagraph needs --memory cuda: a CUDA graph captures work enqueued on a stream, and "
         "host memory collectives run on the CPU before they return");
   }
-  if (cuda && opt.alloc == "strata") {
+  if (cuda && opt.alloc != "malloc") {
     throw CLI::ValidationError(
-        "--alloc strata allocates host memory; with --memory cuda the buffers come from "
-        "cudaMalloc (leave --alloc out)");
+        fmt::format("--alloc {} allocates host memory; with --memory cuda the buffers come from "
+                    "cudaMalloc (leave --alloc out)",
+                    opt.alloc));
   }
   // Decided by every rank alone before the bootstrap, so that all of them skip alike and none
   // waits for a peer that has already gone.
@@ -284,8 +285,10 @@ Mode addCollMode(CLI::App& app, CollKind kind, const std::string& help) {
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   cmd->add_option("--alloc", opt->alloc,
-                  "host buffers from malloc or from strata's allocator (Context::allocate)")
-      ->check(CLI::IsMember({"malloc", "strata"}))
+                  "host buffers from malloc, from strata's allocator (Context::allocate), or "
+                  "from Communicator::allocHost (allochost: shared with the host's peers, "
+                  "read in place by the zerocopy algorithm)")
+      ->check(CLI::IsMember({"malloc", "strata", "allochost"}))
       ->capture_default_str();
   cmd->add_option("--label", opt->label, "\"label\" of the JSON rows (names the run in plots)")
       ->capture_default_str();

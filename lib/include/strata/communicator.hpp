@@ -76,6 +76,18 @@ class STRATA_API Communicator {
   /// algorithms and before the first call.
   std::string lastLaunch() const;
 
+  /// Host memory that the ranks of this host map into each other (a shared memfd, page
+  /// aligned, at least bytes). Collectives whose buffers lie in it on every rank read the
+  /// peers' buffers directly, with no kernel and no slot copy (collectives.zero_copy_min_bytes;
+  /// docs/collectives.md, "Zero copy"); any other use is that of ordinary memory. Not
+  /// collective; thread-safe; the memory belongs to the process, not to this communicator (it
+  /// stays valid after the communicator is destroyed and serves every communicator). As
+  /// ncclMemAlloc. InvalidArgument for 0 bytes; SystemError when the memory cannot be had.
+  void* allocHost(size_t bytes);
+  /// Frees memory from allocHost (nullptr: nothing). InvalidArgument for a pointer that is not
+  /// the start of a live allocation. No call may be using it.
+  void freeHost(void* ptr);
+
   /// recv[i] = op over ranks of send[i], count elements; in place when send == recv.
   void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                  Stream stream = {});

@@ -104,8 +104,8 @@ BOOST_AUTO_TEST_CASE(auto_selection_follows_the_documented_order) {
   BOOST_TEST(comm->lastAlgorithm() == "host/direct");  // one rank: no single copy
   std::vector<std::string> names;
   for (const auto& info : comm->algorithms()) names.push_back(info.backend + "/" + info.name);
-  std::vector<std::string> expected{"host/oneshot", "host/hierarchical", "host/twoshot",
-                                    "host/singlecopy", "host/direct"};
+  std::vector<std::string> expected{"host/zerocopy",   "host/oneshot", "host/hierarchical",
+                                    "host/singlecopy", "host/twoshot", "host/direct"};
   // Modules come after the built-ins: the CUDA module where it was built (collectives.modules
   // = auto loads it even without a GPU; it then serves nothing).
   if (names.size() > expected.size()) {
