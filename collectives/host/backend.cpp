@@ -320,6 +320,31 @@ class HostBackend final : public backend::CollectivesBackend {
     for (auto& a : algorithms_) out.push_back(a.get());
     return out;
   }
+  std::string tuningReport() const override {
+    const Engine& e = *shared_.engine;
+    const HostTuning& t = e.tuning();
+    std::string out = fmt::format("host collectives tuning: {}\n", t.source);
+    if (!t.machine.empty()) out += fmt::format("machine: {}\n", t.machine);
+    for (const ProbeSample& s : t.samples) {
+      out += fmt::format("  {} B: process_vm_readv {:.2f} GB/s, mapped copy {:.2f} GB/s, ", s.bytes,
+                         s.vmGBs, s.mapGBs);
+      out += s.mapGBs > 0 ? fmt::format("ratio {:.2f}\n", s.vmGBs / s.mapGBs)
+                          : std::string("ratio -\n");
+    }
+    for (const std::string& why : t.choices.why) out += why + '\n';
+    // What auto does: without single copy between every pair no threshold applies.
+    auto from = [&](uint64_t min) {
+      if (!e.singleCopy()) return std::string("never (single copy is not available to this job)");
+      return min == UINT64_MAX ? std::string("never") : fmt::format("from {} B", min);
+    };
+    out += fmt::format("allReduce single copy: {}\n", from(t.choices.allReduceSingleCopyMin));
+    for (const char* op : {"allGather", "reduceScatter", "broadcast", "allToAll"}) {
+      out += fmt::format("{} single copy: {}\n", op, from(t.choices.gatherSingleCopyMin));
+    }
+    out += fmt::format("zero copy (allocHost buffers): {}, auto from {} B per rank\n",
+                       e.zeroCopy() ? "available" : "not available", shared_.zeroCopyMin);
+    return out;
+  }
 
  private:
   Shared shared_;

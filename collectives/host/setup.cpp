@@ -59,7 +59,10 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   slots_ = slotGeometry(static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes")),
                         static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes")),
                         size_, rank_);
-  if (size_ == 1) return;
+  if (size_ == 1) {
+    tuning_.source = "not needed: one rank, no peer to read from";
+    return;
+  }
   // Before anything is connected: a rank of another geometry would write past its peers' slots.
   requireSameGeometry(context_->bootstrap(), slots_);
 

@@ -36,7 +36,7 @@ constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 /// Small, medium and large per-rank sizes: the rates change with the size (caches, page-table
 /// walks), so one size would not do; 8 MiB keeps the probe under a few milliseconds.
-constexpr uint64_t kProbeSizes[] = {64 * kKiB, kMiB, 8 * kMiB};
+constexpr uint64_t kProbeSizes[] = {64 * kKiB, kMiB, 4 * kMiB};
 constexpr int kTimedReads = 3;
 
 constexpr uint32_t kSamplesMagic = 0x55545453u;  // "STTU" little-endian
@@ -104,6 +104,12 @@ double ratioOf(const ProbeSample& s) {
 }
 
 /// The smallest sample size from which the ratio holds at that and every larger sample.
+/// Ranks per core of the host (at least 1).
+double oversubscription(int ranksPerHost, int cores) {
+  if (ranksPerHost <= 0 || cores <= 0 || ranksPerHost <= cores) return 1.0;
+  return static_cast<double>(ranksPerHost) / static_cast<double>(cores);
+}
+
 uint64_t thresholdFor(const std::vector<ProbeSample>& sorted, double need) {
   uint64_t threshold = UINT64_MAX;
   for (auto it = sorted.rbegin(); it != sorted.rend() && ratioOf(*it) >= need; ++it) {
@@ -445,17 +451,26 @@ Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost,
     figures += fmt::format("{:.2f} at {} ({:.3g}/{:.3g} GB/s)", ratioOf(s), sizeText(s.bytes),
                            s.vmGBs, s.mapGBs);
   }
-  c.gatherSingleCopyMin = thresholdFor(sorted, kGatherRatio);
-  c.allReduceSingleCopyMin = thresholdFor(sorted, kAllReduceRatio);
+  // With more ranks than cores a slot hand-off needs the writer and the reader scheduled, a
+  // single copy only the reader: the slots' cost grows with ranks per core (oversubscription).
+  const double share = oversubscription(ranksPerHost, cores);
+  const double gatherNeed = kGatherRatio / share;
+  const double allReduceNeed = kAllReduceRatio / share;
+  const std::string scaled =
+      share > 1 ? fmt::format(", divided by {:.3g} ranks per core", share) : std::string();
+  c.gatherSingleCopyMin = thresholdFor(sorted, gatherNeed);
+  c.allReduceSingleCopyMin = thresholdFor(sorted, allReduceNeed);
   c.why.push_back(fmt::format(
       "{}: process_vm_readv/memcpy = {}; single copy (one kernel copy) beats the slots (two user "
-      "copies) where the ratio is >= {} at that size and every larger one ({})",
+      "copies) where the ratio is >= {:.3g} ({}{}) at that size and every larger one ({})",
       decisionText("allGather, reduceScatter, broadcast, allToAll", c.gatherSingleCopyMin), figures,
-      kGatherRatio, machine));
+      gatherNeed, kGatherRatio, scaled, machine));
   c.why.push_back(fmt::format(
       "{}: process_vm_readv/memcpy = {}; its single copy reads twice, adds a staging pass and a "
-      "message round, so it needs the ratio >= {} at that size and every larger one ({})",
-      decisionText("allReduce", c.allReduceSingleCopyMin), figures, kAllReduceRatio, machine));
+      "message round, so it needs the ratio >= {:.3g} ({}{}) at that size and every larger one "
+      "({})",
+      decisionText("allReduce", c.allReduceSingleCopyMin), figures, allReduceNeed,
+      kAllReduceRatio, scaled, machine));
   return c;
 }
 

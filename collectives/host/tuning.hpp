@@ -46,7 +46,7 @@ struct MachineKey {
   bool operator==(const MachineKey&) const = default;
 };
 
-/// Measures: for each size in {64 KiB, 1 MiB, 8 MiB} not above maxBytes, one warm-up then the
+/// Measures: for each size in {64 KiB, 1 MiB, 4 MiB} not above maxBytes, one warm-up then the
 /// best of 3 timed reads of `bytes` each way: process_vm_readv(peerPid, [peerAddress, +bytes))
 /// into a private buffer, and memcpy from `mapped` (the same pages mapped here) into the same
 /// private buffer. Both ways thus read the same physical pages into the same destination, and
@@ -84,7 +84,10 @@ inline constexpr double kAllReduceRatio = 0.55;
 /// if the rule holds from the smallest sample, the threshold is that sample's size. Empty
 /// samples: both UINT64_MAX, with a why line saying there was no measurement. The samples may
 /// come in any order; a sample whose map rate is not positive and finite counts as failing the
-/// rule. ranksPerHost and cores only describe the measurement in the why lines.
+/// rule. With more ranks per host than cores, both ratios are divided by ranksPerHost / cores:
+/// a slot hand-off needs the writer and the reader scheduled, a single copy only the reader
+/// (measured with 4 ranks on 2 cores: allGather's single copy beat the slots 2x from 1 MiB per
+/// rank at a ratio of 0.27-0.31, and lost below it; allReduce's from 4 MiB per rank).
 Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost, int cores);
 
 /// The cache file: $XDG_CACHE_HOME/strata/host-tuning.txt (XDG_CACHE_HOME set to an absolute

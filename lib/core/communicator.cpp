@@ -195,6 +195,18 @@ void Communicator::freeHost(void* ptr) {
   backend::freeSharedHost(ptr);
 }
 
+std::string Communicator::tuningReport() const {
+  std::string out;
+  for (const auto& be : impl_->backends) {
+    std::string report = be->tuningReport();
+    if (report.empty()) continue;
+    if (!out.empty()) out += '\n';
+    out += report;
+    if (out.back() != '\n') out += '\n';
+  }
+  return out;
+}
+
 std::vector<Communicator::AlgorithmInfo> Communicator::algorithms() const {
   std::vector<AlgorithmInfo> out;
   for (auto& be : impl_->backends) {

@@ -4,6 +4,7 @@
 #
 #   tools/bench/coll_vs_peers.sh [--ranks "2 4"] [--min 8] [--max 64M] [--factor 4]
 #       [--ops "allreduce allgather"] [--out DIR] [--build BUILD_DIR] [--bind core|none]
+#       [--registered]
 #
 #   --out     where the helper programs, JSON lines, logs and plots go (default: a new
 #             /tmp/strata-coll.XXXXXX, kept and printed at the end)
@@ -12,6 +13,13 @@
 #             --bind-to core for strata and Gloo, mpirun --bind-to core:overload-allowed --map-by
 #             core for Open MPI); none: the scheduler places the ranks. With more ranks than
 #             cores, unpinned rows vary up to 1.5x between runs with where the ranks landed.
+#   --registered  also run strata-perf with --alloc allochost (buffers from
+#             Communicator::allocHost, which the zerocopy algorithm reads in place) for each op
+#             and N, with the same iterations and binding (files strata-reg-*, JSON label
+#             strata-reg); each table gets the columns reg (its busbw) and r_reg (reg / the
+#             better peer), and is followed by the algorithm strata-perf reported per size for
+#             the normal and the registered run (a size whose rounds ran different algorithms
+#             lists each, comma-separated).
 #
 # After the tables it prints the machine: CPU model, single-thread memcpy (hot and cold, built
 # from memcpy_bw.c) and cross-process reads (process_vm_readv vs a shared mapping, cma_vs_shm.c).
@@ -38,6 +46,7 @@ ops="allreduce allgather"
 out=
 build_dir=build
 bind=core
+registered=0
 
 usage() {
   sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -52,6 +61,7 @@ while (($# > 0)); do
     --out) out=$2; shift 2 ;;
     --build) build_dir=$2; shift 2 ;;
     --bind) bind=$2; shift 2 ;;
+    --registered) registered=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "coll_vs_peers: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -117,6 +127,11 @@ strata_has() {
     "$strata_perf" "$1" --help 2>&1 | grep -q "strata-perf $1"
 }
 
+# strata_has_reg OP: whether this strata-perf's OP mode takes --alloc allochost.
+strata_has_reg() {
+  "$strata_perf" "$1" --help 2>&1 | grep -q allochost
+}
+
 # --- build the peers' programs ---------------------------------------------------------------
 have_mpi=0
 cc=${CC:-mpicc}
@@ -162,13 +177,17 @@ note_failure() {
   tail -n 5 "$1" | sed 's/^/#   /' >&2
 }
 
+# run_strata OP N [NAME EXTRA...]: strata-perf OP at N ranks into NAME-OP-nN.rREP.{json,log}
+# (NAME default strata), with the EXTRA arguments (--registered: --alloc allochost).
 run_strata() {
-  local op=$1 n=$2 json="$out/strata-$1-n$2.r$rep.json" log="$out/strata-$1-n$2.r$rep.log"
+  local op=$1 n=$2 name=${3:-strata}
+  local json="$out/$name-$op-n$n.r$rep.json" log="$out/$name-$op-n$n.r$rep.log"
+  local extra=("${@:4}")
   rm -f "$json"
-  echo "# strata-run -n $n ${run_bind[*]} strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0 ..." >&2
+  echo "# strata-run -n $n ${run_bind[*]} strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0${extra[*]:+ ${extra[*]}} ..." >&2
   timeout "$run_timeout" "$strata_run" -n "$n" "${run_bind[@]}" "$strata_perf" "$op" -b "$min" -e "$max" \
-    -f "$factor" "${perf_iters[@]}" -c 0 --json "$json" >"$log" 2>&1 ||
-    note_failure "$log" "strata-perf $op at N=$n"
+    -f "$factor" "${perf_iters[@]}" -c 0 "${extra[@]}" --json "$json" >"$log" 2>&1 ||
+    note_failure "$log" "strata-perf $op ${extra[*]} at N=$n"
 }
 
 run_mpi() {
@@ -218,6 +237,11 @@ for ((rep = 1; rep <= repeat; ++rep)); do
     for op in $ops; do
       if strata_has "$op"; then
         run_strata "$op" "$n"
+        if ((registered)) && strata_has_reg "$op"; then
+          run_strata "$op" "$n" strata-reg --alloc allochost --label strata-reg
+        elif ((registered)) && [[ $rep == 1 ]]; then
+          echo "# strata-reg skipped: '$strata_perf $op' has no --alloc allochost" >&2
+        fi
       elif [[ -n $strata_perf && $rep == 1 ]]; then
         echo "# strata skipped: $strata_perf has no '$op' mode yet ('strata-perf $op --help' fails)" >&2
       fi
@@ -267,6 +291,25 @@ num() {
 ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.eE+-]+$/ && b ~ /^[0-9.eE+-]+$/ && b > 0) printf "%.2f", a / b; else printf "-" }'
 }
+# algorithms NAME OP N: "size algorithm" per size of the strata-perf logs of NAME-OP-nN, rounds
+# 1..REPEAT: the "# algorithm: ..." line in effect before each row (the header's "algorithm:
+# auto (...)" or "(forced with -a ...)" line comes before the column header and is skipped).
+# Sizes whose rounds ran different algorithms list each once, comma-separated, in round order.
+algorithms() {
+  local r logs=()
+  for ((r = 1; r <= repeat; ++r)); do
+    [[ -f $out/$1-$2-n$3.r$r.log ]] && logs+=("$out/$1-$2-n$3.r$r.log")
+  done
+  ((${#logs[@]} > 0)) || return 0
+  awk 'FNR == 1 { rows = 0; cur = "-" }
+    /^# +size +count/ { rows = 1; next }
+    rows && /^# algorithm: / { cur = $0; sub(/^# algorithm: /, "", cur); next }
+    rows && $1 ~ /^[0-9]+$/ {
+      if (!($1 in algo)) { algo[$1] = cur; order[++n] = $1 }
+      else if (index(", " algo[$1] ", ", ", " cur ", ") == 0) algo[$1] = algo[$1] ", " cur
+    }
+    END { for (i = 1; i <= n; ++i) print order[i], algo[order[i]] }' "${logs[@]}"
+}
 
 plot=${STRATA_PLOT:-$repo/tools/strata-plot}
 [[ -d $plot && -x $plot/strata-plot ]] && plot=$plot/strata-plot
@@ -276,18 +319,24 @@ for op in $ops; do
     strata_rows=$(rows "$out/strata-$op-n$n.json" "$op")
     mpi_rows=$(rows "$out/openmpi-$op-n$n.json" "$op")
     gloo_rows=$(for f in "$out"/gloo-"$op"-n"$n".json "$out"/gloo-*-"$op"-n"$n".json; do rows "$f" "$op"; done)
-    mapfile -t sizes < <(printf '%s\n%s\n%s\n' "$strata_rows" "$mpi_rows" "$gloo_rows" |
-      awk 'NF { print $1 }' | sort -nu)
+    reg_rows=
+    ((registered)) && reg_rows=$(rows "$out/strata-reg-$op-n$n.json" "$op")
+    mapfile -t sizes < <(printf '%s\n%s\n%s\n%s\n' "$strata_rows" "$mpi_rows" "$gloo_rows" \
+      "$reg_rows" | awk 'NF { print $1 }' | sort -nu)
     echo
     echo "# $op, N = $n: busbw in GB/s (GB = 1e9 B), out-of-place, float$([[ $op == allreduce ]] && echo " sum")."
     echo "#   gloo = best of the Gloo algorithms run (algo column); r_* = strata / peer;"
     echo "#   '<' marks sizes >= 64 KiB where strata is below the better peer."
+    ((registered)) &&
+      echo "#   reg = strata with allocHost buffers (--alloc allochost); r_reg = reg / the better peer."
     if ((${#sizes[@]} == 0)); then
       echo "#   no results (every tool was skipped or failed; see above)"
       continue
     fi
-    printf "%12s %9s %9s %9s %6s %7s %7s %7s\n" "size(B)" "strata" "openmpi" "gloo" "algo" \
+    printf "%12s %9s %9s %9s %6s %7s %7s %7s" "size(B)" "strata" "openmpi" "gloo" "algo" \
       "r_mpi" "r_gloo" "r_best"
+    ((registered)) && printf "   %9s %7s" "reg" "r_reg"
+    printf "\n"
     for s in "${sizes[@]}"; do
       st=$(best "$s" <<<"$strata_rows" | awk '{ print $1 }')
       mp=$(best "$s" <<<"$mpi_rows" | awk '{ print $1 }')
@@ -304,14 +353,39 @@ for op in $ops; do
         mark=" <"
         shortfalls=$((shortfalls + 1))
       fi
-      printf "%12s %9s %9s %9s %6s %7s %7s %7s%s\n" "$s" "$(num "$st")" "$(num "$mp")" \
+      printf "%12s %9s %9s %9s %6s %7s %7s %7s" "$s" "$(num "$st")" "$(num "$mp")" \
         "$(num "${gl:-}")" "${galgo:--}" "$(ratio "$st" "$mp")" "$(ratio "$st" "${gl:-}")" \
-        "$(ratio "$st" "$peer")" "$mark"
+        "$(ratio "$st" "$peer")"
+      if ((registered)); then
+        # The mark stays next to r_best, the column it is about.
+        rg=$(best "$s" <<<"$reg_rows" | awk '{ print $1 }')
+        printf "%2s %9s %7s" "$mark" "$(num "$rg")" "$(ratio "$rg" "$peer")"
+        mark=
+      fi
+      printf "%s\n" "$mark"
       gl='' galgo=''
     done
+    if ((registered)); then
+      # The algorithm strata-perf reported per size, for the normal and the registered run.
+      st_algos=$(algorithms strata "$op" "$n")
+      reg_algos=$(algorithms strata-reg "$op" "$n")
+      mapfile -t algo_sizes < <(printf '%s\n%s\n' "$st_algos" "$reg_algos" |
+        awk 'NF { print $1 }' | sort -nu)
+      if ((${#algo_sizes[@]} > 0)); then
+        width=$(cut -s -d' ' -f2- <<<"$st_algos" |
+          awk '{ if (length > w) w = length } END { print (w > 16 ? w : 16) }')
+        echo "#   algorithm per size (strata-perf's \"# algorithm:\" lines; reg: --alloc allochost):"
+        printf "%12s  %-*s  %s\n" "size(B)" "$width" "strata-algorithm" "reg-algorithm"
+        for s in "${algo_sizes[@]}"; do
+          sa=$(awk -v s="$s" '$1 == s { sub(/^[^ ]+ /, ""); print; exit }' <<<"$st_algos")
+          ra=$(awk -v s="$s" '$1 == s { sub(/^[^ ]+ /, ""); print; exit }' <<<"$reg_algos")
+          printf "%12s  %-*s  %s\n" "$s" "$width" "${sa:--}" "${ra:--}"
+        done
+      fi
+    fi
     files=()
-    for f in "$out/strata-$op-n$n.json" "$out/openmpi-$op-n$n.json" "$out"/gloo-"$op"-n"$n".json \
-      "$out"/gloo-*-"$op"-n"$n".json; do
+    for f in "$out/strata-$op-n$n.json" "$out/strata-reg-$op-n$n.json" \
+      "$out/openmpi-$op-n$n.json" "$out"/gloo-"$op"-n"$n".json "$out"/gloo-*-"$op"-n"$n".json; do
       [[ -s $f ]] && files+=("$f")
     done
     if [[ ! -x $plot ]]; then

@@ -83,6 +83,47 @@ int listAlgorithms() {
   return 0;
 }
 
+/// The host collectives' tuning cache, found the way collectives/host/tuning.hpp documents it
+/// (tools may not include it): $XDG_CACHE_HOME/strata/host-tuning.txt when XDG_CACHE_HOME is
+/// absolute, else $HOME/.cache/strata/host-tuning.txt; empty without HOME.
+std::string tuningCacheFile() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/strata/host-tuning.txt";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] != '\0')
+    return std::string(home) + "/.cache/strata/host-tuning.txt";
+  return {};
+}
+
+/// strata-info --tuning: what the collectives backends measured at create and chose (one rank
+/// unless launched as a job: rank 0 prints), then the tuning cache.
+int showTuning() {
+  strata::Config config = strata::Config::load();
+  auto comm = strata::Communicator::create(config);
+  if (comm->rank() != 0) return 0;
+  const std::string report = comm->tuningReport();
+  std::printf("%s", report.empty() ? "no collectives backend tuned anything\n" : report.c_str());
+  if (comm->size() == 1) {
+    std::printf(
+        "\nOne rank has no peer to measure: run it as strata-run -n N strata-info --tuning to "
+        "measure for N ranks per host.\n");
+  }
+  const std::string file = tuningCacheFile();
+  if (file.empty()) {
+    std::printf("\nTuning cache: none (neither XDG_CACHE_HOME nor HOME is set)\n");
+    return 0;
+  }
+  std::ifstream in(file);
+  if (!in) {
+    std::printf("\nTuning cache: %s (absent)\n", file.c_str());
+    return 0;
+  }
+  std::printf("\nTuning cache: %s\n", file.c_str());
+  std::string line;
+  while (std::getline(in, line)) std::printf("  %s\n", line.c_str());
+  return 0;
+}
+
 int run(bool showConfig, bool onlyConfig) {
   strata::Config config = strata::Config::load();
   if (!onlyConfig) {
@@ -126,7 +167,9 @@ int run(bool showConfig, bool onlyConfig) {
     std::printf("  transport.intra_node = %s, transport.inter_node = %s\n",
                 config.get("transport.intra_node").value_or("").c_str(),
                 config.get("transport.inter_node").value_or("").c_str());
-    std::printf("\nCollectives backends (strata-info --algorithms lists their algorithms)\n");
+    std::printf(
+        "\nCollectives backends (strata-info --algorithms lists their algorithms, --tuning "
+        "what they measured)\n");
     printModules(
         strata::backend::ModuleKind::Collectives,
         {{"host", true, ""}, {"cuda", STRATA_HAVE_CUDA_COLLECTIVES, "CUDA toolkit with nvcc"}},
@@ -233,6 +276,11 @@ int main(int argc, char** argv) {
   app.add_flag("--algorithms", algorithms,
                "create a communicator (one rank, or the job's ranks under a launcher) and list "
                "every algorithm of every loaded collectives backend with what it accepts");
+  bool tuning = false;
+  app.add_flag("--tuning", tuning,
+               "create a communicator (one rank, or the job's ranks under a launcher: strata-run "
+               "-n N strata-info --tuning) and print what the collectives measured at create, "
+               "the crossovers they derived, and the tuning cache");
   app.add_flag("--config", showConfig,
                "print the effective value of every configuration key and where it came from");
   app.add_flag("--version", version, "print the version only");
@@ -260,6 +308,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (algorithms) return listAlgorithms();
+    if (tuning) return showTuning();
     if (job) return askJob(pid, address, seconds);
     return run(showConfig, showConfig);
   } catch (const strata::Error& e) {

@@ -64,6 +64,11 @@ class STRATA_API Communicator {
   };
   /// Every algorithm of every loaded backend, in selection order.
   std::vector<AlgorithmInfo> algorithms() const;
+  /// What the loaded collectives backends measured at create and the choices they derived
+  /// (the host backend: process_vm_readv against a mapped copy, and where auto switches to
+  /// single copy), one report per backend that tuned something, in lines of text
+  /// (strata-info --tuning); empty when none did. Rank 0's figures: the same on every rank.
+  std::string tuningReport() const;
   /// "backend/name" of the algorithm the last call chose (empty before the first).
   std::string lastAlgorithm() const;
   /// Never blocks: the error of a call whose work failed after the call returned (a device

@@ -1,10 +1,11 @@
 // The collectives seam in one process (a one-rank job): algorithm forcing by name and its
-// errors, selection, the listing strata-info prints, a collectives module registered like a
-// CUDA module would be, and calls no algorithm can run.
+// errors, selection, the listing and the tuning report strata-info prints, a collectives module
+// registered like a CUDA module would be, and calls no algorithm can run.
 
 #define BOOST_TEST_MODULE algorithms
 #include <boost/test/unit_test.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,23 @@ BOOST_AUTO_TEST_CASE(an_asynchronous_error_is_reported_and_breaks_the_communicat
   auto next = expectError([&] { comm->allGather(a.data(), b.data(), a.size(), DataType::Int32); });
   BOOST_TEST(static_cast<int>(next.code()) == static_cast<int>(ErrorCode::Timeout));
   BOOST_TEST(has(next.what(), "cannot be used"));
+}
+
+BOOST_AUTO_TEST_CASE(the_tuning_report_joins_the_backends_that_tuned_something) {
+  Config c = base();
+  c.set("collectives.modules", "testcoll");
+  auto comm = Communicator::create(c);
+  // One rank: the host backend says why nothing was measured; the module has nothing to say.
+  const std::string host = comm->tuningReport();
+  BOOST_TEST(host.rfind("host collectives tuning: not needed: one rank", 0) == 0);
+  BOOST_TEST(has(host, "\nallReduce single copy: never (single copy is not available"));
+  BOOST_TEST(has(host, "\nzero copy (allocHost buffers): not available"));
+  BOOST_TEST(!has(host, "testcoll"));
+  BOOST_TEST(host.back() == '\n');
+  setenv("STRATA_TESTCOLL_TUNING", "testcoll tuning: fixed", 1);
+  const std::string both = comm->tuningReport();
+  unsetenv("STRATA_TESTCOLL_TUNING");
+  BOOST_TEST(both == host + "\ntestcoll tuning: fixed\n");
 }
 
 BOOST_AUTO_TEST_CASE(a_named_module_that_is_missing_fails_at_create) {

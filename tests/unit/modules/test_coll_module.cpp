@@ -52,6 +52,12 @@ class TestBackend final : public strata::backend::CollectivesBackend {
     return strata::Error(strata::ErrorCode::Timeout,
                          "testcoll: a kernel gave up waiting for rank 0", 0);
   }
+  /// STRATA_TESTCOLL_TUNING set: its value, as is (Communicator::tuningReport's joining);
+  /// otherwise the SDK's default, nothing tuned.
+  std::string tuningReport() const override {
+    const char* text = std::getenv("STRATA_TESTCOLL_TUNING");
+    return text != nullptr ? text : CollectivesBackend::tuningReport();
+  }
 
  private:
   TestCopy algo_;

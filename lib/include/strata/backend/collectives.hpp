@@ -144,6 +144,9 @@ class CollectivesBackend {
   /// An error of work that completed after its call returned (a device kernel that gave up
   /// waiting), or nullopt. Must not block; Communicator::asyncError() asks.
   virtual std::optional<Error> asyncError() const { return std::nullopt; }
+  /// What the backend measured at set-up and the choices it derived from it, in lines of
+  /// text, for strata-info --tuning (empty: nothing tuned).
+  virtual std::string tuningReport() const { return {}; }
 };
 
 /// What a collectives backend is created with. Creation is collective over the context's

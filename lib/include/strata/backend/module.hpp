@@ -11,13 +11,13 @@
 #include <cstdint>
 #include <memory>
 
-#include <strata/bootstrap.hpp>
 #include <strata/backend/collectives.hpp>
 #include <strata/backend/transport.hpp>
+#include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
 
 /// Bumped whenever ModuleInfo or any interface a module implements changes.
-#define STRATA_MODULE_ABI_VERSION 5u
+#define STRATA_MODULE_ABI_VERSION 6u
 #define STRATA_MODULE_ENTRY_POINT "strata_module_info"
 
 namespace strata::backend {
@@ -25,7 +25,7 @@ namespace strata::backend {
 enum class ModuleKind : uint32_t { Bootstrap = 1, Transport = 2, Collectives = 3 };
 
 struct ModuleInfo {
-  uint32_t abiVersion;        ///< STRATA_MODULE_ABI_VERSION the module was built with
+  uint32_t abiVersion;  ///< STRATA_MODULE_ABI_VERSION the module was built with
   ModuleKind kind;
   const char* name;           ///< "pmix": must match the file name strata-bootstrap-pmix.so
   const char* strataVersion;  ///< STRATA_VERSION_STRING the module was built with

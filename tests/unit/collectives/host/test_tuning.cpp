@@ -232,6 +232,25 @@ BOOST_AUTO_TEST_CASE(samples_in_any_order_decide_alike) {
   BOOST_TEST(c.gatherSingleCopyMin == UINT64_MAX);
 }
 
+// More ranks than cores: the ratios needed shrink by ranks per core. This machine's figures
+// (AMD EPYC, 2 vCPUs: 0.19, 0.27, 0.31 at 64 KiB, 1 MiB, 4 MiB): the slots at 2 ranks; at 4
+// ranks single copy for the gather family from 1 MiB per rank (0.27 >= 0.25) and for allReduce
+// from 4 MiB (0.27 < 0.275 <= 0.31), as measured side by side there.
+BOOST_AUTO_TEST_CASE(oversubscribed_hosts_favour_single_copy) {
+  const std::vector<ProbeSample> epyc{{64 * kKiB, 10.8, 56.4}, {kMiB, 12.95, 48.8},
+                                      {4 * kMiB, 12.17, 38.9}};
+  Choices two = deriveChoices(epyc, 2, 2);
+  BOOST_TEST(two.gatherSingleCopyMin == UINT64_MAX);
+  BOOST_TEST(two.allReduceSingleCopyMin == UINT64_MAX);
+  Choices four = deriveChoices(epyc, 4, 2);
+  BOOST_TEST(four.gatherSingleCopyMin == kMiB);
+  BOOST_TEST(four.allReduceSingleCopyMin == 4 * kMiB);
+  BOOST_TEST(contains(four.why[0], "divided by 2 ranks per core"), four.why[0]);
+  // Fewer ranks than cores changes nothing.
+  Choices spare = deriveChoices(epyc, 2, 64);
+  BOOST_TEST(spare.gatherSingleCopyMin == UINT64_MAX);
+}
+
 BOOST_AUTO_TEST_CASE(no_samples_means_the_slots) {
   Choices c = deriveChoices({}, 4, 8);
   BOOST_TEST(c.gatherSingleCopyMin == UINT64_MAX);
