@@ -215,6 +215,7 @@ class Engine {
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
   bool zeroCopy_ = false;
+  int hostCores_ = 0;  ///< CPUs the ranks of this host may use together (union of affinities)
   HostTuning tuning_;
   uint64_t probePeerArea_ = 0;           ///< rank 0: rank 1's receive area, in rank 1's process
   const char* probePeerView_ = nullptr;  ///< rank 0: the same area mapped here

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -154,14 +155,32 @@ void Engine::probePeerAccess(const Config& config) {
   // peer's memfd); each way is used only when all pairs of the job can, so that every rank
   // picks the same algorithms. Record per rank: probe word address, memfd fd, its inode, and the
   // receive area's address (for the tuning probe).
-  constexpr size_t kRecord = 32;
+  constexpr size_t kMaskBytes = 128;  // CPUs 0..1023 this rank may run on
+  constexpr size_t kRecord = 32 + kMaskBytes;
   std::vector<uint8_t> records(kRecord * static_cast<size_t>(size_));
   uint8_t* mine = records.data() + kRecord * static_cast<size_t>(rank_);
   wire::storeLe(mine, reinterpret_cast<uint64_t>(&probeWord_));
   wire::storeLe(mine + 8, static_cast<int64_t>(file.ok() ? file.fd : -1));
   wire::storeLe(mine + 16, file.inode);
   wire::storeLe(mine + 24, reinterpret_cast<uint64_t>(area_.data()));
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_ZERO(&cpus);
+  for (size_t cpu = 0; cpu < 8 * kMaskBytes; ++cpu) {
+    if (CPU_ISSET(cpu, &cpus)) mine[32 + cpu / 8] |= static_cast<uint8_t>(1u << (cpu % 8));
+  }
   context_->bootstrap().allGather(records.data(), kRecord);
+  // The CPUs the ranks of this host may use together: ranks bound one per core each have
+  // their own, although each one's affinity shows a single CPU.
+  std::vector<uint8_t> hostMask(kMaskBytes);
+  for (int p = 0; p < size_; ++p) {
+    const bool sameHost = p == rank_ || links_[p].isMapped();
+    for (size_t b = 0; b < kMaskBytes && sameHost; ++b) {
+      hostMask[b] |= records[kRecord * static_cast<size_t>(p) + 32 + b];
+    }
+  }
+  hostCores_ = 0;
+  for (uint8_t byte : hostMask) hostCores_ += std::popcount(byte);
   if (size_ > 1) probePeerArea_ = wire::loadLe<uint64_t>(records.data() + kRecord + 24);
   uint8_t single = singleWanted && allMapped;
   uint8_t zero = zeroWanted && allMapped && file.ok();
@@ -248,7 +267,8 @@ void Engine::tune(const Config& config) {
   std::vector<uint8_t> msg(kMessage);
   const int local = static_cast<int>(hosts_.empty() ? size_ : hosts_[0].size());
   if (rank_ == 0) {
-    const MachineKey key = MachineKey::current(local);
+    MachineKey key = MachineKey::current(local);
+    if (hostCores_ > 0) key.cores = hostCores_;
     std::vector<ProbeSample> samples;
     std::string source;
     auto file = tuningCacheFile();
@@ -313,7 +333,7 @@ void Engine::tune(const Config& config) {
   if (samples.empty()) {
     defaults(source);
   } else {
-    tuning_.choices = deriveChoices(samples, local, cores);
+    tuning_.choices = deriveChoices(samples, local, cores, slots_.chunkBytes);
     tuning_.samples = samples;
     tuning_.source = source;
   }

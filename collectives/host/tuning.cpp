@@ -103,17 +103,35 @@ double ratioOf(const ProbeSample& s) {
   return s.vmGBs / s.mapGBs;
 }
 
-/// The smallest sample size from which the ratio holds at that and every larger sample.
 /// Ranks per core of the host (at least 1).
 double oversubscription(int ranksPerHost, int cores) {
   if (ranksPerHost <= 0 || cores <= 0 || ranksPerHost <= cores) return 1.0;
   return static_cast<double>(ranksPerHost) / static_cast<double>(cores);
 }
 
-uint64_t thresholdFor(const std::vector<ProbeSample>& sorted, double need) {
+/// The smallest size from which single copy wins at that size and every larger candidate. The
+/// candidates are the sample sizes and, when given, `boundary` (from where a call needs more
+/// than one slot chunk per peer); the ratio at a candidate is that of the largest sample not
+/// above it (the smallest sample's below all of them); the ratio needed is `need` below the
+/// boundary and `needBeyond` from it on.
+uint64_t thresholdFor(const std::vector<ProbeSample>& sorted, double need, double needBeyond = -1,
+                      uint64_t boundary = UINT64_MAX) {
+  if (needBeyond < 0) needBeyond = need;
+  std::vector<uint64_t> candidates;
+  for (const ProbeSample& s : sorted) candidates.push_back(s.bytes);
+  if (boundary != UINT64_MAX && !sorted.empty()) candidates.push_back(boundary);
+  std::sort(candidates.begin(), candidates.end());
+  auto ratioAt = [&](uint64_t bytes) {
+    double r = ratioOf(sorted.front());
+    for (const ProbeSample& s : sorted) {
+      if (s.bytes <= bytes) r = ratioOf(s);
+    }
+    return r;
+  };
   uint64_t threshold = UINT64_MAX;
-  for (auto it = sorted.rbegin(); it != sorted.rend() && ratioOf(*it) >= need; ++it) {
-    threshold = it->bytes;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (ratioAt(*it) < (*it >= boundary ? needBeyond : need)) break;
+    threshold = *it;
   }
   return threshold;
 }
@@ -432,7 +450,8 @@ std::vector<ProbeSample> probeReads(int peerPid, uint64_t peerAddress, const cha
 
 // --- the cost model -------------------------------------------------------------------------
 
-Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost, int cores) {
+Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost, int cores,
+                      uint64_t chunkBytes) {
   Choices c;
   const std::string machine = fmt::format("{} ranks per host, {} cores", ranksPerHost, cores);
   if (samples.empty()) {
@@ -451,26 +470,41 @@ Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost,
     figures += fmt::format("{:.2f} at {} ({:.3g}/{:.3g} GB/s)", ratioOf(s), sizeText(s.bytes),
                            s.vmGBs, s.mapGBs);
   }
-  // With more ranks than cores a slot hand-off needs the writer and the reader scheduled, a
-  // single copy only the reader: the slots' cost grows with ranks per core (oversubscription).
+  // With more ranks than cores, a call that needs more than one slot chunk per peer waits for
+  // credits that a peer returns only once the scheduler runs it (a single copy needs only the
+  // reader scheduled): from there the slots' cost grows with the square of ranks per core.
   const double share = oversubscription(ranksPerHost, cores);
-  const double gatherNeed = kGatherRatio / share;
-  const double allReduceNeed = kAllReduceRatio / share;
-  const std::string scaled =
-      share > 1 ? fmt::format(", divided by {:.3g} ranks per core", share) : std::string();
-  c.gatherSingleCopyMin = thresholdFor(sorted, gatherNeed);
-  c.allReduceSingleCopyMin = thresholdFor(sorted, allReduceNeed);
+  const bool handOffs = share > 1 && chunkBytes > 0;
+  const double gatherNeed = kGatherRatio;
+  const double allReduceNeed = kAllReduceRatio;
+  const double beyond = handOffs ? share * share : 1.0;
+  // allGather sends each peer its whole block; two-shot allReduce 1/N of it.
+  const uint64_t gatherBoundary = handOffs ? chunkBytes : UINT64_MAX;
+  const uint64_t allReduceBoundary =
+      handOffs ? chunkBytes * static_cast<uint64_t>(ranksPerHost) : UINT64_MAX;
+  c.gatherSingleCopyMin = thresholdFor(sorted, gatherNeed, gatherNeed / beyond, gatherBoundary);
+  c.allReduceSingleCopyMin =
+      thresholdFor(sorted, allReduceNeed, allReduceNeed / beyond, allReduceBoundary);
+  auto rule = [&](double need, uint64_t boundary) {
+    std::string text = fmt::format("{:.3g}", need);
+    if (boundary != UINT64_MAX) {
+      text += fmt::format(
+          ", {:.3g} (/ {:.3g}^2 ranks per core) from {} per rank (more than one "
+          "slot chunk per peer)",
+          need / beyond, share, sizeText(boundary));
+    }
+    return text;
+  };
   c.why.push_back(fmt::format(
       "{}: process_vm_readv/memcpy = {}; single copy (one kernel copy) beats the slots (two user "
-      "copies) where the ratio is >= {:.3g} ({}{}) at that size and every larger one ({})",
+      "copies) where the ratio is >= {} at that size and every larger one ({})",
       decisionText("allGather, reduceScatter, broadcast, allToAll", c.gatherSingleCopyMin), figures,
-      gatherNeed, kGatherRatio, scaled, machine));
+      rule(gatherNeed, gatherBoundary), machine));
   c.why.push_back(fmt::format(
       "{}: process_vm_readv/memcpy = {}; its single copy reads twice, adds a staging pass and a "
-      "message round, so it needs the ratio >= {:.3g} ({}{}) at that size and every larger one "
-      "({})",
-      decisionText("allReduce", c.allReduceSingleCopyMin), figures, allReduceNeed,
-      kAllReduceRatio, scaled, machine));
+      "message round, so it needs the ratio >= {} at that size and every larger one ({})",
+      decisionText("allReduce", c.allReduceSingleCopyMin), figures,
+      rule(allReduceNeed, allReduceBoundary), machine));
   return c;
 }
 

@@ -38,7 +38,8 @@ struct MachineKey {
   std::string cpuModel;  ///< first "model name" of /proc/cpuinfo, else "unknown"
   std::string kernel;    ///< uname(2) release
   int ranksPerHost = 0;
-  int cores = 0;  ///< CPUs this process may run on (sched_getaffinity)
+  int cores = 0;  ///< CPUs this process may run on (sched_getaffinity); the engine replaces it
+                  ///< with the union of its host's ranks' affinities
   /// This process's machine, for a job of ranksPerHost ranks on this host.
   static MachineKey current(int ranksPerHost);
   /// One line: cpu "...", kernel ..., N ranks per host, C cores.
@@ -84,11 +85,16 @@ inline constexpr double kAllReduceRatio = 0.55;
 /// if the rule holds from the smallest sample, the threshold is that sample's size. Empty
 /// samples: both UINT64_MAX, with a why line saying there was no measurement. The samples may
 /// come in any order; a sample whose map rate is not positive and finite counts as failing the
-/// rule. With more ranks per host than cores, both ratios are divided by ranksPerHost / cores:
-/// a slot hand-off needs the writer and the reader scheduled, a single copy only the reader
-/// (measured with 4 ranks on 2 cores: allGather's single copy beat the slots 2x from 1 MiB per
-/// rank at a ratio of 0.27-0.31, and lost below it; allReduce's from 4 MiB per rank).
-Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost, int cores);
+/// rule. With more ranks per host than cores (share = ranksPerHost / cores > 1), both ratios are
+/// divided by share^2 from the size where a call needs more than one slot chunk (chunkBytes; 0:
+/// unknown) per peer: chunkBytes per rank for the gather family (each peer gets the whole
+/// block), N x chunkBytes for allReduce (two-shot sends 1/N to each peer). Every further chunk
+/// waits for a credit that the peer returns only when the scheduler runs it, while a single
+/// copy needs only the reader scheduled. Measured with 4 ranks on 2 cores (ratios 0.24-0.31,
+/// 512 KiB chunks): allGather's single copy beat the slots 2x at 1 MiB per rank and lost 2x at
+/// 256 KiB; allReduce's won at 4 MiB per rank (1.75 against 1.53 GB/s) and lost at 1 MiB.
+Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost, int cores,
+                      uint64_t chunkBytes = 0);
 
 /// The cache file: $XDG_CACHE_HOME/strata/host-tuning.txt (XDG_CACHE_HOME set to an absolute
 /// path), else $HOME/.cache/strata/host-tuning.txt, else nullopt (no HOME).

@@ -165,7 +165,7 @@ constexpr KeyInfo kKeys[] = {
      "on one host and can map the others' memory (same user; /proc/<pid>/fd readable). off: "
      "such buffers are treated as any other memory.",
      true},
-    {"collectives.zero_copy_min_bytes", Type::Bytes, "1M", "",
+    {"collectives.zero_copy_min_bytes", Type::Bytes, "256K", "",
      "Smallest call (bytes per rank) of allReduce, allGather, reduceScatter, broadcast and "
      "allToAll that auto gives to the zerocopy algorithm: it first exchanges buffer descriptors "
      "(one message round), then reads the peers' buffers directly when all are allocHost "

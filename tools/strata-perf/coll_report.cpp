@@ -33,8 +33,8 @@ void printHeader(Reporter& out, CollKind kind, const CollOptions& opt, Communica
   const std::string memory =
       cuda ? fmt::format("cuda (device {}, {})", ranks[0].device, ranks[0].deviceName)
            : fmt::format("host ({})", opt.alloc == "strata"      ? "strata's allocator"
-                                               : opt.alloc == "allochost" ? "allocHost"
-                                                                          : "malloc");
+                                      : opt.alloc == "allochost" ? "allocHost"
+                                                                 : "malloc");
   out.comment(fmt::format("backend: {}  nranks: {}  memory: {}  label: {}",
                           comm.bootstrap().backend(), comm.size(), memory, opt.label));
   if (!opt.sweep.itersOption->count() || !opt.sweep.warmupOption->count()) {
