@@ -85,7 +85,7 @@ namespace {
 /// rank) of (own + off, each member's chunk). Members' pieces are expected in the same chunking.
 void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, size_t typeSize,
                const std::vector<int>* members = nullptr, int divisor = -1) {
-  const size_t chunk = e.chunkBytes();
+  const size_t chunk = e.pieceBytes(bytes);
   const size_t rounds = (bytes + chunk - 1) / chunk;
   plan.rounds.reserve(plan.rounds.size() + rounds);
   for (int p : members ? *members : e.allRanks()) {
@@ -130,7 +130,8 @@ void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t c
   }
   for (size_t k = 0; k < n; ++k) {
     if (k != me)
-      Engine::expectCopy(plan, members[k], d + bl.start(k), bl.length(k), e.chunkBytes());
+      Engine::expectCopy(plan, members[k], d + bl.start(k), bl.length(k),
+                         e.pieceBytes(bl.length(k)));
   }
   e.run(plan, what);
 }
@@ -182,7 +183,7 @@ void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const CollectiveRe
   for (size_t q = 0; q < local.size(); ++q) {
     if (q == li) continue;
     e.queueSend(local[q], block, lb.length(li), sig);
-    Engine::expectCopy(c, local[q], d + lb.start(q), lb.length(q), e.chunkBytes());
+    Engine::expectCopy(c, local[q], d + lb.start(q), lb.length(q), e.pieceBytes(lb.length(q)));
   }
   e.run(c, "allReduce (within the host)");
 }
@@ -257,7 +258,7 @@ void allGather(Engine& e, const CollectiveRequest& call) {
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
     e.queueSend(p, send, bytes, sig);
-    Engine::expectCopy(plan, p, d + static_cast<size_t>(p) * bytes, bytes, e.chunkBytes());
+    Engine::expectCopy(plan, p, d + static_cast<size_t>(p) * bytes, bytes, e.pieceBytes(bytes));
   }
   e.run(plan, "allGather");
 }
@@ -299,7 +300,7 @@ void broadcast(Engine& e, const CollectiveRequest& call) {
     }
     plan.localWork = [&] { copyIfDistinct(recv, send, bytes); };
   } else {
-    Engine::expectCopy(plan, root, recv, bytes, e.chunkBytes());
+    Engine::expectCopy(plan, root, recv, bytes, e.pieceBytes(bytes));
   }
   e.run(plan, "broadcast");
 }
@@ -321,7 +322,7 @@ void allToAll(Engine& e, const CollectiveRequest& call) {
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
     e.queueSend(p, s + static_cast<size_t>(p) * bytes, bytes, sig);
-    Engine::expectCopy(plan, p, d + static_cast<size_t>(p) * bytes, bytes, e.chunkBytes());
+    Engine::expectCopy(plan, p, d + static_cast<size_t>(p) * bytes, bytes, e.pieceBytes(bytes));
   }
   e.run(plan, "allToAll");
 }
@@ -336,7 +337,7 @@ void recv(Engine& e, const CollectiveRequest& call) {
   if (call.count == 0) return;
   Plan plan = makePlan(e, signatureOf(call));
   plan.waitForSends = false;
-  Engine::expectCopy(plan, call.peer, call.recv, call.bytes(), e.chunkBytes());
+  Engine::expectCopy(plan, call.peer, call.recv, call.bytes(), e.pieceBytes(call.bytes()));
   e.run(plan, "recv");
 }
 

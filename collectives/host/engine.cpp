@@ -92,11 +92,19 @@ void Engine::queueCopy(int peer, const void* data, size_t bytes, const OpSignatu
   out_[peer].push_back({owned->data(), bytes, offset, sig, owned});
 }
 
+size_t Engine::pieceBytes(size_t bytes) const {
+  const size_t chunk = slots_.chunkBytes;
+  if (bytes <= 2 * kMinPieceBytes) return chunk;  // one piece: small calls stay as they were
+  size_t piece = (bytes + kPipelinePieces - 1) / kPipelinePieces;
+  piece = (piece + 4095) / 4096 * 4096;
+  return std::clamp(piece, kMinPieceBytes, chunk);
+}
+
 void Engine::queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
-                       uint64_t offsetBase) {
+                       uint64_t offsetBase, size_t piece) {
   auto& out = out_[peer];
   const char* s = static_cast<const char*>(src);
-  const size_t chunk = slots_.chunkBytes;
+  const size_t chunk = piece ? std::min(piece, slots_.chunkBytes) : pieceBytes(bytes);
   for (size_t off = 0; off < bytes; off += chunk) {
     out.push_back({s + off, std::min(chunk, bytes - off), offsetBase + off, sig, nullptr});
   }
@@ -259,7 +267,7 @@ void Engine::run(Plan& plan, const char* what) {
       if (round.forwardTo) {
         const size_t len = round.count * sizeOf(plan.type);
         for (int p : *round.forwardTo) {
-          if (p != rank_) queueSend(p, round.dst, len, plan.sig, round.forwardOffset);
+          if (p != rank_) queueSend(p, round.dst, len, plan.sig, round.forwardOffset, len);
         }
       }
       if (round.after) round.after();

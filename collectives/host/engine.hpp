@@ -121,13 +121,23 @@ class Engine {
   /// Ranks grouped by host (each group in rank order, groups ordered by their first rank).
   const std::vector<std::vector<int>>& hosts() const { return hosts_; }
 
-  /// Queues bytes from src to peer as chunks of the operation sig.
+  /// The pipelining unit of a message of `bytes`: the whole chunk for messages up to
+  /// 2 x kMinPieceBytes (one piece), else about a kPipelinePieces-th of the message in 4 KiB
+  /// multiples, at least kMinPieceBytes and at most the chunk, so that the reader copies or
+  /// reduces one piece while the writer fills the next. A function of the message length alone:
+  /// the sender of a message and its receiver cut it the same way.
+  size_t pieceBytes(size_t bytes) const;
+  static constexpr size_t kPipelinePieces = 4;
+  static constexpr size_t kMinPieceBytes = 256 * 1024;
+  /// Queues bytes from src to peer as pieces (pieceBytes(bytes), or `piece` when given) of the
+  /// operation sig.
   void queueSend(int peer, const void* src, size_t bytes, const OpSignature& sig,
-                 uint64_t offsetBase = 0);
+                 uint64_t offsetBase = 0, size_t piece = 0);
   /// Chunks already sent to peer plus those queued (the value links_[peer].sent() reaches once
   /// every queued piece has gone).
   uint64_t sentAfterQueue(int peer) const { return links_[peer].sent() + out_[peer].size(); }
-  /// Expected pieces from peer copied into dst.
+  /// Expected pieces (of chunkBytes: pass pieceBytes(bytes) of the sender's message) from peer
+  /// copied into dst.
   static void expectCopy(Plan& plan, int peer, void* dst, size_t bytes, size_t chunkBytes);
   /// Runs until every InPiece and round of the plan is done and every queued piece is sent
   /// (for plan.waitForSends), with the no-progress deadline transport.timeout.

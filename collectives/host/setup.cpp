@@ -181,6 +181,11 @@ void Engine::probePeerAccess(const Config& config) {
   }
   hostCores_ = 0;
   for (uint8_t byte : hostMask) hostCores_ += std::popcount(byte);
+  // Spin only while every rank of this host has a CPU of its own: counted over the host's ranks
+  // together, so ranks bound one per core (each seeing one CPU in its affinity) spin too.
+  size_t local = 0;
+  for (int p = 0; p < size_; ++p) local += p == rank_ || links_[p].isMapped();
+  if (hostCores_ > 0) spinUs_ = static_cast<int>(local) > hostCores_ ? 0 : kSpinMicros;
   if (size_ > 1) probePeerArea_ = wire::loadLe<uint64_t>(records.data() + kRecord + 24);
   uint8_t single = singleWanted && allMapped;
   uint8_t zero = zeroWanted && allMapped && file.ok();
