@@ -126,7 +126,8 @@ class OneShot final : public HostAlgorithm {
     return fmt::format(
         "every rank sends its whole input to every rank and reduces all of it (latency-optimal); "
         "host memory, any layout; auto takes it up to {} per rank here "
-        "(collectives.oneshot_max_bytes x (2/N)^2 above 2 ranks)",
+        "(collectives.oneshot_max_bytes x (2/N)^2 above 2 ranks, x (cores/N)^2 more when "
+        "the ranks of one host outnumber its CPUs)",
         kib(s_.oneshotMax));
   }
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
@@ -297,10 +298,15 @@ class HostBackend final : public backend::CollectivesBackend {
     shared_.oneshotMax =
         static_cast<size_t>(config::getInt(*init.config, "collectives.oneshot_max_bytes"));
     if (n > 2) {
-      // One-shot moves (N-1) x the message per rank, two-shot about 2x in two steps: measured,
-      // the crossover falls from 64 KiB at N = 2 to 16-32 KiB at 3, 8-16 KiB at 4 and 4 KiB at
-      // 8 (docs/collectives.md).
+      // One-shot moves (N-1) x the message per rank, two-shot about 2x in two steps, so the
+      // crossover falls with (2/N)^2 (docs/collectives.md).
       shared_.oneshotMax = shared_.oneshotMax * 4 / (n * n);
+    }
+    const size_t cores = static_cast<size_t>(shared_.engine->sharedCores());
+    if (cores > 0 && n > cores) {
+      // Ranks that share cores: one-shot's (N-1) copies per rank queue behind each other
+      // (measured with 2 cores: crossover 256 KiB at 2 ranks, 6-8 KiB at 4).
+      shared_.oneshotMax = shared_.oneshotMax * cores * cores / (n * n);
     }
     shared_.zeroCopyMin = config::getBytes(*init.config, "collectives.zero_copy_min_bytes");
     // In order of preference: the first that accepts a call and prefers it runs it.

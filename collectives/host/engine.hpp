@@ -155,6 +155,9 @@ class Engine {
   /// (probed at creation, collectives.zero_copy): a call whose buffers are such memory on
   /// every rank reads them with plain loads.
   bool zeroCopy() const { return zeroCopy_; }
+  /// The CPUs the ranks may use together when every rank is on this host (the union of their
+  /// affinities, the same on every rank); 0 for a job on several hosts or of one rank.
+  int sharedCores() const { return hostCores_; }
   /// Bytes [offset, offset + bytes) of peer's buffer b mapped into this process, or nullptr
   /// when b is not allocHost memory or cannot be mapped (said once per peer at info level; the
   /// caller then reads with process_vm_readv). ProtocolError when the range lies outside the

@@ -186,6 +186,8 @@ void Engine::probePeerAccess(const Config& config) {
   size_t local = 0;
   for (int p = 0; p < size_; ++p) local += p == rank_ || links_[p].isMapped();
   if (hostCores_ > 0) spinUs_ = static_cast<int>(local) > hostCores_ ? 0 : kSpinMicros;
+  // Decisions every rank must take alike use it only when all ranks share this host.
+  if (static_cast<int>(local) != size_) hostCores_ = 0;
   if (size_ > 1) probePeerArea_ = wire::loadLe<uint64_t>(records.data() + kRecord + 24);
   uint8_t single = singleWanted && allMapped;
   uint8_t zero = zeroWanted && allMapped && file.ok();

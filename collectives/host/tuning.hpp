@@ -85,14 +85,14 @@ inline constexpr double kAllReduceRatio = 0.55;
 /// if the rule holds from the smallest sample, the threshold is that sample's size. Empty
 /// samples: both UINT64_MAX, with a why line saying there was no measurement. The samples may
 /// come in any order; a sample whose map rate is not positive and finite counts as failing the
-/// rule. With more ranks per host than cores (share = ranksPerHost / cores > 1), both ratios are
-/// divided by share^2 from the size where a call needs more than one slot chunk (chunkBytes; 0:
-/// unknown) per peer: chunkBytes per rank for the gather family (each peer gets the whole
-/// block), N x chunkBytes for allReduce (two-shot sends 1/N to each peer). Every further chunk
-/// waits for a credit that the peer returns only when the scheduler runs it, while a single
-/// copy needs only the reader scheduled. Measured with 4 ranks on 2 cores (ratios 0.24-0.31,
-/// 512 KiB chunks): allGather's single copy beat the slots 2x at 1 MiB per rank and lost 2x at
-/// 256 KiB; allReduce's won at 4 MiB per rank (1.75 against 1.53 GB/s) and lost at 1 MiB.
+/// rule. With more ranks per host than cores (share = ranksPerHost / cores > 1), the gather
+/// family's ratio is divided by share^2 from chunkBytes per rank (0: unknown), where a call
+/// needs more than one slot chunk per peer: every further chunk waits for a credit that the peer
+/// returns only when the scheduler runs it, while a single copy needs only the reader
+/// scheduled. Measured with 4 ranks on 2 cores (ratios 0.24-0.31, 512 KiB chunks): allGather's
+/// single copy beat the slots at 4-16 MiB per rank and lost 2x at 256 KiB. allReduce keeps its
+/// ratio: its two-shot sends each peer 1/N of the message in pieces and beat single copy at
+/// every size there.
 Choices deriveChoices(const std::vector<ProbeSample>& samples, int ranksPerHost, int cores,
                       uint64_t chunkBytes = 0);
 

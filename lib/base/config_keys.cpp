@@ -181,9 +181,11 @@ constexpr KeyInfo kKeys[] = {
      "Forcing keys (collectives.algorithm) and an explicitly set single_copy_min_bytes win. "
      "strata-info --tuning shows the figures and choices.",
      true},
-    {"collectives.oneshot_max_bytes", Type::Int, "65536", "0..",
+    {"collectives.oneshot_max_bytes", Type::Int, "262144", "0..",
      "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm at 2 ranks; "
-     "at N > 2 ranks the limit is this times (2/N)^2 (16 KiB at 4 ranks with the default).",
+     "at N > 2 ranks the limit is this times (2/N)^2, and when every rank is on one host whose "
+     "CPUs they outnumber (the union of their affinities), times (cores/N)^2 more (64 KiB at 4 "
+     "ranks on 4 or more CPUs, 16 KiB at 4 ranks on 2, with the default).",
      true},
     {"collectives.cuda.oneshot_max_bytes", Type::Bytes, "16K", "",
      "CUDA module (every rank must use the same collectives.cuda.* values: the module checks at "

@@ -25,11 +25,12 @@ grep -q '^# algorithm: twoshot (forced with -a' <<<"$out" || fail "the header do
 grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "the rows do not say host/twoshot ran"
 grep -q '^# algorithm: host/oneshot' <<<"$out" && fail "oneshot ran although twoshot was forced"
 
-out=$("$run" -n 2 "$perf" allreduce -b 2K -e 1M -f 8 2>&1) || fail "strata-perf (auto) failed: $out"
+out=$(STRATA_COLLECTIVES_ZERO_COPY_MIN_BYTES=2M "$run" -n 2 "$perf" allreduce -b 2K -e 2M -f 8 2>&1) ||
+  fail "strata-perf (auto) failed: $out"
 grep -q '^# algorithm: auto' <<<"$out" || fail "the header does not say auto"
 grep -q '^# algorithm: host/oneshot$' <<<"$out" || fail "auto did not run oneshot at 2 KiB"
-grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto did not run twoshot at 128 KiB"
-# From collectives.zero_copy_min_bytes (256 KiB) zerocopy takes the call; malloc'ed buffers run
+grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto did not run twoshot at 1 MiB"
+# From collectives.zero_copy_min_bytes zerocopy takes the call; malloc'ed buffers run
 # what auto would have chosen, and the row says which; allocHost buffers are read in place.
 grep -q '^# algorithm: host/zerocopy (twoshot: not every buffer is allocHost memory)$' <<<"$out" ||
   fail "auto did not say zerocopy fell back to twoshot at 1 MiB"
