@@ -232,7 +232,8 @@ class ZeroCopy final : public HostAlgorithm {
         "Communicator::allocHost memory on every rank, they read them through shared mappings "
         "(plain loads and in-place reductions, no kernel or slot copy), else the call runs as "
         "auto would have chosen without it, one message round later; host memory, every rank "
-        "on one host; auto takes it from {} per rank (collectives.zero_copy_min_bytes)",
+        "on one host; auto takes it from {} per rank (collectives.zero_copy_min_bytes), and after "
+        "8 calls in a row that fell back only every 64th call",
         kib(s_.zeroCopyMin));
   }
   std::string unsuitable(const CollectiveRequest& r) const override {
@@ -244,12 +245,21 @@ class ZeroCopy final : public HostAlgorithm {
     }
     return why;
   }
-  bool prefers(const CollectiveRequest& r) const override { return r.bytes() >= s_.zeroCopyMin; }
+  /// From zero_copy_min_bytes on; after kGiveUp calls in a row whose buffers were not all
+  /// allocHost memory, only every kRetry-th such call tries again, so that a job that never
+  /// uses allocHost pays the descriptor round on 1 call in kRetry. Every rank sees the same calls
+  /// and the same descriptors, so every rank counts alike.
+  bool prefers(const CollectiveRequest& r) const override {
+    if (r.bytes() < s_.zeroCopyMin) return false;
+    const uint64_t n = eligible_++;
+    return misses_ < kGiveUp || n % kRetry == 0;
+  }
   void run(const CollectiveRequest& r) override {
     how_.clear();
     s_.guarded([&](Engine& e) {
       if (trivialCall(e, r)) return;
       Descriptors d = exchangeDescriptors(e, r);
+      misses_ = d.allShared ? 0 : std::min(misses_ + 1, kGiveUp);
       if (d.allShared) {
         how_ = "mapped";
         return singleCopy(e, r, d);
@@ -263,8 +273,13 @@ class ZeroCopy final : public HostAlgorithm {
   }
   std::string launchShape() const override { return how_; }
 
+  static constexpr int kGiveUp = 8;
+  static constexpr uint64_t kRetry = 64;
+
  private:
   std::string how_;
+  int misses_ = 0;                 ///< calls in a row that fell back (at most kGiveUp)
+  mutable uint64_t eligible_ = 0;  ///< calls from zero_copy_min_bytes on that auto asked about
 };
 
 /// Everything but allReduce through the shared slots, and send/recv.

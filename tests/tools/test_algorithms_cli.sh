@@ -30,10 +30,16 @@ out=$(STRATA_COLLECTIVES_ZERO_COPY_MIN_BYTES=2M "$run" -n 2 "$perf" allreduce -b
 grep -q '^# algorithm: auto' <<<"$out" || fail "the header does not say auto"
 grep -q '^# algorithm: host/oneshot$' <<<"$out" || fail "auto did not run oneshot at 2 KiB"
 grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto did not run twoshot at 1 MiB"
-# From collectives.zero_copy_min_bytes zerocopy takes the call; malloc'ed buffers run
-# what auto would have chosen, and the row says which; allocHost buffers are read in place.
+# From collectives.zero_copy_min_bytes zerocopy takes the call; malloc'ed buffers run what auto
+# would have chosen, and the row says which; after 8 such calls in a row auto asks zerocopy only
+# every 64th call; allocHost buffers are read in place.
+out=$(STRATA_COLLECTIVES_ZERO_COPY_MIN_BYTES=1M "$run" -n 2 "$perf" allreduce -b 1M -e 1M -n 1 -w 0 2>&1) ||
+  fail "strata-perf (zerocopy on malloc) failed: $out"
 grep -q '^# algorithm: host/zerocopy (twoshot: not every buffer is allocHost memory)$' <<<"$out" ||
   fail "auto did not say zerocopy fell back to twoshot at 1 MiB"
+out=$(STRATA_COLLECTIVES_ZERO_COPY_MIN_BYTES=1M "$run" -n 2 "$perf" allreduce -b 1M -e 1M -n 20 -w 0 2>&1) ||
+  fail "strata-perf (zerocopy backing off) failed: $out"
+grep -q '^# algorithm: host/twoshot$' <<<"$out" || fail "auto kept asking zerocopy after 8 fallbacks"
 out=$("$run" -n 2 "$perf" allreduce --alloc allochost -b 1M -e 1M 2>&1) ||
   fail "strata-perf --alloc allochost failed: $out"
 grep -q '^# algorithm: host/zerocopy (mapped)$' <<<"$out" || fail "allocHost buffers were not read in place"
