@@ -175,6 +175,12 @@ class TwoShot final : public HostAlgorithm {
   }
 };
 
+/// The ops single copy and zero copy serve: every one where a rank reads peers' buffers.
+std::vector<CollectiveOp> readingOps() {
+  return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
+          CollectiveOp::Broadcast, CollectiveOp::AllToAll};
+}
+
 std::string thresholdText(uint64_t bytes) {
   return bytes == UINT64_MAX ? std::string("never") : fmt::format("from {}", kib(bytes));
 }
@@ -183,10 +189,7 @@ std::string thresholdText(uint64_t bytes) {
 class SingleCopy final : public HostAlgorithm {
  public:
   explicit SingleCopy(Shared& s) : HostAlgorithm(s, "singlecopy") {}
-  std::vector<CollectiveOp> ops() const override {
-    return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
-            CollectiveOp::Broadcast, CollectiveOp::AllToAll};
-  }
+  std::vector<CollectiveOp> ops() const override { return readingOps(); }
   std::string describe() const override {
     const Choices& c = s_.engine->choices();
     return fmt::format(
@@ -222,10 +225,7 @@ class SingleCopy final : public HostAlgorithm {
 class ZeroCopy final : public HostAlgorithm {
  public:
   explicit ZeroCopy(Shared& s) : HostAlgorithm(s, "zerocopy") {}
-  std::vector<CollectiveOp> ops() const override {
-    return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
-            CollectiveOp::Broadcast, CollectiveOp::AllToAll};
-  }
+  std::vector<CollectiveOp> ops() const override { return readingOps(); }
   std::string describe() const override {
     return fmt::format(
         "every rank describes its buffers; when the buffers the peers read are "

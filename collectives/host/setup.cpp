@@ -29,18 +29,15 @@ namespace {
 
 /// Entries of the proxy FIFO of proxied links (triggers in flight before a push waits).
 constexpr uint32_t kProxyFifoEntries = 1024;
-/// Spin before yielding in the progress loop (0 when the host's ranks outnumber its cores).
+/// Spin before yielding in the progress loop (0 when the host's ranks outnumber its CPUs).
 constexpr int kSpinMicros = 10;
 
-/// Spinning only helps while every rank of this host has a core to spin on.
-int spinMicros(const std::vector<std::vector<int>>& hosts, int rank) {
-  cpu_set_t cpus;
-  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  size_t local = 1;
+/// The ranks of rank's host (its group of the context's host groups).
+const std::vector<int>& hostOf(const std::vector<std::vector<int>>& hosts, int rank) {
   for (const auto& g : hosts) {
-    if (std::find(g.begin(), g.end(), rank) != g.end()) local = g.size();
+    if (std::find(g.begin(), g.end(), rank) != g.end()) return g;
   }
-  return static_cast<int>(local) > cores ? 0 : kSpinMicros;
+  throw Error(ErrorCode::Internal, fmt::format("rank {} is in no host group", rank));
 }
 
 }  // namespace
@@ -56,7 +53,6 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   links_.resize(static_cast<size_t>(size_));
   out_.resize(static_cast<size_t>(size_));
   hosts_ = context_->hostGroups();
-  spinUs_ = spinMicros(hosts_, rank_);
   slots_ = slotGeometry(static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes")),
                         static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes")),
                         size_, rank_);
@@ -172,22 +168,20 @@ void Engine::probePeerAccess(const Config& config) {
   context_->bootstrap().allGather(records.data(), kRecord);
   // The CPUs the ranks of this host may use together: ranks bound one per core each have
   // their own, although each one's affinity shows a single CPU.
+  const std::vector<int>& local = hostOf(hosts_, rank_);
   std::vector<uint8_t> hostMask(kMaskBytes);
-  for (int p = 0; p < size_; ++p) {
-    const bool sameHost = p == rank_ || links_[p].isMapped();
-    for (size_t b = 0; b < kMaskBytes && sameHost; ++b) {
+  for (int p : local) {
+    for (size_t b = 0; b < kMaskBytes; ++b) {
       hostMask[b] |= records[kRecord * static_cast<size_t>(p) + 32 + b];
     }
   }
   hostCores_ = 0;
   for (uint8_t byte : hostMask) hostCores_ += std::popcount(byte);
-  // Spin only while every rank of this host has a CPU of its own: counted over the host's ranks
-  // together, so ranks bound one per core (each seeing one CPU in its affinity) spin too.
-  size_t local = 0;
-  for (int p = 0; p < size_; ++p) local += p == rank_ || links_[p].isMapped();
-  if (hostCores_ > 0) spinUs_ = static_cast<int>(local) > hostCores_ ? 0 : kSpinMicros;
+  // Spinning only helps while every rank of this host has a CPU of its own.
+  const int localRanks = static_cast<int>(local.size());
+  spinUs_ = localRanks > std::max(hostCores_, 1) ? 0 : kSpinMicros;
   // Decisions every rank must take alike use it only when all ranks share this host.
-  if (static_cast<int>(local) != size_) hostCores_ = 0;
+  if (localRanks != size_) hostCores_ = 0;
   if (size_ > 1) probePeerArea_ = wire::loadLe<uint64_t>(records.data() + kRecord + 24);
   uint8_t single = singleWanted && allMapped;
   uint8_t zero = zeroWanted && allMapped && file.ok();
