@@ -10,6 +10,7 @@
 
 #include "call.hpp"
 #include "reduce.hpp"
+#include "stream_copy.hpp"
 
 namespace strata::collectives {
 
@@ -79,6 +80,25 @@ void copyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) std::memmove(dst, src, bytes);
 }
 
+std::pair<size_t, size_t> bufferBytes(const CollectiveRequest& call, size_t n) {
+  const size_t b = call.bytes();
+  switch (call.op) {
+    case CollectiveOp::AllGather:
+      return {b, n * b};
+    case CollectiveOp::ReduceScatter:
+      return {n * b, b};
+    case CollectiveOp::AllToAll:
+      return {n * b, n * b};
+    default:
+      return {b, b};
+  }
+}
+
+bool streamsCall(const Engine& e, const CollectiveRequest& call) {
+  auto [sendBytes, recvBytes] = bufferBytes(call, static_cast<size_t>(e.size()));
+  return e.streams(uint64_t{sendBytes} + recvBytes);
+}
+
 namespace {
 
 /// One reduction round per chunk of [0, bytes): dst + off = op over members (default: every
@@ -113,12 +133,13 @@ void addRounds(Engine& e, Plan& plan, char* dst, const char* own, size_t bytes, 
 /// sent to every member (all-gather). A chunk goes out as soon as its round is reduced, so the
 /// two phases overlap.
 void twoShot(Engine& e, const OpSignature& sig, const char* s, char* d, size_t count, size_t ts,
-             const std::vector<int>& members, const char* what) {
+             const std::vector<int>& members, const char* what, bool stream) {
   const size_t n = members.size();
   const size_t me =
       static_cast<size_t>(std::find(members.begin(), members.end(), e.rank()) - members.begin());
   Blocks bl(count, n, ts);
   Plan plan = makePlan(e, sig);
+  plan.stream = stream;
   for (size_t k = 0; k < n; ++k) {
     if (k != me) e.queueSend(members[k], s + bl.start(k), bl.length(k), sig);
   }
@@ -177,9 +198,11 @@ void hierarchicalAllReduce(Engine& e, const OpSignature& sig, const CollectiveRe
   e.run(a, "allReduce (within the host)");
 
   char* block = d + lb.start(li);
-  twoShot(e, sig, block, block, lb.length(li) / ts, ts, cross, "allReduce (across hosts)");
+  const bool stream = streamsCall(e, call);
+  twoShot(e, sig, block, block, lb.length(li) / ts, ts, cross, "allReduce (across hosts)", stream);
 
   Plan c = makePlan(e, sig);
+  c.stream = stream;
   for (size_t q = 0; q < local.size(); ++q) {
     if (q == li) continue;
     e.queueSend(local[q], block, lb.length(li), sig);
@@ -234,7 +257,7 @@ void allReduceOneShot(Engine& e, const CollectiveRequest& call) {
 void allReduceTwoShot(Engine& e, const CollectiveRequest& call) {
   if (trivialAllReduce(e, call)) return;
   twoShot(e, signatureOf(call), static_cast<const char*>(call.send), static_cast<char*>(call.recv),
-          call.count, sizeOf(call.type), e.allRanks(), "allReduce");
+          call.count, sizeOf(call.type), e.allRanks(), "allReduce", streamsCall(e, call));
 }
 
 void allReduceHierarchical(Engine& e, const CollectiveRequest& call) {
@@ -248,12 +271,14 @@ void allGather(Engine& e, const CollectiveRequest& call) {
   const OpSignature sig = signatureOf(call);
   const void* send = call.send;
   char* d = static_cast<char*>(call.recv);
-  auto own = [&] { copyIfDistinct(d + static_cast<size_t>(e.rank()) * bytes, send, bytes); };
+  const bool stream = streamsCall(e, call);
+  auto own = [&] { copyOut(stream, d + static_cast<size_t>(e.rank()) * bytes, send, bytes); };
   if (e.size() == 1) {
     own();
     return;
   }
   Plan plan = makePlan(e, sig);
+  plan.stream = stream;
   plan.localWork = own;
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
@@ -294,11 +319,12 @@ void broadcast(Engine& e, const CollectiveRequest& call) {
   }
   const OpSignature sig = signatureOf(call);
   Plan plan = makePlan(e, sig);
+  plan.stream = streamsCall(e, call);
   if (e.rank() == root) {
     for (int p = 0; p < e.size(); ++p) {
       if (p != root) e.queueSend(p, send, bytes, sig);
     }
-    plan.localWork = [&] { copyIfDistinct(recv, send, bytes); };
+    plan.localWork = [&] { copyOut(plan.stream, recv, send, bytes); };
   } else {
     Engine::expectCopy(plan, root, recv, bytes, e.pieceBytes(bytes));
   }
@@ -312,12 +338,14 @@ void allToAll(Engine& e, const CollectiveRequest& call) {
   char* d = static_cast<char*>(call.recv);
   const OpSignature sig = signatureOf(call);
   const size_t me = static_cast<size_t>(e.rank());
-  auto own = [&] { copyIfDistinct(d + me * bytes, s + me * bytes, bytes); };
+  const bool stream = streamsCall(e, call);
+  auto own = [&] { copyOut(stream, d + me * bytes, s + me * bytes, bytes); };
   if (e.size() == 1) {
     own();
     return;
   }
   Plan plan = makePlan(e, sig);
+  plan.stream = stream;
   plan.localWork = own;
   for (int p = 0; p < e.size(); ++p) {
     if (p == e.rank()) continue;
@@ -337,6 +365,7 @@ void recv(Engine& e, const CollectiveRequest& call) {
   if (call.count == 0) return;
   Plan plan = makePlan(e, signatureOf(call));
   plan.waitForSends = false;
+  plan.stream = e.streams(call.bytes());
   Engine::expectCopy(plan, call.peer, call.recv, call.bytes(), e.pieceBytes(call.bytes()));
   e.run(plan, "recv");
 }

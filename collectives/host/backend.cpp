@@ -364,6 +364,7 @@ class HostBackend final : public backend::CollectivesBackend {
     }
     out += fmt::format("zero copy (allocHost buffers): {}, auto from {} B per rank\n",
                        e.zeroCopy() ? "available" : "not available", shared_.zeroCopyMin);
+    out += e.streamWhy() + '\n';
     return out;
   }
 

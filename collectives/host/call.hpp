@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <strata/backend/collectives.hpp>
 
@@ -18,6 +19,12 @@ namespace strata::collectives {
 OpSignature signatureOf(const backend::CollectiveRequest& call);
 Plan makePlan(Engine& e, const OpSignature& sig);
 void copyIfDistinct(void* dst, const void* src, size_t bytes);
+/// The bytes of the send and recv buffers of the call on a rank, as the op defines them
+/// (n: ranks).
+std::pair<size_t, size_t> bufferBytes(const backend::CollectiveRequest& call, size_t n);
+/// Whether the call copies into its destination with streaming stores (Engine::streams of its
+/// send plus recv bytes).
+bool streamsCall(const Engine& e, const backend::CollectiveRequest& call);
 
 /// Blocks of [0, count) elements split n ways, 16-element aligned: byte start and length.
 struct Blocks {

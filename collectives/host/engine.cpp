@@ -19,6 +19,7 @@
 #include "base/watch_calls.hpp"
 #include "chunk_header.hpp"
 #include "reduce.hpp"
+#include "stream_copy.hpp"
 
 namespace strata::collectives {
 
@@ -212,7 +213,11 @@ void Engine::run(Plan& plan, const char* what) {
           piece.onArrive(copied ? small : payload);
           if (!copied) link.ack();
         } else {
-          std::memcpy(piece.dst, link.nextPayload(), piece.bytes);
+          if (plan.stream) {
+            streamCopy(piece.dst, link.nextPayload(), piece.bytes);
+          } else {
+            std::memcpy(piece.dst, link.nextPayload(), piece.bytes);
+          }
           link.ack();
         }
         ++idx[p];

@@ -92,6 +92,8 @@ struct Plan {
   /// Local work (a rank's copy of its own block) done after the first round of sends, so that
   /// peers can start while this rank copies.
   std::function<void()> localWork;
+  /// Copy arriving pieces into their destination with streaming stores (Engine::streams).
+  bool stream = false;
 };
 
 /// How this engine chose between the slots and single copy (strata-info --tuning).
@@ -158,6 +160,11 @@ class Engine {
   /// The CPUs the ranks may use together when every rank is on this host (the union of their
   /// affinities, the same on every rank); 0 for a job on several hosts or of one rank.
   int sharedCores() const { return hostCores_; }
+  /// Whether a call whose send plus receive buffers on this rank total `bufferBytes` copies into
+  /// its destination with streaming stores (collectives.stream_copy; stream_copy.hpp).
+  bool streams(uint64_t bufferBytes) const { return bufferBytes >= streamMin_; }
+  /// Why streams() decides as it does, with the cache figures (strata-info --tuning).
+  const std::string& streamWhy() const { return streamWhy_; }
   /// Bytes [offset, offset + bytes) of peer's buffer b mapped into this process, or nullptr
   /// when b is not allocHost memory or cannot be mapped (said once per peer at info level; the
   /// caller then reads with process_vm_readv). ProtocolError when the range lies outside the
@@ -189,6 +196,8 @@ class Engine {
   /// Whether every pair of ranks can read each other's memory with process_vm_readv
   /// (singleCopy_) and map each other's memfd memory (zeroCopy_).
   void probePeerAccess(const Config& config);
+  /// Sets streamMin_ and streamWhy_ (collectives.stream_copy, the cache size).
+  void chooseStreaming(const Config& config);
   /// Sets tuning_: rank 0 measures (or reads the cache) and tells every rank (setup.cpp).
   void tune(const Config& config);
 
@@ -228,6 +237,8 @@ class Engine {
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
   bool zeroCopy_ = false;
+  uint64_t streamMin_ = UINT64_MAX;  ///< streams() from this many buffer bytes
+  std::string streamWhy_;
   int hostCores_ = 0;  ///< CPUs the ranks of this host may use together (union of affinities)
   HostTuning tuning_;
   uint64_t probePeerArea_ = 0;           ///< rank 0: rank 1's receive area, in rank 1's process

@@ -22,6 +22,7 @@
 #include "base/log.hpp"
 #include "base/wire.hpp"
 #include "engine.hpp"
+#include "stream_copy.hpp"
 
 namespace strata::collectives {
 
@@ -56,6 +57,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   slots_ = slotGeometry(static_cast<size_t>(config::getInt(config, "collectives.buffer_bytes")),
                         static_cast<size_t>(config::getInt(config, "collectives.chunk_bytes")),
                         size_, rank_);
+  chooseStreaming(config);
   if (size_ == 1) {
     tuning_.source = "not needed: one rank, no peer to read from";
     return;
@@ -227,6 +229,20 @@ void Engine::probePeerAccess(const Config& config) {
   for (int p = 0; p < size_; ++p) {
     singleCopy_ &= all[2 * p] != 0;
     zeroCopy_ &= all[2 * p + 1] != 0;
+  }
+}
+
+void Engine::chooseStreaming(const Config& config) {
+  const std::string mode = config::getString(config, "collectives.stream_copy");
+  if (mode == "always") {
+    streamMin_ = 0;
+    streamWhy_ = "streaming copies: always (collectives.stream_copy = always)";
+  } else if (mode == "off") {
+    streamMin_ = UINT64_MAX;
+    streamWhy_ = "streaming copies: never (collectives.stream_copy = off)";
+  } else {
+    const int ranksOnHost = static_cast<int>(hostOf(hosts_, rank_).size());
+    streamMin_ = streamMinBytes(lastLevelCache(), ranksOnHost, &streamWhy_);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "base/wire.hpp"
 #include "call.hpp"
 #include "reduce.hpp"
+#include "stream_copy.hpp"
 
 namespace strata::collectives {
 
@@ -32,21 +33,6 @@ PeerBuffer describe(const void* buffer, size_t bytes) {
     if (auto region = backend::findSharedHost(buffer, bytes)) b.region = *region;
   }
   return b;
-}
-
-/// The bytes of the send and recv buffers of the call, as the op defines them.
-std::pair<size_t, size_t> bufferBytes(const CollectiveRequest& call, size_t n) {
-  const size_t b = call.bytes();
-  switch (call.op) {
-    case CollectiveOp::AllGather:
-      return {b, n * b};
-    case CollectiveOp::ReduceScatter:
-      return {n * b, b};
-    case CollectiveOp::AllToAll:
-      return {n * b, n * b};
-    default:
-      return {b, b};
-  }
 }
 
 void sendDone(Engine& e, int peer, const OpSignature& sig) {
@@ -94,19 +80,20 @@ void reduceFromPeers(Engine& e, const Descriptors& d, const char* own, char* dst
   }
 }
 
-/// Copies bytes at offset of peer's buffer b into dst: from its mapping, else process_vm_readv.
+/// Copies bytes at offset of peer's buffer b into dst: from its mapping (streaming stores when
+/// stream), else process_vm_readv.
 void readPeer(Engine& e, int peer, const PeerBuffer& b, uint64_t frees, uint64_t offset, void* dst,
-              size_t bytes) {
+              size_t bytes, bool stream) {
   if (bytes == 0) return;
   if (const char* v = e.peerView(peer, b, frees, offset, bytes)) {
-    std::memcpy(dst, v, bytes);
+    copyOut(stream, dst, v, bytes);
   } else {
     e.readFrom(peer, b.address + offset, dst, bytes);
   }
 }
 
 void allReduce(Engine& e, const OpSignature& sig, const CollectiveRequest& call,
-               const Descriptors& d) {
+               const Descriptors& d, bool stream) {
   const char* s = static_cast<const char*>(call.send);
   char* dst = static_cast<char*>(call.recv);
   const size_t n = static_cast<size_t>(e.size());
@@ -124,7 +111,7 @@ void allReduce(Engine& e, const OpSignature& sig, const CollectiveRequest& call,
     e.queueCopy(peer, &one, sizeof one, sig, 1);
     plan.in[p].push_back({nullptr, sizeof(uint64_t), 1, -1, [&, p, peer](const char*) {
                             readPeer(e, peer, d.ranks[p].recv, d.ranks[p].frees, bl.start(p),
-                                     dst + bl.start(p), bl.length(p));
+                                     dst + bl.start(p), bl.length(p), stream);
                             sendDone(e, peer, sig);
                           }});
     expectDone(plan, peer, &sink[p]);
@@ -136,7 +123,8 @@ void allReduce(Engine& e, const OpSignature& sig, const CollectiveRequest& call,
 /// recv buffer (srcOffset(p), dst(p)); owners wait for every reader's "done".
 template <typename SrcOffset, typename Dst>
 void gather(Engine& e, const OpSignature& sig, const Descriptors& d, size_t bytes,
-            SrcOffset srcOffset, Dst dstOf, const char* what, std::function<void()> own) {
+            SrcOffset srcOffset, Dst dstOf, const char* what, bool stream,
+            std::function<void()> own) {
   const size_t n = static_cast<size_t>(e.size());
   const size_t me = static_cast<size_t>(e.rank());
   Plan plan = makePlan(e, sig);
@@ -145,7 +133,8 @@ void gather(Engine& e, const OpSignature& sig, const Descriptors& d, size_t byte
   for (size_t i = 1; i < n; ++i) {
     const size_t p = (me + i) % n;
     const int peer = static_cast<int>(p);
-    readPeer(e, peer, d.ranks[p].send, d.ranks[p].frees, srcOffset(peer), dstOf(peer), bytes);
+    readPeer(e, peer, d.ranks[p].send, d.ranks[p].frees, srcOffset(peer), dstOf(peer), bytes,
+             stream);
     sendDone(e, peer, sig);
     expectDone(plan, peer, &sink[p]);
   }
@@ -247,19 +236,20 @@ void singleCopy(Engine& e, const CollectiveRequest& call, const Descriptors& d) 
   const size_t n = static_cast<size_t>(e.size());
   char* recv = static_cast<char*>(call.recv);
   const char* send = static_cast<const char*>(call.send);
+  const bool stream = streamsCall(e, call);
   switch (call.op) {
     case CollectiveOp::AllReduce:
-      return allReduce(e, sig, call, d);
+      return allReduce(e, sig, call, d, stream);
     case CollectiveOp::AllGather:
       return gather(
           e, sig, d, bytes, [](int) { return uint64_t{0}; },
-          [&](int p) { return recv + static_cast<size_t>(p) * bytes; }, "allGather",
-          [&] { copyIfDistinct(recv + me * bytes, send, bytes); });
+          [&](int p) { return recv + static_cast<size_t>(p) * bytes; }, "allGather", stream,
+          [&] { copyOut(stream, recv + me * bytes, send, bytes); });
     case CollectiveOp::AllToAll:
       return gather(
           e, sig, d, bytes, [&](int) { return uint64_t{me * bytes}; },
-          [&](int p) { return recv + static_cast<size_t>(p) * bytes; }, "allToAll",
-          [&] { copyIfDistinct(recv + me * bytes, send + me * bytes, bytes); });
+          [&](int p) { return recv + static_cast<size_t>(p) * bytes; }, "allToAll", stream,
+          [&] { copyOut(stream, recv + me * bytes, send + me * bytes, bytes); });
     case CollectiveOp::ReduceScatter: {
       reduceFromPeers(e, d, send + me * bytes, recv, me * bytes, bytes, call.type, call.redop);
       Plan plan = makePlan(e, sig);
@@ -279,10 +269,10 @@ void singleCopy(Engine& e, const CollectiveRequest& call, const Descriptors& d) 
         for (size_t p = 0; p < n; ++p) {
           if (static_cast<int>(p) != root) expectDone(plan, static_cast<int>(p), &sink[p]);
         }
-        copyIfDistinct(recv, send, bytes);
+        copyOut(stream, recv, send, bytes);
       } else {
         const Desc& r = d.ranks[static_cast<size_t>(root)];
-        readPeer(e, root, r.send, r.frees, 0, recv, bytes);
+        readPeer(e, root, r.send, r.frees, 0, recv, bytes, stream);
         sendDone(e, root, sig);
       }
       return e.run(plan, "broadcast");

@@ -172,6 +172,14 @@ constexpr KeyInfo kKeys[] = {
      "memory, and otherwise runs what auto would have chosen, one round later. Lower it when "
      "most large calls use allocHost buffers.",
      true},
+    {"collectives.stream_copy", Type::Enum, "auto", "auto|always|off",
+     "How the host collectives copy into a call's destination: auto streams (non-temporal "
+     "stores, which skip reading the destination into the cache) when the call's send plus "
+     "receive buffers reach this rank's share of the last-level cache (its size from sysfs, "
+     "divided by the ranks on the host), and copies through the cache below; always streams "
+     "every copy; off never does. A local choice: ranks may differ. strata-info --tuning shows "
+     "the cache and the threshold.",
+     false},
     {"collectives.tuning", Type::Enum, "auto", "auto|cached|off",
      "How the host collectives choose between the shared receive buffers and single copy: auto "
      "measures at create (rank 0 reads a same-host peer's memory both ways, a few ms) unless "
