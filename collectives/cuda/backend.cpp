@@ -362,6 +362,10 @@ std::string CudaBackend::probeDevice() {
 std::string CudaBackend::allocate() {
   try {
     DeviceGuard guard(device_);
+    if (std::string bad = preloadKernels(std::clamp<uint32_t>(tuning_.threads, 32, kMaxThreads));
+        !bad.empty()) {
+      return bad;
+    }
     base_.layout = layoutFor(tuning_, size_);
     scratch_ = context_->allocate(base_.layout.total(), MemoryKind::Cuda);
     // Zeroed on a private stream: the legacy stream would wait for every kernel on the device

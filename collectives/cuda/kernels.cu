@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "kernels.hpp"
 #include "launch.hpp"
 
@@ -110,6 +112,44 @@ KernelFn copyingKernel(KernelId id) {
 
 }  // namespace
 
+std::string preloadKernels(uint32_t threads) {
+  const ElemType types[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
+                            ElemType::Int64, ElemType::Uint64, ElemType::Half,  ElemType::BFloat16,
+                            ElemType::Float, ElemType::Double};
+  for (int i = 0; i < kKernelIds; ++i) {
+    const KernelId id = static_cast<KernelId>(i);
+    for (ElemType t : types) {
+      KernelFn fn = nullptr;
+      if (reduces(id)) {
+        withElemType(t, [&]<class T>() { fn = reducingKernel<T>(id); });
+      } else if (t == ElemType::Int8) {
+        fn = copyingKernel(id);  // one instantiation for every type
+      }
+      if (fn == nullptr) continue;
+      // Loads the kernel now (with lazy loading, CUDA 12.2+, the first launch would, and may
+      // wait for the context's running kernels: a peer's spinning kernel among them).
+      cudaFuncAttributes attr{};
+      const cudaError_t e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(fn));
+      const std::string name =
+          toString(id) + (reduces(id) ? " (type " + std::to_string(static_cast<int>(t)) + ")" : "");
+      if (e != cudaSuccess) {
+        return "loading kernel " + name + ": " + cudaGetErrorString(e) + " (" +
+               cudaGetErrorName(e) + ")";
+      }
+      if (static_cast<uint32_t>(attr.maxThreadsPerBlock) < threads) {
+        return "kernel " + name + " runs at most " + std::to_string(attr.maxThreadsPerBlock) +
+               " threads per block on this device (" + std::to_string(attr.numRegs) +
+               " registers per thread), collectives.cuda.threads is " + std::to_string(threads);
+      }
+      if (attr.localSizeBytes != 0) {
+        return "kernel " + name + " uses " + std::to_string(attr.localSizeBytes) +
+               " bytes of local memory per thread on this device (the build forbids it)";
+      }
+    }
+  }
+  return {};
+}
+
 int launchKernel(KernelId id, ElemType t, const KernelArgs& args, Shape shape, void* stream) {
   KernelFn fn = nullptr;
   if (reduces(id)) {
@@ -118,8 +158,13 @@ int launchKernel(KernelId id, ElemType t, const KernelArgs& args, Shape shape, v
     fn = copyingKernel(id);
   }
   if (fn == nullptr) return static_cast<int>(cudaErrorInvalidValue);
-  fn<<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(stream)>>>(args);
-  return static_cast<int>(cudaGetLastError());
+  // The launch's own status: cudaGetLastError() after <<<>>> would also return (and clear) an
+  // earlier, unrelated error of the caller's.
+  KernelArgs copy = args;
+  void* params[] = {&copy};
+  return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(fn), dim3(shape.blocks),
+                                           dim3(shape.threads), params, 0,
+                                           static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace strata::cuda

@@ -29,9 +29,9 @@ void copyOut(bool stream, void* dst, const void* src, size_t bytes);
 
 /// The largest cache level of the machine, from sysfs.
 struct CacheInfo {
-  int level = 0;           ///< 0: unknown
-  uint64_t bytes = 0;      ///< size of one instance
-  int instances = 0;       ///< distinct instances (by their shared_cpu_list)
+  int level = 0;       ///< 0: unknown
+  uint64_t bytes = 0;  ///< size of one instance
+  int instances = 0;   ///< distinct instances (by their shared_cpu_list)
   uint64_t total() const { return bytes * static_cast<uint64_t>(instances); }
 };
 
