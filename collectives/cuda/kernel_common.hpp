@@ -42,7 +42,12 @@ constexpr int kMaxThreads = 512;
 /// Per-block state in this rank's device memory; it survives launches and graph replays.
 struct BlockState {
   uint64_t epoch;                ///< launches of packet kernels so far (the flag source)
-  uint64_t expected[kMaxRanks];  ///< semaphore counts consumed, per peer
+  uint64_t expected[kMaxRanks];  ///< collective semaphore counts consumed, per peer
+  /// Send/recv, apart from the collectives and per direction (send and recv of one pair may run
+  /// at once on two streams): chunks this block staged for each peer, and chunks it consumed
+  /// from each peer's P2P slot.
+  uint64_t p2pSent[kMaxRanks];
+  uint64_t p2pReceived[kMaxRanks];
 };
 
 /// This rank's device state: the blocks' state and the abort record's claim word.
@@ -70,17 +75,32 @@ enum class RedOp : int32_t { Sum, Prod, Min, Max, Avg };
 /// The scratch buffer of one rank, as offsets (the same on every rank):
 ///   [semaphores: kMaxBlocks x kMaxRanks counters, raised by peers]
 ///   [presence: 2 parities x kMaxBlocks x kMaxRanks LL8 packets (broadcast)]
+///   [P2P ready: kMaxBlocks x kMaxRanks counters: chunks each peer staged for this rank]
+///   [P2P read: kMaxBlocks x kMaxRanks counters: chunks each peer read from this rank]
 ///   [packets: 2 parities x packetHalf bytes]   (double buffered by flag parity)
 ///   [staging: staging bytes]                  (direct algorithms, ready/done handshakes)
+///   [P2P slots: p2pPeers x p2pPeer bytes]      (slot q: what this rank sends to rank q, cut into
+///                                               kMaxBlocks fixed per-block parts)
 struct ScratchLayout {
   static constexpr uint64_t kSemaphores = 0;
   static constexpr uint64_t kAcks = kSemaphores + kMaxBlocks * kMaxRanks * 8;
-  static constexpr uint64_t kPackets = kAcks + 2 * kMaxBlocks * kMaxRanks * 8;
+  static constexpr uint64_t kP2pReady = kAcks + 2 * kMaxBlocks * kMaxRanks * 8;
+  static constexpr uint64_t kP2pRead = kP2pReady + kMaxBlocks * kMaxRanks * 8;
+  static constexpr uint64_t kPackets = kP2pRead + kMaxBlocks * kMaxRanks * 8;
   uint64_t packetHalf = 0;  ///< bytes per parity; a multiple of 256
   uint64_t staging = 0;     ///< bytes; a multiple of 256
+  uint64_t p2pPeer = 0;     ///< bytes of one peer's P2P slot; a multiple of 16 x kMaxBlocks
+  uint64_t p2pPeers = 0;    ///< P2P slots (the ranks)
 
   STRATA_HOST_DEVICE uint64_t stagingOffset() const { return kPackets + 2 * packetHalf; }
-  STRATA_HOST_DEVICE uint64_t total() const { return stagingOffset() + staging; }
+  STRATA_HOST_DEVICE uint64_t p2pOffset() const { return stagingOffset() + staging; }
+  /// Block `block`'s part of the slot for peer (its own region in every call, whatever the
+  /// grid: a block waits only for its own part's reader).
+  STRATA_HOST_DEVICE uint64_t p2pPart(int peer, uint32_t block) const {
+    return p2pOffset() + static_cast<uint64_t>(peer) * p2pPeer + block * p2pPartBytes();
+  }
+  STRATA_HOST_DEVICE uint64_t p2pPartBytes() const { return p2pPeer / kMaxBlocks; }
+  STRATA_HOST_DEVICE uint64_t total() const { return p2pOffset() + p2pPeers * p2pPeer; }
   /// Bytes of one peer's packet slot: a parity half holds two areas of nranks slots.
   STRATA_HOST_DEVICE uint64_t slotBytes(int nranks) const {
     return (packetHalf / (2 * static_cast<uint64_t>(nranks))) & ~uint64_t{15};

@@ -157,35 +157,102 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
   }
 }
 
-/// send: stage a chunk, signal the receiver, wait until it has read the chunk.
+/// Send/recv through the P2P slots, per direction: block b of the sender stages its part of each
+/// round into its fixed part of the slot for the receiver (P2pSlot), raises the receiver's
+/// "ready" counter, and before the next use of that part waits until the receiver's "read"
+/// count has caught up. The last round is not waited for: a send returns once its data is
+/// staged (its buffer may be reused), and the next send to that peer waits for it. So a pair
+/// that sends each other a message of at most one round (blocks x part bytes) on one stream,
+/// send first, completes; larger ones need a fused send/recv (as NCCL needs a group).
+struct P2pRounds {
+  uint64_t units = 0;      ///< 16-byte units of the message
+  uint64_t partUnits = 0;  ///< units per block and round
+  uint64_t roundUnits = 0;
+  template <class Ctx>
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE static P2pRounds of(Ctx& ctx, const KernelArgs& a) {
+    P2pRounds r;
+    r.units = (a.bytes() + 15) / 16;
+    r.partUnits = a.layout.p2pPartBytes() / 16;
+    r.roundUnits = r.partUnits * ctx.blocks();
+    return r;
+  }
+  /// This block's units [begin, end) of round starting at unit c0 (empty past the message).
+  template <class Ctx>
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Slice part(Ctx& ctx, uint64_t c0) const {
+    Slice s;
+    const uint64_t b = c0 + ctx.block() * partUnits;
+    s.begin = b < units ? b : units;
+    s.end = s.begin + partUnits < units ? s.begin + partUnits : units;
+    return s;
+  }
+};
+
+/// The counters of P2P traffic between this rank and peer for this block: `ready` (raised by
+/// the sender in the receiver's scratch) or `read` (raised by the receiver in the sender's).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::DeviceSemaphore p2pSemaphore(
+    const KernelArgs& a, uint32_t block, int peer, uint64_t region, uint64_t* consumed) {
+  device::DeviceSemaphore s;
+  s.inbound =
+      reinterpret_cast<uint64_t*>(a.scratch[a.rank] + region + (block * kMaxRanks + peer) * 8);
+  s.remoteInbound =
+      reinterpret_cast<uint64_t*>(a.scratch[peer] + region + (block * kMaxRanks + a.rank) * 8);
+  s.expected = consumed;
+  return s;
+}
+
 template <class Ctx>
 STRATA_HOST_DEVICE void sendDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
-  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
-  const uint64_t chunk = a.layout.staging / 16;
-  char* mine = staging(a, a.rank);
-  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
-    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
-    const Slice slice = Slice::of(ctx, chunk, cu);
-    stage(ctx, mine, a.send, c0, slice, bytes);
-    signalPeer(ctx, a, a.peer);
-    if (!waitSignal(ctx, a, w, a.peer)) return;
+  const P2pRounds rounds = P2pRounds::of(ctx, a);
+  BlockState& st = a.state[ctx.block()];
+  const auto ready = p2pSemaphore(a, ctx.block(), a.peer, ScratchLayout::kP2pReady, nullptr);
+  const auto read = p2pSemaphore(a, ctx.block(), a.peer, ScratchLayout::kP2pRead, nullptr);
+  char* part = a.scratch[a.rank] + a.layout.p2pPart(a.peer, ctx.block());
+  for (uint64_t c0 = 0; c0 < rounds.units; c0 += rounds.roundUnits) {
+    const Slice mine = rounds.part(ctx, c0);
+    if (mine.begin == mine.end) continue;  // the receiver's block skips it too
+    bool ok = true;
+    if (ctx.thread() == 0) {
+      // Every chunk staged in this part before has been read.
+      const uint64_t sent = st.p2pSent[a.peer];
+      ok = w.until(ctx, a.peer, sent, [&](uint64_t& seen) {
+        if (read.arrived(sent)) return true;
+        seen = device::loadRelaxed(read.inbound);
+        return false;
+      });
+    }
+    if (!ctx.syncAnd(ok)) return;
+    for (uint64_t i = mine.begin + ctx.thread(); i < mine.end; i += ctx.threads()) {
+      device::storeVec16(part + (i - mine.begin) * 16, loadUnit16(a.send, i * 16, a.bytes()));
+    }
+    ctx.sync();
+    if (ctx.thread() == 0) {
+      ++st.p2pSent[a.peer];
+      ready.signal();
+    }
   }
 }
 
-/// recv: wait for a staged chunk of the sender, copy it out, tell the sender.
 template <class Ctx>
 STRATA_HOST_DEVICE void recvDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
-  const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
-  const uint64_t chunk = a.layout.staging / 16;
-  const char* theirs = staging(a, a.peer);
-  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
-    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
-    const Slice slice = Slice::of(ctx, chunk, cu);
-    if (!waitSignal(ctx, a, w, a.peer)) return;
-    unstage(ctx, a.recv, theirs, c0, slice, bytes);
-    signalPeer(ctx, a, a.peer);
+  const P2pRounds rounds = P2pRounds::of(ctx, a);
+  BlockState& st = a.state[ctx.block()];
+  const auto ready =
+      p2pSemaphore(a, ctx.block(), a.peer, ScratchLayout::kP2pReady, &st.p2pReceived[a.peer]);
+  const auto read = p2pSemaphore(a, ctx.block(), a.peer, ScratchLayout::kP2pRead, nullptr);
+  const char* part = a.scratch[a.peer] + a.layout.p2pPart(a.rank, ctx.block());
+  for (uint64_t c0 = 0; c0 < rounds.units; c0 += rounds.roundUnits) {
+    const Slice mine = rounds.part(ctx, c0);
+    if (mine.begin == mine.end) continue;
+    bool ok = true;
+    if (ctx.thread() == 0) ok = w.semaphore(ctx, ready, a.peer);
+    if (!ctx.syncAnd(ok)) return;
+    for (uint64_t i = mine.begin + ctx.thread(); i < mine.end; i += ctx.threads()) {
+      storeUnit16(a.recv, i * 16, a.bytes(), device::loadVec16(part + (i - mine.begin) * 16));
+    }
+    ctx.sync();  // every thread has read the part
+    if (ctx.thread() == 0) read.signal();
   }
 }
 

@@ -33,6 +33,9 @@ inline ScratchLayout layoutFor(const Tuning& t, int nranks) {
   ScratchLayout l;
   l.packetHalf = ScratchLayout::alignUp(2 * n * slot, 256);
   l.staging = ScratchLayout::alignUp(std::max<uint64_t>(t.staging, 16 * n * 16), 256);
+  // Send/recv: the staging's size again, split over the peers.
+  l.p2pPeer = ScratchLayout::alignUp(std::max<uint64_t>(t.staging / n, 1), 16 * kMaxBlocks);
+  l.p2pPeers = n;
   return l;
 }
 

@@ -6,13 +6,19 @@
 // CUDA stream, concurrently with the other ranks (so kernels that wait on each other are
 // co-resident, as on a GPU, and a rank can run calls ahead of another); blocks are groups of
 // threads with a std::barrier for __syncthreads. The thread context adds random yields at every
-// sync and spin, and can make one rank slow.
+// sync and spin, and can make one rank slow. A rank may also run several streams at once
+// (runStreams), and its launches follow CUDA's lazy-loading rule (since CUDA 12.2 the default):
+// the first launch of a kernel in a process loads it and waits until none of that process's
+// launches is running, unless the kernels were loaded at set-up (World::preload, what the module
+// does).
 
 #include <atomic>
 #include <barrier>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -84,6 +90,32 @@ struct Rank {
   BlockState state[kMaxBlocks];
   AbortRecord abort;
   uint64_t abortClaim;
+
+  // The process's module: which kernels are loaded, and how many launches run now.
+  std::mutex mu;
+  std::condition_variable idle;
+  bool loaded[kKernelIds] = {};
+  int running = 0;
+  int lazyLoads = 0;        ///< launches that had to load their kernel
+  int loadsThatWaited = 0;  ///< ... and found launches of this rank running
+
+  /// A launch of kernel id begins: a kernel not loaded yet is loaded first, which waits until
+  /// no launch of this rank runs (the lazy-loading rule).
+  void beginLaunch(KernelId id) {
+    std::unique_lock lk(mu);
+    const int k = static_cast<int>(id);
+    if (!loaded[k]) {
+      ++lazyLoads;
+      if (running > 0) ++loadsThatWaited;
+      idle.wait(lk, [&] { return running == 0; });
+      loaded[k] = true;
+    }
+    ++running;
+  }
+  void endLaunch() {
+    std::lock_guard lk(mu);
+    if (--running == 0) idle.notify_all();
+  }
 };
 
 /// What one rank launches.
@@ -117,6 +149,15 @@ class World {
     a.layout = layout_;
     return a;
   }
+  /// Loads every kernel in every rank now, as the module does at set-up (backend.cpp:
+  /// preloadKernels); without it each rank's first launch of a kernel waits for its running
+  /// launches.
+  void preload() {
+    for (auto& r : ranks_) {
+      std::lock_guard lk(r->mu);
+      for (bool& l : r->loaded) l = true;
+    }
+  }
   /// Sets every block's epoch (flags near the 32-bit wrap).
   void setEpoch(uint64_t e) {
     for (auto& r : ranks_) {
@@ -128,30 +169,22 @@ class World {
   /// can be calls ahead of a slow one; blocks of one launch run at once. calls[c][r] is rank
   /// r's launch of call c. slowRank's threads sleep now and then, and before each launch.
   void run(const std::vector<std::vector<Launch>*>& calls, int slowRank = -1) {
+    runStreams({calls}, slowRank);
+  }
+  /// Several streams per rank: streams[k] is stream k's sequence of calls (as run() takes it);
+  /// every rank runs all its streams at once, each in order. Stream k starts k x startGap
+  /// late, so that stream 0's first launch is running when stream 1's begins.
+  void runStreams(const std::vector<std::vector<std::vector<Launch>*>>& streams, int slowRank = -1,
+                  std::chrono::microseconds startGap = std::chrono::microseconds(0)) {
     std::vector<std::thread> drivers;
     for (int r = 0; r < n_; ++r) {
-      drivers.emplace_back([this, r, &calls, slowRank, seed = seed_ + 7919 * r] {
-        uint64_t s = seed;
-        for (auto* call : calls) {
-          Launch& l = (*call)[r];
-          if (!l.run) continue;
-          if (r == slowRank) std::this_thread::sleep_for(std::chrono::microseconds(100));
-          std::vector<std::unique_ptr<Block>> blocks;
-          std::vector<std::thread> threads;
-          for (uint32_t b = 0; b < l.blocks; ++b) {
-            blocks.push_back(std::make_unique<Block>(l.threads));
-            Block* blk = blocks.back().get();
-            for (uint32_t t = 0; t < l.threads; ++t) {
-              const uint64_t ts = ++s * 0x9e3779b97f4a7c15ull;
-              threads.emplace_back([&l, t, b, blk, ts, slow = r == slowRank] {
-                Thread ctx(t, l.threads, b, l.blocks, blk, ts, slow);
-                runKernelDynamic(l.id, l.type, ctx, l.args);
-              });
-            }
-          }
-          for (auto& t : threads) t.join();
-        }
-      });
+      for (size_t k = 0; k < streams.size(); ++k) {
+        drivers.emplace_back(
+            [this, r, k, &streams, slowRank, startGap, seed = seed_ + 7919 * r + 104729 * k] {
+              if (k > 0) std::this_thread::sleep_for(startGap * static_cast<int>(k));
+              runStream(r, streams[k], slowRank, seed);
+            });
+      }
     }
     for (auto& d : drivers) d.join();
     seed_ += 1000003;
@@ -160,6 +193,31 @@ class World {
   void launch(std::vector<Launch>& launches, int slowRank = -1) { run({&launches}, slowRank); }
 
  private:
+  void runStream(int r, const std::vector<std::vector<Launch>*>& calls, int slowRank, uint64_t s) {
+    Rank& rank = *ranks_[r];
+    for (auto* call : calls) {
+      Launch& l = (*call)[r];
+      if (!l.run) continue;
+      if (r == slowRank) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      rank.beginLaunch(l.id);
+      std::vector<std::unique_ptr<Block>> blocks;
+      std::vector<std::thread> threads;
+      for (uint32_t b = 0; b < l.blocks; ++b) {
+        blocks.push_back(std::make_unique<Block>(l.threads));
+        Block* blk = blocks.back().get();
+        for (uint32_t t = 0; t < l.threads; ++t) {
+          const uint64_t ts = ++s * 0x9e3779b97f4a7c15ull;
+          threads.emplace_back([&l, t, b, blk, ts, slow = r == slowRank] {
+            Thread ctx(t, l.threads, b, l.blocks, blk, ts, slow);
+            runKernelDynamic(l.id, l.type, ctx, l.args);
+          });
+        }
+      }
+      for (auto& t : threads) t.join();
+      rank.endLaunch();
+    }
+  }
+
   int n_;
   ScratchLayout layout_;
   uint64_t timeoutNs_;

@@ -480,3 +480,149 @@ BOOST_AUTO_TEST_CASE(packets_round_trip_and_stale_flags_are_not_read) {
   BOOST_CHECK(!p16[0].tryRead(5, v));
   BOOST_CHECK(!p16[0].tryRead(6, v));
 }
+
+// ---- send/recv per direction, several streams, lazy loading (issue 25, defects 1 and 6) ------
+
+namespace {
+
+/// A send (or recv) launch of rank r with peer, bytes of data at src (or into dst).
+Launch p2pLaunch(World& w, int r, int peer, bool send, const void* src, void* dst, size_t bytes,
+                 uint32_t blocks) {
+  Launch l;
+  l.run = true;
+  l.id = send ? KernelId::Send : KernelId::Recv;
+  l.type = ElemType::Uint8;
+  l.blocks = blocks;
+  l.threads = 4;
+  l.args = w.args(r);
+  l.args.peer = peer;
+  l.args.count = bytes;
+  l.args.elemSize = 1;
+  l.args.send = src;
+  l.args.recv = dst;
+  return l;
+}
+
+/// Bytes one round of send/recv moves with `blocks` blocks (a send of at most this returns
+/// without waiting for the receiver).
+size_t roundBytes(const World& w, uint32_t blocks) {
+  return w.layout().p2pPartBytes() * blocks;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(send_and_recv_of_one_pair_on_two_streams) {
+  // Every rank sends to its partner on stream 0 and receives from it on stream 1, at once: the
+  // two directions must not share counters or staging (they did: wrong data or a timeout).
+  std::mt19937_64 rng(31);
+  for (int n : {2, 4}) {
+    World w(n, smallLayout(n), kTimeoutNs, 400 + n);
+    w.preload();
+    for (size_t bytes : {size_t{1}, size_t{47}, size_t{1000}, size_t{5 * 1024 + 3}}) {
+      const uint32_t blocks = 1 + static_cast<uint32_t>(bytes % 3);
+      std::vector<std::vector<char>> data(n), got(n);
+      for (int r = 0; r < n; ++r) {
+        data[r] = randomData(rng, ElemType::Uint8, bytes);
+        got[r] = randomData(rng, ElemType::Uint8, bytes);
+      }
+      std::vector<Launch> sends(n), recvs(n);
+      for (int r = 0; r < n; ++r) {
+        const int peer = r ^ 1;
+        sends[r] = p2pLaunch(w, r, peer, true, data[r].data(), nullptr, bytes, blocks);
+        recvs[r] = p2pLaunch(w, r, peer, false, nullptr, got[r].data(), bytes, blocks);
+      }
+      w.runStreams({{&sends}, {&recvs}}, static_cast<int>(rng() % n));
+      expectNoAbort(w, "send/recv on two streams, " + std::to_string(bytes) + " B");
+      for (int r = 0; r < n; ++r) {
+        BOOST_CHECK_MESSAGE(got[r] == data[r ^ 1], "rank " << r << " received wrong data from "
+                                                           << (r ^ 1) << ", " << bytes << " B");
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(symmetric_exchange_on_one_stream) {
+  // Each rank of a pair sends, then receives, on one stream (send first on both sides, as
+  // NCCL programs do without a group): a message of at most one round is staged and the send
+  // returns. It timed out when both directions shared one counter.
+  std::mt19937_64 rng(32);
+  World w(2, smallLayout(2), kTimeoutNs, 450);
+  for (uint32_t blocks : {1u, 3u}) {
+    for (size_t bytes : {size_t{1}, size_t{17}, roundBytes(w, blocks)}) {
+      std::vector<std::vector<char>> data(2), got(2);
+      std::vector<Launch> sends(2), recvs(2);
+      for (int r = 0; r < 2; ++r) {
+        data[r] = randomData(rng, ElemType::Uint8, bytes);
+        got[r] = randomData(rng, ElemType::Uint8, bytes);
+      }
+      for (int r = 0; r < 2; ++r) {
+        sends[r] = p2pLaunch(w, r, 1 - r, true, data[r].data(), nullptr, bytes, blocks);
+        recvs[r] = p2pLaunch(w, r, 1 - r, false, nullptr, got[r].data(), bytes, blocks);
+      }
+      w.run({&sends, &recvs, &sends, &recvs});  // twice: the second send waits for the first read
+      expectNoAbort(w, "symmetric exchange, " + std::to_string(bytes) + " B");
+      BOOST_CHECK(got[0] == data[1]);
+      BOOST_CHECK(got[1] == data[0]);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(send_recv_beside_a_collective) {
+  // Stream 0 runs allReduce (direct, through the staging) on every rank while stream 1 runs
+  // send/recv between pairs: the P2P slots are not the collectives' staging.
+  std::mt19937_64 rng(33);
+  const int n = 4;
+  World w(n, smallLayout(n), kTimeoutNs, 460);
+  w.preload();
+  for (int round = 0; round < (quick() ? 2 : 6); ++round) {
+    auto coll = prepare(w, KernelId::AllReduceDirect, ElemType::Float, RedOp::Sum, 1 + rng() % 3000,
+                        false, -1, rng);
+    const size_t bytes = 1 + rng() % 6000;
+    std::vector<std::vector<char>> data(n), got(n);
+    std::vector<Launch> p2p(n);
+    for (int r = 0; r < n; ++r) {
+      data[r] = randomData(rng, ElemType::Uint8, bytes);
+      got[r] = randomData(rng, ElemType::Uint8, bytes);
+    }
+    // 0 -> 1 and 3 -> 2.
+    p2p[0] = p2pLaunch(w, 0, 1, true, data[0].data(), nullptr, bytes, 2);
+    p2p[1] = p2pLaunch(w, 1, 0, false, nullptr, got[1].data(), bytes, 2);
+    p2p[3] = p2pLaunch(w, 3, 2, true, data[3].data(), nullptr, bytes, 2);
+    p2p[2] = p2pLaunch(w, 2, 3, false, nullptr, got[2].data(), bytes, 2);
+    w.runStreams({{&coll->launches}, {&p2p}}, static_cast<int>(rng() % n));
+    expectNoAbort(w, "send/recv beside " + coll->what);
+    verify(*coll);
+    BOOST_CHECK(got[1] == data[0]);
+    BOOST_CHECK(got[2] == data[3]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(lazy_loading_deadlocks_unless_kernels_are_loaded_at_set_up) {
+  // Each rank of a pair starts a send larger than one round on stream 0, then a recv on stream
+  // 1. Without loading at set-up, the recv's first launch waits for the running send, which
+  // waits for the peer's recv: both time out (0.3 s here). Loaded at set-up (the module's
+  // preloadKernels), the exchange completes.
+  for (bool preloaded : {false, true}) {
+    World w(2, smallLayout(2), 300'000'000ull, 470);
+    if (preloaded) w.preload();
+    const size_t bytes = 8 * roundBytes(w, 2);
+    std::vector<std::vector<char>> data(2, std::vector<char>(bytes)), got(2);
+    std::vector<Launch> sends(2), recvs(2);
+    for (int r = 0; r < 2; ++r) {
+      for (size_t i = 0; i < bytes; ++i) data[r][i] = static_cast<char>(i * 7 + r);
+      got[r].assign(bytes, 0);
+      sends[r] = p2pLaunch(w, r, 1 - r, true, data[r].data(), nullptr, bytes, 2);
+      recvs[r] = p2pLaunch(w, r, 1 - r, false, nullptr, got[r].data(), bytes, 2);
+    }
+    w.runStreams({{&sends}, {&recvs}}, -1, std::chrono::milliseconds(20));
+    if (preloaded) {
+      expectNoAbort(w, "send/recv on two streams, kernels loaded at set-up");
+      BOOST_CHECK(got[0] == data[1]);
+      BOOST_CHECK(got[1] == data[0]);
+      BOOST_CHECK_EQUAL(w.rank(0).lazyLoads, 0);
+    } else {
+      BOOST_CHECK_GT(w.rank(0).loadsThatWaited + w.rank(1).loadsThatWaited, 0);
+      BOOST_CHECK(w.rank(0).abort.code != 0 || w.rank(1).abort.code != 0);
+    }
+  }
+}
