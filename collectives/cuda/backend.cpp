@@ -34,6 +34,7 @@
 
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
+#include "device_guard.hpp"
 #include "launch.hpp"
 
 namespace strata::cuda {
@@ -66,22 +67,33 @@ std::string cudaWhy(const char* what, cudaError_t e) {
   return fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/// Restores the caller's current device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) cudaSetDevice(device);
+/// The driver's context calls, through the runtime (the module links no libcuda: a machine
+/// without the driver must still load it and say why it serves nothing).
+struct RuntimeContextApi {
+  using GetFn = int (*)(void**);
+  using SetFn = int (*)(void*);
+  template <class Fn>
+  static Fn entry(const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      return nullptr;
+    }
+    return reinterpret_cast<Fn>(fn);
   }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+  static int getContext(void** ctx) {
+    static const GetFn fn = entry<GetFn>("cuCtxGetCurrent");
+    return fn != nullptr ? fn(ctx) : -1;
   }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
+  static int setContext(void* ctx) {
+    static const SetFn fn = entry<SetFn>("cuCtxSetCurrent");
+    return fn != nullptr ? fn(ctx) : -1;
+  }
+  static int setDevice(int device) { return static_cast<int>(cudaSetDevice(device)); }
 };
+using DeviceGuard = DeviceGuardT<RuntimeContextApi>;
 
 class CudaBackend;
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/cuda/device_guard.hpp"
 #include "collectives/cuda/plan.hpp"
 #include "tests/cuda-emu/emu.hpp"
 #include "tests/harness/reference_fold.hpp"
@@ -625,4 +626,63 @@ BOOST_AUTO_TEST_CASE(lazy_loading_deadlocks_unless_kernels_are_loaded_at_set_up)
       BOOST_CHECK(w.rank(0).abort.code != 0 || w.rank(1).abort.code != 0);
     }
   }
+}
+
+// ---- the device guard (issue 25, defect 7) ------------------------------------------------------
+
+namespace {
+
+/// A thread's CUDA state as the driver sees it: the current context, one per device once
+/// created, and every device a context was ever created on.
+struct FakeCuda {
+  static inline void* current = nullptr;
+  static inline std::vector<int> devicesUsed;
+  static inline bool getFails = false;
+  static void* contextOf(int device) {
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000 + device));
+  }
+  static int getContext(void** ctx) {
+    if (getFails) return 1;
+    *ctx = current;
+    return 0;
+  }
+  static int setContext(void* ctx) {
+    current = ctx;
+    return 0;
+  }
+  static int setDevice(int device) {  // cudaSetDevice: creates the primary context, current
+    devicesUsed.push_back(device);
+    current = contextOf(device);
+    return 0;
+  }
+  static void reset() {
+    current = nullptr;
+    devicesUsed.clear();
+    getFails = false;
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(device_guard_restores_no_context_and_never_touches_gpu_0) {
+  // A thread that never chose a device: the guard must leave it with no context, not with one
+  // on GPU 0 (what restoring cudaGetDevice's default did).
+  FakeCuda::reset();
+  {
+    DeviceGuardT<FakeCuda> g(3);
+    BOOST_CHECK(FakeCuda::current == FakeCuda::contextOf(3));
+  }
+  BOOST_CHECK(FakeCuda::current == nullptr);
+  BOOST_CHECK(FakeCuda::devicesUsed == std::vector<int>{3});
+  // A thread on device 1: back to device 1's context, and nothing created on GPU 0.
+  FakeCuda::reset();
+  FakeCuda::current = FakeCuda::contextOf(1);
+  { DeviceGuardT<FakeCuda> g(2); }
+  BOOST_CHECK(FakeCuda::current == FakeCuda::contextOf(1));
+  BOOST_CHECK(FakeCuda::devicesUsed == std::vector<int>{2});
+  // The context cannot be read: nothing is restored (rather than a guess).
+  FakeCuda::reset();
+  FakeCuda::getFails = true;
+  { DeviceGuardT<FakeCuda> g(2); }
+  BOOST_CHECK(FakeCuda::devicesUsed == std::vector<int>{2});
 }
