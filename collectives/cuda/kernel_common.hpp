@@ -280,13 +280,33 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 foldRanksVec(const KernelA
 
 // ---- bounded loads and stores of 8- and 16-byte units -----------------------------------------
 
-/// Bytes [off, off + 8) of src, zero past end (src needs no alignment).
+// The emulation counts the narrowest accesses (tests/cuda-emu defines STRATA_EMU_COUNT_ACCESSES
+// to a counter); on the GPU and in the module this is nothing.
+#if defined(STRATA_EMU_COUNT_ACCESSES) && !defined(__CUDA_ARCH__)
+#define STRATA_COUNT_BYTE_ACCESS() STRATA_EMU_COUNT_ACCESSES()
+#else
+#define STRATA_COUNT_BYTE_ACCESS()
+#endif
+
+/// Bytes [off, off + 8) of src, zero past end (src needs no alignment): one 8-byte load when
+/// aligned, else the widest aligned loads the address allows (a 4- or 2-byte aligned view of an
+/// fp32 or fp16 buffer at an offset), bytes only for odd addresses and the tail.
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadUnit8(const void* src, uint64_t off,
                                                            uint64_t end) {
   const char* p = static_cast<const char*>(src) + off;
-  if (off + 8 <= end && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
-    return *reinterpret_cast<const uint64_t*>(p);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  if (off + 8 <= end) {
+    if ((at & 7) == 0) return *reinterpret_cast<const uint64_t*>(p);
+    if ((at & 3) == 0) {
+      const auto* q = reinterpret_cast<const uint32_t*>(p);
+      return uint64_t{q[0]} | uint64_t{q[1]} << 32;
+    }
+    if ((at & 1) == 0) {
+      const auto* q = reinterpret_cast<const uint16_t*>(p);
+      return uint64_t{q[0]} | uint64_t{q[1]} << 16 | uint64_t{q[2]} << 32 | uint64_t{q[3]} << 48;
+    }
   }
+  STRATA_COUNT_BYTE_ACCESS();
   uint64_t w = 0;
   for (uint64_t i = 0; i < 8 && off + i < end; ++i) {
     w |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
@@ -296,10 +316,25 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadUnit8(const void* src, uint
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeUnit8(void* dst, uint64_t off, uint64_t end,
                                                         uint64_t w) {
   char* p = static_cast<char*>(dst) + off;
-  if (off + 8 <= end && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
-    *reinterpret_cast<uint64_t*>(p) = w;
-    return;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  if (off + 8 <= end) {
+    if ((at & 7) == 0) {
+      *reinterpret_cast<uint64_t*>(p) = w;
+      return;
+    }
+    if ((at & 3) == 0) {
+      auto* q = reinterpret_cast<uint32_t*>(p);
+      q[0] = static_cast<uint32_t>(w);
+      q[1] = static_cast<uint32_t>(w >> 32);
+      return;
+    }
+    if ((at & 1) == 0) {
+      auto* q = reinterpret_cast<uint16_t*>(p);
+      for (int i = 0; i < 4; ++i) q[i] = static_cast<uint16_t>(w >> (16 * i));
+      return;
+    }
   }
+  STRATA_COUNT_BYTE_ACCESS();
   for (uint64_t i = 0; i < 8 && off + i < end; ++i) p[i] = static_cast<char>(w >> (8 * i));
 }
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 loadUnit16(const void* src, uint64_t off,
