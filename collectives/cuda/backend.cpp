@@ -6,21 +6,30 @@
 // keeps per-block state in device memory and the abort record in mapped host memory. Otherwise
 // it serves nothing and says why (unsuitable()), so that host-memory use is unaffected.
 //
-// A call builds the kernel arguments and enqueues one kernel on the caller's stream; it does not
-// wait. A kernel that waits past transport.timeout writes the abort record and exits;
-// asyncError() turns the record into Timeout (or PeerLost when the peer process is gone), which
-// Communicator::asyncError() and the next call report; the Communicator is then unusable.
+// A call builds the kernel arguments and enqueues one kernel on the caller's stream, records an
+// event after it (teardown waits for them), and does not wait. Kernels wait for their peers as
+// long as the peers may still come: a rank that reaches a call late is not an error. A wait
+// ends early when the host sets the stop word (a monitor thread checks the peers' processes
+// every 50 ms; destroying the communicator sets it too), or after collectives.cuda.wait_limit
+// without progress; the kernel then writes the abort record and exits, and asyncError() turns it
+// into PeerLost or Timeout naming the peer, which Communicator::asyncError() and the next call
+// report; the Communicator is then unusable.
 
 #include <cuda_runtime.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -181,6 +190,9 @@ class CudaBackend final : public backend::CollectivesBackend {
   int size() const { return size_; }
   /// Enqueues the kernel; returns the launch shape.
   std::string launch(KernelId id, const CollectiveRequest& r);
+  /// Records an event after a launch on stream (not while the stream is being captured into a
+  /// graph: a graph's launches are the user's to finish before destroying the communicator).
+  void trackLaunch(cudaStream_t stream);
 
  private:
   /// The first agreement, one allGather: throws InvalidConfig on every rank when some rank's
@@ -204,7 +216,34 @@ class CudaBackend final : public backend::CollectivesBackend {
   RegisteredMemory scratch_;
   std::vector<RegisteredMemory> peers_;
   RankState* state_ = nullptr;  ///< device memory
-  AbortRecord* abortHost_ = nullptr;
+  /// What the host and the kernels share, in mapped host memory: the kernels' abort record and
+  /// the host's stop word (with why it was set).
+  struct HostWords {
+    AbortRecord abort;
+    uint64_t stop;        ///< non-zero: every wait of this rank's kernels gives up
+    int64_t stopPeer;     ///< the lost peer (-1: none)
+    uint64_t stopReason;  ///< StopReason
+  };
+  enum StopReason : uint64_t { kNoStop = 0, kPeerLost = 1, kDestroyed = 2 };
+  HostWords* host_ = nullptr;
+  AbortRecord* abortHost_ = nullptr;  ///< &host_->abort
+  double waitLimitSeconds_ = 600;
+  /// Events recorded after launches not yet known complete (teardown waits for them).
+  std::vector<cudaEvent_t> pending_;
+  std::vector<cudaEvent_t> spareEvents_;
+  // The monitor: checks the peers' processes while the backend lives.
+  std::thread monitor_;
+  std::mutex monitorMu_;
+  std::condition_variable monitorCv_;
+  bool monitorQuit_ = false;
+  void startMonitor();
+  void stopMonitor() noexcept;
+  /// Sets the stop word (the first reason wins).
+  void raiseStop(StopReason why, int peer) noexcept;
+  /// Waits up to `seconds` for every pending launch; true when all completed.
+  bool waitPending(double seconds) noexcept;
+  /// The teardown: wait for this communicator's work, then barrier, unmap, barrier, free.
+  void teardown() noexcept;
   KernelArgs base_;
   CudaAlgorithm oneShot_{*this, CudaAlgorithm::Family::OneShot};
   CudaAlgorithm twoShot_{*this, CudaAlgorithm::Family::TwoShot};
@@ -275,6 +314,7 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
     : context_(init.context), rank_(init.topology.rank), size_(init.topology.size) {
   tuning_ = readTuning(*init.config);
   timeoutSeconds_ = config::getDouble(*init.config, "transport.timeout");
+  waitLimitSeconds_ = config::getDouble(*init.config, "collectives.cuda.wait_limit");
   if (init.topology.hosts.size() != 1) {
     why_ = "the ranks are on several hosts: the cuda module runs within one host so far";
   } else if (size_ > kMaxRanks) {
@@ -299,11 +339,14 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
                : fmt::format("rank {} cannot use CUDA collectives (see its log)", failed);
     STRATA_LOG(Debug, kLog, "cuda collectives disabled: {}", why_);
     release();
+    return;
   }
+  startMonitor();
 }
 
 CudaBackend::~CudaBackend() {
-  if (abortHost_ != nullptr && abortHost_->code != 0) {
+  teardown();
+  if (abortHost_ != nullptr && abortHost_->code == AbortRecord::Timeout) {
     STRATA_LOG(Error, kLog,
                "a cuda collective of this communicator timed out (rank {} waited for rank {}) "
                "and was never reported by a later call",
@@ -312,12 +355,131 @@ CudaBackend::~CudaBackend() {
   release();
 }
 
+void CudaBackend::startMonitor() {
+  monitor_ = std::thread([this] {
+    std::unique_lock lk(monitorMu_);
+    while (!monitorQuit_) {
+      monitorCv_.wait_for(lk, std::chrono::milliseconds(50));
+      if (monitorQuit_) break;
+      for (int q = 0; q < size_; ++q) {
+        if (q == rank_) continue;
+        const int32_t pid = context_->pid(q);
+        if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+          STRATA_LOG(Error, kLog,
+                     "rank {} (pid {}) has exited: stopping this rank's cuda collectives", q, pid);
+          raiseStop(kPeerLost, q);
+          return;  // nothing more to watch: the communicator is broken
+        }
+      }
+    }
+  });
+}
+
+void CudaBackend::stopMonitor() noexcept {
+  if (!monitor_.joinable()) return;
+  {
+    std::lock_guard lk(monitorMu_);
+    monitorQuit_ = true;
+  }
+  monitorCv_.notify_all();
+  monitor_.join();
+}
+
+void CudaBackend::raiseStop(StopReason why, int peer) noexcept {
+  if (host_ == nullptr || __atomic_load_n(&host_->stop, __ATOMIC_ACQUIRE) != 0) return;
+  host_->stopPeer = peer;
+  host_->stopReason = why;
+  __atomic_store_n(&host_->stop, uint64_t{1}, __ATOMIC_RELEASE);
+}
+
+bool CudaBackend::waitPending(double seconds) noexcept {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    size_t open = 0;
+    for (cudaEvent_t& ev : pending_) {
+      if (ev == nullptr) continue;
+      const cudaError_t e = cudaEventQuery(ev);
+      if (e == cudaErrorNotReady) {
+        ++open;
+        continue;
+      }
+      cudaEventDestroy(ev);  // complete, or an error: either way nothing more runs
+      ev = nullptr;
+    }
+    if (open == 0) {
+      pending_.clear();
+      return true;
+    }
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void CudaBackend::teardown() noexcept {
+  if (host_ == nullptr) {
+    stopMonitor();
+    return;
+  }
+  DeviceGuard guard(device_);
+  // 1. This communicator's work: done normally within transport.timeout, else stopped (a peer
+  //    that never comes, or one already dead: the kernels see the stop word within a few
+  //    hundred spins).
+  const bool lost = __atomic_load_n(&host_->stop, __ATOMIC_ACQUIRE) != 0;
+  if (lost || !waitPending(timeoutSeconds_ > 0 ? timeoutSeconds_ : 30)) {
+    raiseStop(kDestroyed, -1);
+    if (!waitPending(5)) {
+      STRATA_LOG(Error, kLog,
+                 "destroying the communicator: {} cuda collective launch(es) still run 5 s after "
+                 "the stop; their memory is not freed (leaked) so that they cannot fault",
+                 pending_.size());
+      stopMonitor();
+      // Leaked, with the scratch, the state and the mappings: a running kernel may still use
+      // them (kept reachable for the process's life, so that leak checkers stay quiet).
+      static auto* graveyard = new std::vector<RegisteredMemory>();
+      graveyard->push_back(std::move(scratch_));
+      for (auto& p : peers_) graveyard->push_back(std::move(p));
+      peers_.clear();
+      host_ = nullptr;
+      abortHost_ = nullptr;
+      state_ = nullptr;
+      return;
+    }
+  }
+  stopMonitor();
+  for (cudaEvent_t ev : spareEvents_) cudaEventDestroy(ev);
+  spareEvents_.clear();
+  // 2. No peer still reads or writes this rank's scratch once every rank is here; then unmap
+  //    the peers' scratch, and free ours only when no peer maps it any more. Skipped when a
+  //    peer is lost (it cannot come) or the bootstrap fails (bounded by its own timeout).
+  const bool peerLost = host_->stopReason == kPeerLost;
+  bool barriers = !peerLost && size_ > 1;
+  if (barriers) {
+    try {
+      context_->bootstrap().barrier();
+    } catch (const std::exception& e) {
+      STRATA_LOG(Warn, kLog, "destroying the communicator: barrier before unmapping failed: {}",
+                 e.what());
+      barriers = false;
+    }
+  }
+  peers_.clear();
+  if (barriers) {
+    try {
+      context_->bootstrap().barrier();
+    } catch (const std::exception& e) {
+      STRATA_LOG(Warn, kLog, "destroying the communicator: barrier after unmapping failed: {}",
+                 e.what());
+    }
+  }
+}
+
 void CudaBackend::release() noexcept {
   peers_.clear();
   scratch_ = RegisteredMemory();
   if (state_ != nullptr) cudaFree(state_);
-  if (abortHost_ != nullptr) cudaFreeHost(abortHost_);
+  if (host_ != nullptr) cudaFreeHost(host_);
   state_ = nullptr;
+  host_ = nullptr;
   abortHost_ = nullptr;
 }
 
@@ -390,20 +552,22 @@ std::string CudaBackend::allocate() {
     if (e == cudaSuccess) e = cudaStreamSynchronize(zero);  // zeroed before any peer maps it
     if (zero != nullptr) cudaStreamDestroy(zero);
     if (e == cudaSuccess) {
-      e = cudaHostAlloc(reinterpret_cast<void**>(&abortHost_), sizeof(AbortRecord),
-                        cudaHostAllocMapped);
+      e = cudaHostAlloc(reinterpret_cast<void**>(&host_), sizeof(HostWords), cudaHostAllocMapped);
     }
     if (e != cudaSuccess) return cudaWhy("allocating the collectives' scratch", e);
-    std::memset(abortHost_, 0, sizeof(AbortRecord));
+    std::memset(host_, 0, sizeof(HostWords));
+    host_->stopPeer = -1;
+    abortHost_ = &host_->abort;
     void* dev = nullptr;
-    e = cudaHostGetDevicePointer(&dev, abortHost_, 0);
+    e = cudaHostGetDevicePointer(&dev, host_, 0);
     if (e != cudaSuccess) return cudaWhy("mapping the abort record", e);
-    base_.abort = static_cast<AbortRecord*>(dev);
+    base_.abort = &static_cast<HostWords*>(dev)->abort;
+    base_.stop = &static_cast<HostWords*>(dev)->stop;
     base_.state = state_->blocks;
     base_.abortClaim = &state_->abortClaim;
     base_.rank = rank_;
     base_.nranks = size_;
-    base_.timeoutNs = static_cast<uint64_t>(timeoutSeconds_ * 1e9);
+    base_.timeoutNs = kernelWaitLimitNs(waitLimitSeconds_);
     base_.scratch[rank_] = static_cast<char*>(scratch_.data());
     return {};
   } catch (const Error& e) {
@@ -447,14 +611,30 @@ std::optional<Error> CudaBackend::asyncError() const {
     return std::nullopt;
   }
   const int peer = static_cast<int>(abortHost_->peer);
+  if (abortHost_->code == AbortRecord::Stopped) {
+    const int lost = static_cast<int>(host_->stopPeer);
+    if (host_->stopReason == kPeerLost && lost >= 0 && lost < size_) {
+      return Error(ErrorCode::PeerLost,
+                   fmt::format("cuda collectives: rank {} (pid {}) exited while a kernel of rank "
+                               "{} (block {}) waited for rank {}; that collective's results are "
+                               "not valid and this communicator cannot be used any more",
+                               lost, context_->pid(lost), rank_, abortHost_->block, peer),
+                   lost);
+    }
+    return Error(ErrorCode::Aborted,
+                 fmt::format("cuda collectives: the communicator was destroyed while a kernel of "
+                             "rank {} (block {}) waited for rank {}",
+                             rank_, abortHost_->block, peer),
+                 peer);
+  }
   const int32_t pid = peer >= 0 && peer < size_ ? context_->pid(peer) : 0;
   const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
   return Error(gone ? ErrorCode::PeerLost : ErrorCode::Timeout,
                fmt::format("cuda collectives: a kernel of rank {} (block {}) waited for rank {} "
-                           "longer than transport.timeout = {} s (expected flag or count {}, saw "
-                           "{}){}; that collective's results are not valid and this communicator "
-                           "cannot be used any more",
-                           rank_, abortHost_->block, peer, timeoutSeconds_, abortHost_->expected,
+                           "with no progress for collectives.cuda.wait_limit = {} s (expected "
+                           "flag or count {}, saw {}){}; that collective's results are not valid "
+                           "and this communicator cannot be used any more",
+                           rank_, abortHost_->block, peer, waitLimitSeconds_, abortHost_->expected,
                            abortHost_->seen, gone ? ": the peer process has exited" : ""),
                peer);
 }
@@ -478,7 +658,36 @@ std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r) {
                 "cuda collectives: " + cudaWhy(fmt::format("launching {}", toString(id)).c_str(),
                                                static_cast<cudaError_t>(e)));
   }
+  trackLaunch(static_cast<cudaStream_t>(r.stream.handle));
   return fmt::format("{} grid {} block {}", toString(id), s.blocks, s.threads);
+}
+
+void CudaBackend::trackLaunch(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return;
+  }
+  // Completed events are reused, so that a long job keeps a handful.
+  for (cudaEvent_t& ev : pending_) {
+    if (ev != nullptr && cudaEventQuery(ev) == cudaSuccess) {
+      spareEvents_.push_back(ev);
+      ev = nullptr;
+    }
+  }
+  std::erase(pending_, nullptr);
+  cudaEvent_t ev = nullptr;
+  if (!spareEvents_.empty()) {
+    ev = spareEvents_.back();
+    spareEvents_.pop_back();
+  } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+    return;  // teardown then cannot wait for this launch: it still stops and barriers
+  }
+  if (cudaEventRecord(ev, stream) != cudaSuccess) {
+    cudaEventDestroy(ev);
+    return;
+  }
+  pending_.push_back(ev);
 }
 
 std::unique_ptr<backend::CollectivesBackend> create(const backend::CollectivesInit& init) {

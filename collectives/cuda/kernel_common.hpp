@@ -125,7 +125,10 @@ struct KernelArgs {
   BlockState* state = nullptr;     ///< this rank's, kMaxBlocks entries
   AbortRecord* abort = nullptr;    ///< mapped host memory
   uint64_t* abortClaim = nullptr;  ///< device memory: who reported first
-  uint64_t timeoutNs = 0;          ///< per wait, from the kernel's start (0: none)
+  uint64_t timeoutNs = 0;          ///< a wait gives up after this long without progress (0: never)
+  /// Mapped host memory the host sets to non-zero to stop every wait of this rank's kernels (a
+  /// peer lost, the communicator aborted or destroyed); null: no host stop.
+  const uint64_t* stop = nullptr;
   ScratchLayout layout;
 
   STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }
@@ -356,24 +359,36 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeUnit16(void* dst, uint64_t off
 
 // ---- waits ----------------------------------------------------------------------------------
 
-/// Bounded waiting for one thread: polls pred, every 256 polls checks the abort record (another
-/// block gave up) and the deadline (this one gives up and reports).
+/// Waiting for one thread, as long as the peer may still come: polls pred, and every 256 polls
+/// checks the abort record (another block gave up), the host's stop word (it saw the peer's
+/// process exit, or the communicator was aborted) and the wait's own limit, counted from the
+/// wait's start (not the kernel's: a rank that reaches the call late is not an error).
 struct Waiter {
   const KernelArgs* args;
-  uint64_t deadline;
 
   template <class Ctx, class Pred>
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool until(Ctx& ctx, int peer, uint64_t want,
                                                      Pred pred) const {
+    uint64_t deadline = 0;  // set at the first check: fast waits read no clock
     for (uint32_t i = 1;; ++i) {
       uint64_t seen = 0;
       if (pred(seen)) return true;
       if ((i & 255u) == 0) {
         if (AbortRecord::raised(args->abortClaim)) return false;
-        if (device::nowNs() > deadline) {
-          args->abort->report(args->abortClaim, AbortRecord::Timeout, ctx.block(), peer, want,
+        if (args->stop != nullptr && device::loadAcquire(args->stop) != 0) {
+          args->abort->report(args->abortClaim, AbortRecord::Stopped, ctx.block(), peer, want,
                               seen);
           return false;
+        }
+        if (args->timeoutNs != 0) {
+          const uint64_t now = device::nowNs();
+          if (deadline == 0) {
+            deadline = now + args->timeoutNs;
+          } else if (now > deadline) {
+            args->abort->report(args->abortClaim, AbortRecord::Timeout, ctx.block(), peer, want,
+                                seen);
+            return false;
+          }
         }
       }
       ctx.spin();
@@ -406,8 +421,7 @@ struct Waiter {
 
 template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Waiter makeWaiter(const KernelArgs& a) {
-  // timeoutNs 0: no deadline (transport.timeout = 0).
-  return Waiter{&a, a.timeoutNs == 0 ? ~uint64_t{0} : device::nowNs() + a.timeoutNs};
+  return Waiter{&a};
 }
 
 /// The semaphore block `block` of this rank shares with peer: the peer raises our counter

@@ -21,6 +21,12 @@ struct Tuning {
   uint32_t threads = 512;
 };
 
+/// The kernels' wait limit (KernelArgs::timeoutNs) from collectives.cuda.wait_limit seconds; 0:
+/// never. Not transport.timeout: a rank may reach a call later than that, and that is no error.
+inline uint64_t kernelWaitLimitNs(double seconds) {
+  return seconds > 0 ? static_cast<uint64_t>(seconds * 1e9) : 0;
+}
+
 /// A layout big enough for the packet thresholds at nranks (both parities).
 inline ScratchLayout layoutFor(const Tuning& t, int nranks) {
   const uint64_t n = static_cast<uint64_t>(nranks);

@@ -214,6 +214,14 @@ constexpr KeyInfo kKeys[] = {
      "CUDA module: bytes of each rank's staging area, the chunk the direct algorithms pipeline "
      "through (peers read it with 16-byte loads).",
      false},
+    {"collectives.cuda.wait_limit", Type::Double, "600", "0..",
+     "CUDA module: seconds a kernel waits for a peer that makes no progress before it gives up "
+     "and the communicator reports Timeout naming that peer (0: never). Not transport.timeout: a "
+     "rank may reach a call minutes after its peers (checkpointing, a slow data loader) and "
+     "that is not an error, as with NCCL. A peer whose process exits is found by the host "
+     "within about 0.1 s and stops the waits at once (PeerLost); so does destroying or aborting "
+     "the communicator.",
+     false},
     {"collectives.cuda.max_blocks", Type::Int, "16", "1..32",
      "CUDA module: most thread blocks a collective kernel launches (each block has its own flags "
      "and semaphores and works independently).",

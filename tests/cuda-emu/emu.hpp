@@ -90,6 +90,7 @@ struct Rank {
   BlockState state[kMaxBlocks];
   AbortRecord abort;
   uint64_t abortClaim;
+  uint64_t stop = 0;  ///< the host's stop word (set with a release store: World::stop)
 
   // The process's module: which kernels are loaded, and how many launches run now.
   std::mutex mu;
@@ -132,6 +133,7 @@ class World {
   World(int nranks, ScratchLayout layout, uint64_t timeoutNs, uint64_t seed = 1)
       : n_(nranks), layout_(layout), timeoutNs_(timeoutNs), seed_(seed) {
     for (int r = 0; r < n_; ++r) ranks_.push_back(std::make_unique<Rank>(layout.total()));
+    startDelay_.resize(static_cast<size_t>(n_));
   }
   int size() const { return n_; }
   Rank& rank(int r) { return *ranks_[r]; }
@@ -145,6 +147,7 @@ class World {
     a.state = ranks_[r]->state;
     a.abort = &ranks_[r]->abort;
     a.abortClaim = &ranks_[r]->abortClaim;
+    a.stop = &ranks_[r]->stop;
     a.timeoutNs = timeoutNs_;
     a.layout = layout_;
     return a;
@@ -158,6 +161,11 @@ class World {
       for (bool& l : r->loaded) l = true;
     }
   }
+  /// Rank r starts its streams this much later than the others (a rank that reaches the call
+  /// late: checkpointing, a slow data loader).
+  void delayStart(int r, std::chrono::microseconds d) { startDelay_[r] = d; }
+  /// What the module's host side does when it finds a peer lost: sets rank r's stop word.
+  void stop(int r) { __atomic_store_n(&ranks_[r]->stop, uint64_t{1}, __ATOMIC_RELEASE); }
   /// Sets every block's epoch (flags near the 32-bit wrap).
   void setEpoch(uint64_t e) {
     for (auto& r : ranks_) {
@@ -195,6 +203,7 @@ class World {
  private:
   void runStream(int r, const std::vector<std::vector<Launch>*>& calls, int slowRank, uint64_t s) {
     Rank& rank = *ranks_[r];
+    if (startDelay_[r].count() > 0) std::this_thread::sleep_for(startDelay_[r]);
     for (auto* call : calls) {
       Launch& l = (*call)[r];
       if (!l.run) continue;
@@ -223,6 +232,7 @@ class World {
   uint64_t timeoutNs_;
   uint64_t seed_;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::chrono::microseconds> startDelay_;
 };
 
 }  // namespace strata::cuda::emu

@@ -764,3 +764,85 @@ BOOST_AUTO_TEST_CASE(buffers_at_every_offset_and_wide_accesses_when_aligned) {
     }
   }
 }
+
+// ---- late ranks and the host's stop word (issue 25, defect 2) -----------------------------------
+
+namespace {
+
+/// allReduce of 64 floats (ones) on every rank of w; launches[r].run for the ranks in `ranks`.
+std::vector<Launch> onesAllReduce(World& w, KernelId id, std::vector<float>& in,
+                                  std::vector<std::vector<float>>& out, int ranks) {
+  std::vector<Launch> launches(static_cast<size_t>(w.size()));
+  out.assign(static_cast<size_t>(w.size()), std::vector<float>(in.size(), 0.0f));
+  for (int r = 0; r < ranks; ++r) {
+    Launch& l = launches[r];
+    l.run = true;
+    l.id = id;
+    l.type = ElemType::Float;
+    l.blocks = 2;
+    l.threads = 4;
+    l.args = w.args(r);
+    l.args.count = in.size();
+    l.args.elemSize = 4;
+    l.args.send = in.data();
+    l.args.recv = out[r].data();
+  }
+  return launches;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_rank_that_arrives_late_is_not_an_error) {
+  // At 1/100 scale: transport.timeout 30 s -> 0.3 s, collectives.cuda.wait_limit 600 s -> 6 s,
+  // and rank 2 reaches the allReduce 45 s -> 0.45 s after the others. With the kernels' limit
+  // at transport.timeout (the module before this fix) the others gave up; with the wait limit
+  // every rank gets the right result.
+  for (KernelId id : {KernelId::AllReduceOneShot, KernelId::AllReduceDirect}) {
+    for (bool oldRule : {true, false}) {
+      World w(3, smallLayout(3), oldRule ? 300'000'000ull : kernelWaitLimitNs(6.0));
+      w.delayStart(2, std::chrono::milliseconds(450));
+      std::vector<float> in(64, 1.0f);
+      std::vector<std::vector<float>> out;
+      auto launches = onesAllReduce(w, id, in, out, 3);
+      w.launch(launches);
+      if (oldRule) {
+        BOOST_CHECK_EQUAL(w.rank(0).abort.code, static_cast<uint64_t>(AbortRecord::Timeout));
+        continue;
+      }
+      expectNoAbort(w, toString(id) + " with rank 2 late by 1.5x transport.timeout");
+      for (int r = 0; r < 3; ++r) {
+        BOOST_CHECK_MESSAGE(out[r] == std::vector<float>(64, 3.0f), toString(id) << ": rank " << r);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_host_stop_word_ends_waits_at_once) {
+  // Rank 2 never comes (its process died); the host side of ranks 0 and 1 finds out (the
+  // module checks the peers' processes) and sets their stop words after 0.1 s: the kernels
+  // give up then, with no wait limit at all, and report Stopped naming the peer they waited
+  // for.
+  for (KernelId id : {KernelId::AllReduceOneShot, KernelId::AllReduceDirect}) {
+    World w(3, smallLayout(3), 0);  // no wait limit: only the host can end the wait
+    std::vector<float> in(64, 1.0f);
+    std::vector<std::vector<float>> out;
+    auto launches = onesAllReduce(w, id, in, out, 2);
+    std::thread host([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      w.stop(0);
+      w.stop(1);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    w.launch(launches);
+    host.join();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (int r = 0; r < 2; ++r) {
+      const auto& ab = w.rank(r).abort;
+      BOOST_CHECK_EQUAL(ab.code, static_cast<uint64_t>(AbortRecord::Stopped));
+      BOOST_CHECK_EQUAL(ab.peer, 2);
+    }
+    BOOST_CHECK_GE(s, 0.1);
+    BOOST_CHECK_LT(s, 10.0);
+  }
+}

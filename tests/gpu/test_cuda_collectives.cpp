@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     const WorldResult r = runWorld(n);
     ok = ok && r.ok;
     if (r.hard) {
-      // A rank that failed hard may have left kernels spinning until transport.timeout, and
+      // A rank that failed hard may have left kernels spinning until the wait limit, and
       // the CUDA context may be broken: the remaining sizes would say nothing new.
       if (gOpt.ranks.back() != n) std::printf("(the remaining rank counts are not run)\n");
       break;

@@ -170,7 +170,9 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool unpackPackets(void* dst, const Pack
 /// atomics on mapped host memory are not atomic over PCIe); it stores the fields, then the code
 /// (release), so a host that sees the code sees the fields.
 struct AbortRecord {
-  enum Code : uint32_t { None = 0, Timeout = 1 };
+  /// Timeout: a wait saw no progress for the wait limit. Stopped: the host set the stop word
+  /// (a peer was lost, the communicator aborted or destroyed), and this wait gave up.
+  enum Code : uint32_t { None = 0, Timeout = 1, Stopped = 2 };
   uint64_t code;      ///< Code, stored last
   int64_t block;      ///< the block that gave up
   int64_t peer;       ///< the peer it waited for

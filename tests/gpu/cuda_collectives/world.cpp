@@ -147,7 +147,7 @@ class Rank {
         boot_->barrier();
       } catch (const std::exception& e) {
         // The others leave before this rank's communicator goes (its destructor may wait for
-        // their kernels, which may wait for this rank until transport.timeout).
+        // their kernels, which wait for this rank until it stops them or wait_limit).
         w_.stop = true;
         boot_->abort(e.what());
         throw;
@@ -182,6 +182,9 @@ class Rank {
     c.set("collectives.cuda.twoshot_max_bytes", "2M");   // kTwoShotMax
     c.set("collectives.cuda.packets_max_bytes", "64K");  // kPacketsMax
     c.set("collectives.cuda.staging_bytes", "8M");
+    // A kernel that waits for a rank that never comes gives up within a lease's budget (the
+    // default, 600 s, lets a late rank be late; this check has no late ranks).
+    c.set("collectives.cuda.wait_limit", "60");
     if (forced != nullptr) {
       for (Op op : forced->ops) c.set(forceKey(op), forced->name);
       if (!forced->packets) c.set("collectives.cuda.staging_bytes", "256K");  // many chunks
