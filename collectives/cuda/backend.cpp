@@ -17,12 +17,14 @@
 
 #include <cuda_runtime.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -103,6 +105,16 @@ struct RuntimeContextApi {
   static int setDevice(int device) { return static_cast<int>(cudaSetDevice(device)); }
 };
 using DeviceGuard = DeviceGuardT<RuntimeContextApi>;
+
+/// Whether an MPS control daemon runs for this process: CUDA connects to MPS when its control
+/// pipe exists ($CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps, holds "control").
+bool mpsControlRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string pipe =
+      std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st {};
+  return ::stat(pipe.c_str(), &st) == 0;
+}
 
 class CudaBackend;
 
@@ -210,6 +222,8 @@ class CudaBackend final : public backend::CollectivesBackend {
   int rank_ = 0;
   int size_ = 1;
   int device_ = -1;
+  GpuUuid uuid_{};
+  bool mps_ = false;  ///< an MPS control daemon answers here (its pipe exists)
   Tuning tuning_;
   double timeoutSeconds_ = 30;
   std::string why_;
@@ -484,11 +498,23 @@ void CudaBackend::release() noexcept {
 }
 
 int CudaBackend::agreeOnStart(const std::string& localError) {
-  constexpr int kWords = 7;  // the six keys, then whether this rank's step worked
-  const uint64_t mine[kWords] = {
-      tuning_.oneShotMax, tuning_.twoShotMax, tuning_.packetsMax,          tuning_.staging,
-      tuning_.maxBlocks,  tuning_.threads,    localError.empty() ? 1u : 0u};
-  static const char* const kKeys[kWords - 1] = {
+  // The six keys, whether this rank's step worked, its GPU's UUID (two words) and whether it
+  // runs under MPS.
+  constexpr int kWords = 10;
+  uint64_t uuid[2] = {};
+  std::memcpy(uuid, uuid_.data(), sizeof uuid);
+  const uint64_t mine[kWords] = {tuning_.oneShotMax,
+                                 tuning_.twoShotMax,
+                                 tuning_.packetsMax,
+                                 tuning_.staging,
+                                 tuning_.maxBlocks,
+                                 tuning_.threads,
+                                 localError.empty() ? 1u : 0u,
+                                 uuid[0],
+                                 uuid[1],
+                                 mps_ ? 1u : 0u};
+  constexpr int kKeyWords = 6;
+  static const char* const kKeys[kKeyWords] = {
       "collectives.cuda.oneshot_max_bytes", "collectives.cuda.twoshot_max_bytes",
       "collectives.cuda.packets_max_bytes", "collectives.cuda.staging_bytes",
       "collectives.cuda.max_blocks",        "collectives.cuda.threads"};
@@ -496,7 +522,7 @@ int CudaBackend::agreeOnStart(const std::string& localError) {
   std::copy(std::begin(mine), std::end(mine), all.begin() + kWords * rank_);
   context_->bootstrap().allGather(all.data(), sizeof(mine));
   for (int r = 1; r < size_; ++r) {
-    for (int k = 0; k < kWords - 1; ++k) {
+    for (int k = 0; k < kKeyWords; ++k) {
       if (all[kWords * r + k] != all[k]) {
         throw Error(ErrorCode::InvalidConfig,
                     fmt::format("ranks disagree on {}: rank 0 has {}, rank {} has {}. Every rank "
@@ -508,8 +534,16 @@ int CudaBackend::agreeOnStart(const std::string& localError) {
     }
   }
   for (int r = 0; r < size_; ++r) {
-    if (all[kWords * r + kWords - 1] == 0) return r;
+    if (all[kWords * r + kKeyWords] == 0) return r;
   }
+  // Every rank has a device: ranks that share one need MPS (the same verdict on every rank).
+  std::vector<GpuUuid> uuids(static_cast<size_t>(size_));
+  bool mps = true;
+  for (int r = 0; r < size_; ++r) {
+    std::memcpy(uuids[r].data(), &all[kWords * r + kKeyWords + 1], 16);
+    mps = mps && all[kWords * r + kKeyWords + 3] != 0;
+  }
+  if (std::string why = sharedGpuProblem(uuids, mps); !why.empty()) why_ = std::move(why);
   return -1;
 }
 
@@ -530,6 +564,11 @@ std::string CudaBackend::probeDevice() {
   if (count == 0) return "no CUDA device";
   e = cudaGetDevice(&device_);
   if (e != cudaSuccess) return cudaWhy("cudaGetDevice", e);
+  cudaDeviceProp prop{};
+  e = cudaGetDeviceProperties(&prop, device_);
+  if (e != cudaSuccess) return cudaWhy("cudaGetDeviceProperties", e);
+  std::memcpy(uuid_.data(), prop.uuid.bytes, uuid_.size());
+  mps_ = mpsControlRunning();
   return {};
 }
 

@@ -4,8 +4,11 @@
 // configuration, and which kernel, grid and block serve a call. No CUDA here.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "kernels.hpp"
 
@@ -25,6 +28,41 @@ struct Tuning {
 /// never. Not transport.timeout: a rank may reach a call later than that, and that is no error.
 inline uint64_t kernelWaitLimitNs(double seconds) {
   return seconds > 0 ? static_cast<uint64_t>(seconds * 1e9) : 0;
+}
+
+/// A GPU's UUID (cudaDeviceProp::uuid).
+using GpuUuid = std::array<uint8_t, 16>;
+
+/// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
+inline std::string uuidText(const GpuUuid& u) {
+  std::string out = "GPU-";
+  char hex[3];
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    std::snprintf(hex, sizeof hex, "%02x", u[i]);
+    out += hex;
+  }
+  return out;
+}
+
+/// Why the module must not serve ranks that share a GPU, from every rank's GPU UUID (uuids[r])
+/// and whether every rank runs under MPS: two processes on one GPU without MPS are time-sliced,
+/// so kernels that spin on each other cost a slice (milliseconds) per handshake (NCCL refuses
+/// this layout). Empty: every rank has its own GPU, or MPS lets them run at once.
+inline std::string sharedGpuProblem(const std::vector<GpuUuid>& uuids, bool mps) {
+  if (mps) return {};
+  for (size_t a = 0; a < uuids.size(); ++a) {
+    for (size_t b = a + 1; b < uuids.size(); ++b) {
+      if (uuids[a] != uuids[b]) continue;
+      return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " use the same GPU (" +
+             uuidText(uuids[a]) +
+             ") and no MPS daemon serves them: their kernels, which wait for each other, would "
+             "be time-sliced (milliseconds per call; NCCL refuses this layout). Give each rank "
+             "its own GPU (CUDA_VISIBLE_DEVICES or transport.cuda.device by local rank), or start "
+             "MPS (nvidia-cuda-mps-control -d)";
+    }
+  }
+  return {};
 }
 
 /// A layout big enough for the packet thresholds at nranks (both parities).
