@@ -36,6 +36,7 @@
 
 #include <fmt/format.h>
 #include <strata/backend/collectives.hpp>
+#include <strata/backend/device_guard.hpp>
 #include <strata/backend/module.hpp>
 #include <strata/bootstrap.hpp>
 #include <strata/error.hpp>
@@ -45,7 +46,6 @@
 
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
-#include "device_guard.hpp"
 #include "launch.hpp"
 
 namespace strata::cuda {
@@ -104,7 +104,7 @@ struct RuntimeContextApi {
   }
   static int setDevice(int device) { return static_cast<int>(cudaSetDevice(device)); }
 };
-using DeviceGuard = DeviceGuardT<RuntimeContextApi>;
+using DeviceGuard = backend::DeviceGuardT<RuntimeContextApi>;
 
 /// Whether an MPS control daemon runs for this process: CUDA connects to MPS when its control
 /// pipe exists ($CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps, holds "control").

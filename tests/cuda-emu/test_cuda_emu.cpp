@@ -24,7 +24,8 @@
 inline std::atomic<uint64_t> emuByteAccesses{0};
 #define STRATA_EMU_COUNT_ACCESSES() emuByteAccesses.fetch_add(1, std::memory_order_relaxed)
 
-#include "collectives/cuda/device_guard.hpp"
+#include <strata/backend/device_guard.hpp>
+
 #include "collectives/cuda/plan.hpp"
 #include "tests/cuda-emu/emu.hpp"
 #include "tests/harness/reference_fold.hpp"
@@ -675,7 +676,7 @@ BOOST_AUTO_TEST_CASE(device_guard_restores_no_context_and_never_touches_gpu_0) {
   // on GPU 0 (what restoring cudaGetDevice's default did).
   FakeCuda::reset();
   {
-    DeviceGuardT<FakeCuda> g(3);
+    strata::backend::DeviceGuardT<FakeCuda> g(3);
     BOOST_CHECK(FakeCuda::current == FakeCuda::contextOf(3));
   }
   BOOST_CHECK(FakeCuda::current == nullptr);
@@ -683,13 +684,13 @@ BOOST_AUTO_TEST_CASE(device_guard_restores_no_context_and_never_touches_gpu_0) {
   // A thread on device 1: back to device 1's context, and nothing created on GPU 0.
   FakeCuda::reset();
   FakeCuda::current = FakeCuda::contextOf(1);
-  { DeviceGuardT<FakeCuda> g(2); }
+  { strata::backend::DeviceGuardT<FakeCuda> g(2); }
   BOOST_CHECK(FakeCuda::current == FakeCuda::contextOf(1));
   BOOST_CHECK(FakeCuda::devicesUsed == std::vector<int>{2});
   // The context cannot be read: nothing is restored (rather than a guess).
   FakeCuda::reset();
   FakeCuda::getFails = true;
-  { DeviceGuardT<FakeCuda> g(2); }
+  { strata::backend::DeviceGuardT<FakeCuda> g(2); }
   BOOST_CHECK(FakeCuda::devicesUsed == std::vector<int>{2});
 }
 

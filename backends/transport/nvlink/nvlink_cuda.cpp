@@ -101,21 +101,28 @@ const Driver& driver() {
   return d;
 }
 
-DeviceGuard::DeviceGuard(int device) noexcept {
-  if (cudaGetDevice(&previous_) != cudaSuccess) {
-    clearCudaError();
-    previous_ = -1;
-  }
-  if (previous_ != device) {
-    switched_ = cudaSetDevice(device) == cudaSuccess;
-    if (!switched_) clearCudaError();
-  }
+int ContextApi::getContext(void** ctx) {
+  static const PFN_cuCtxGetCurrent_v4000 fn = [] {
+    PFN_cuCtxGetCurrent_v4000 f = nullptr;
+    resolve("cuCtxGetCurrent", f);
+    return f;
+  }();
+  return fn != nullptr ? static_cast<int>(fn(reinterpret_cast<CUcontext*>(ctx))) : -1;
 }
 
-DeviceGuard::~DeviceGuard() {
-  if (switched_ && previous_ >= 0) {
-    if (cudaSetDevice(previous_) != cudaSuccess) clearCudaError();
-  }
+int ContextApi::setContext(void* ctx) {
+  static const PFN_cuCtxSetCurrent_v4000 fn = [] {
+    PFN_cuCtxSetCurrent_v4000 f = nullptr;
+    resolve("cuCtxSetCurrent", f);
+    return f;
+  }();
+  return fn != nullptr ? static_cast<int>(fn(static_cast<CUcontext>(ctx))) : -1;
+}
+
+int ContextApi::setDevice(int device) {
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) clearCudaError();
+  return static_cast<int>(e);
 }
 
 }  // namespace strata::nvlink

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include <strata/backend/device_guard.hpp>
+
 namespace strata::nvlink {
 
 /// "cudaErrorNoDevice: no CUDA-capable device is detected".
@@ -50,18 +52,15 @@ struct Driver {
 /// cuMemGetAddressRange, which every registration needs, cannot be resolved.
 const Driver& driver();
 
-/// Makes a device current for a scope and restores the previous one (the user owns the
-/// current device, as with NCCL; the transport must not change it behind their back).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) noexcept;
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
+/// The driver's context calls for the device guard (<strata/backend/device_guard.hpp>).
+struct ContextApi {
+  static int getContext(void** ctx);
+  static int setContext(void* ctx);
+  static int setDevice(int device);
 };
+/// Makes a device current for a scope and gives the thread back its context, or none (the user
+/// owns the current device, as with NCCL; the transport must not change it behind their back,
+/// nor create a context on GPU 0 in a thread that never chose a device).
+using DeviceGuard = backend::DeviceGuardT<ContextApi>;
 
 }  // namespace strata::nvlink

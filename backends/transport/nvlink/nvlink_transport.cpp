@@ -498,8 +498,19 @@ std::unique_ptr<backend::RemoteMemory> NvlinkTransport::importMemory(
                 owner.rank);
   }
   using Mapping = NvlinkRemoteMemory::Mapping;
-  // The same process: CUDA refuses to open its own IPC handle, and the pointer is valid here.
+  // The same process: CUDA refuses to open its own IPC handle, and the pointer is valid here;
+  // when the owner's GPU is another one (a process that drives several GPUs, a rank per
+  // thread), this GPU needs peer access to it, else the first kernel faults on the address.
   if (d.pid == static_cast<int32_t>(getpid()) && d.hostId == hostId_) {
+    const DeviceIdentity* ownerGpu = findDevice(d.deviceUuid);
+    if (ownerGpu == nullptr) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("nvlink: the buffer of {} is in this process but on a GPU this "
+                              "process cannot see",
+                              describeOwner(owner, d)),
+                  owner.rank);
+    }
+    if (ownerGpu->ordinal != self_.ordinal) enablePeerAccess(ownerGpu->ordinal, owner, d);
     return std::make_unique<NvlinkRemoteMemory>(
         Mapping::SameProcess, reinterpret_cast<void*>(d.allocationBase), d.allocationSize, d.offset,
         self_.ordinal, owner.rank, counters_);
@@ -574,6 +585,32 @@ std::unique_ptr<backend::RemoteMemory> NvlinkTransport::importMemory(
                           "no runtime IPC handle){}",
                           describeOwner(owner, d), tried, hidden),
               owner.rank);
+}
+
+void NvlinkTransport::enablePeerAccess(int ownerOrdinal, const backend::PeerInfo& owner,
+                                       const MemoryDescriptor& d) {
+  int can = 0;
+  checkCuda(cudaDeviceCanAccessPeer(&can, self_.ordinal, ownerOrdinal), "cudaDeviceCanAccessPeer",
+            owner.rank);
+  if (can == 0) {
+    throw Error(ErrorCode::NotSupported,
+                fmt::format("nvlink: GPU {} (this rank's) cannot access GPU {} directly, where "
+                            "the buffer of {} lives in this same process "
+                            "(cudaDeviceCanAccessPeer = 0: no NVLink or PCIe P2P between "
+                            "them); give each rank its own process, or use GPUs that are peers",
+                            self_.ordinal, ownerOrdinal, describeOwner(owner, d)),
+                owner.rank);
+  }
+  DeviceGuard guard(self_.ordinal);
+  const cudaError_t e = cudaDeviceEnablePeerAccess(ownerOrdinal, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    clearCudaError();  // another rank of this process enabled it: fine
+    return;
+  }
+  checkCuda(
+      e,
+      fmt::format("cudaDeviceEnablePeerAccess from GPU {} to GPU {}", self_.ordinal, ownerOrdinal),
+      owner.rank);
 }
 
 std::vector<uint8_t> NvlinkTransport::endpoint() {

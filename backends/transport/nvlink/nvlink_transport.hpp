@@ -60,6 +60,10 @@ class NvlinkTransport final : public backend::Transport {
   DeviceIdentity identityOf(int ordinal) const;
   /// A visible device with that UUID, or nullptr (the peer's GPU may be hidden from us).
   const DeviceIdentity* findDevice(const Uuid& uuid) const;
+  /// Lets this rank's GPU access ownerOrdinal's memory (a buffer of another GPU in this
+  /// process): NotSupported naming both GPUs when they are not peers.
+  void enablePeerAccess(int ownerOrdinal, const backend::PeerInfo& owner,
+                        const MemoryDescriptor& d);
 
   DeviceIdentity self_;
   std::vector<DeviceIdentity> visible_;

@@ -6,9 +6,11 @@
 // thread, and a process, that never used it: NCCL-style libraries called from a thread pool
 // must not. So the guard saves the thread's current context (the driver's cuCtxGetCurrent,
 // which says "none" truthfully) and restores that context, or none. No CUDA here: the calls
-// come from Api, so that the rule is tested without a GPU (tests/cuda-emu).
+// come from Api, so that the rule is tested without a GPU (tests/cuda-emu). For CUDA modules
+// (the CUDA collectives, the nvlink transport): each supplies an Api over the driver entry
+// points it resolves through the runtime.
 
-namespace strata::cuda {
+namespace strata::backend {
 
 /// Api has static int getContext(void** ctx), int setContext(void* ctx) (0: success, as the
 /// driver's CUresult) and int setDevice(int device) (cudaSetDevice). A guard whose getContext
@@ -31,4 +33,4 @@ class DeviceGuardT {
   bool saved_ = false;
 };
 
-}  // namespace strata::cuda
+}  // namespace strata::backend
