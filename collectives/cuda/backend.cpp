@@ -538,12 +538,14 @@ int CudaBackend::agreeOnStart(const std::string& localError) {
   }
   // Every rank has a device: ranks that share one need MPS (the same verdict on every rank).
   std::vector<GpuUuid> uuids(static_cast<size_t>(size_));
+  std::vector<int32_t> pids(static_cast<size_t>(size_));
   bool mps = true;
   for (int r = 0; r < size_; ++r) {
     std::memcpy(uuids[r].data(), &all[kWords * r + kKeyWords + 1], 16);
+    pids[r] = context_->pid(r);
     mps = mps && all[kWords * r + kKeyWords + 3] != 0;
   }
-  if (std::string why = sharedGpuProblem(uuids, mps); !why.empty()) why_ = std::move(why);
+  if (std::string why = sharedGpuProblem(uuids, pids, mps); !why.empty()) why_ = std::move(why);
   return -1;
 }
 

@@ -45,15 +45,19 @@ inline std::string uuidText(const GpuUuid& u) {
   return out;
 }
 
-/// Why the module must not serve ranks that share a GPU, from every rank's GPU UUID (uuids[r])
-/// and whether every rank runs under MPS: two processes on one GPU without MPS are time-sliced,
-/// so kernels that spin on each other cost a slice (milliseconds) per handshake (NCCL refuses
-/// this layout). Empty: every rank has its own GPU, or MPS lets them run at once.
-inline std::string sharedGpuProblem(const std::vector<GpuUuid>& uuids, bool mps) {
+/// Why the module must not serve ranks that share a GPU, from every rank's GPU UUID (uuids[r]),
+/// process (pids[r]) and whether every rank runs under MPS: two processes on one GPU without MPS
+/// are time-sliced, so kernels that spin on each other cost a slice (milliseconds) per handshake
+/// (NCCL refuses this layout). Ranks that are threads of one process share its context, whose
+/// streams run at once. Empty: no two processes share a GPU, or MPS lets them run at once.
+inline std::string sharedGpuProblem(const std::vector<GpuUuid>& uuids,
+                                    const std::vector<int32_t>& pids, bool mps) {
   if (mps) return {};
   for (size_t a = 0; a < uuids.size(); ++a) {
     for (size_t b = a + 1; b < uuids.size(); ++b) {
-      if (uuids[a] != uuids[b]) continue;
+      if (uuids[a] != uuids[b] || (a < pids.size() && b < pids.size() && pids[a] == pids[b])) {
+        continue;
+      }
       return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " use the same GPU (" +
              uuidText(uuids[a]) +
              ") and no MPS daemon serves them: their kernels, which wait for each other, would "

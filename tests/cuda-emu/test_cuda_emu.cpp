@@ -851,19 +851,22 @@ BOOST_AUTO_TEST_CASE(the_host_stop_word_ends_waits_at_once) {
 // ---- two ranks on one GPU (issue 25, defect 4) --------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(ranks_sharing_a_gpu_need_mps) {
-  // Every rank's GPU UUID is exchanged at set-up; ranks 1 and 3 on one GPU without MPS disable
-  // the module on every rank, naming both and the GPU; with MPS they may share it. The module
-  // accepted this layout before and its kernels then time-sliced.
+  // Every rank's GPU UUID is exchanged at set-up; processes 1 and 3 on one GPU without MPS
+  // disable the module on every rank, naming both and the GPU; with MPS they may share it, and
+  // so may ranks that are threads of one process (one context). The module accepted every
+  // layout before, and kernels of two processes then time-sliced.
   GpuUuid a{}, b{}, c{};
   a[0] = 1;
   b[0] = 2;
   c[15] = 0xab;
-  BOOST_CHECK(sharedGpuProblem({a, b, c}, false).empty());
-  BOOST_CHECK(sharedGpuProblem({a}, false).empty());
-  const std::string why = sharedGpuProblem({a, c, b, c}, false);
+  const std::vector<int32_t> pids = {100, 101, 102, 103};
+  BOOST_CHECK(sharedGpuProblem({a, b, c}, pids, false).empty());
+  BOOST_CHECK(sharedGpuProblem({a}, pids, false).empty());
+  const std::string why = sharedGpuProblem({a, c, b, c}, pids, false);
   BOOST_CHECK_MESSAGE(why.find("ranks 1 and 3") != std::string::npos, why);
   BOOST_CHECK_MESSAGE(why.find("GPU-00000000-0000-0000-0000-0000000000ab") != std::string::npos,
                       why);
   BOOST_CHECK_MESSAGE(why.find("MPS") != std::string::npos, why);
-  BOOST_CHECK(sharedGpuProblem({a, c, b, c}, true).empty());
+  BOOST_CHECK(sharedGpuProblem({a, c, b, c}, pids, true).empty());
+  BOOST_CHECK(sharedGpuProblem({c, c, c, c}, {7, 7, 7, 7}, false).empty());  // threads of one
 }
