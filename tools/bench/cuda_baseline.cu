@@ -5,6 +5,8 @@
 //     timed copies (cudaEvent timing, after a warm-up copy);
 //   - an empty kernel <<<1, 1>>> launched and waited for with cudaStreamSynchronize: mean and
 //     minimum of 1000, on the host clock (a collective's floor on one stream is at least this).
+// With --preflight it only says what the GPU check needs to know first, in well under a second:
+// the devices, compute mode, driver and runtime, and cudaDeviceCanAccessPeer for every pair.
 // Exit status: 0, 1 on a CUDA error, 77 without a CUDA device or driver (one line says why).
 //
 //   nvcc -O2 -std=c++17 -arch=native -o cuda_baseline tools/bench/cuda_baseline.cu
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -28,7 +31,32 @@ __global__ void empty() {}
 
 }  // namespace
 
-int main() {
+int preflight(int count) {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::printf("driver %d, runtime %d, %d device(s)\n", driver, runtime, count);
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, d), "cudaGetDeviceProperties");
+    int mode = 0;
+    check(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, d), "cudaDeviceGetAttribute");
+    std::printf("device %d: %s, sm_%d%d, %d SMs, compute mode %d (0 default, 2 prohibited, 3 "
+                "exclusive process)\n",
+                d, prop.name, prop.major, prop.minor, prop.multiProcessorCount, mode);
+  }
+  for (int a = 0; a < count; ++a) {
+    for (int b = 0; b < count; ++b) {
+      if (a == b) continue;
+      int can = 0;
+      check(cudaDeviceCanAccessPeer(&can, a, b), "cudaDeviceCanAccessPeer");
+      std::printf("peer access %d -> %d: %s\n", a, b, can ? "yes" : "no");
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || count == 0) {
@@ -36,6 +64,7 @@ int main() {
                  rc != cudaSuccess ? cudaGetErrorString(rc) : "no CUDA device is visible");
     return 77;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--preflight") == 0) return preflight(count);
   check(cudaSetDevice(0), "cudaSetDevice");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");

@@ -37,14 +37,43 @@
 # GPU_CHECK_ONLY=nvlink runs steps 1-5 only, GPU_CHECK_ONLY=coll steps 1, 2 and 6 only.
 # Usage: tools/dev/gpu-check.sh [build-dir]. Logs go to <build-dir>/gpu-check/, and also to
 # $OUT/gpu-check/ when OUT is set. Takes a few minutes, most of it the build.
+#
+# tools/dev/gpu-check.sh --bundle DIR runs from a bundle that tools/dev/gpu-bundle.sh made on
+# another machine (no build, no compiler, no -dev package needed: what the lent GPU machine
+# allows), within GPU_CHECK_BUDGET (default 420 s there, so that a second run fits a 15-minute
+# lease), in this order:
+#   preflight     (15 s) driver and GPU (nvidia-smi), compute mode, MPS, compute-sanitizer,
+#                 peer access between the visible GPUs (cuda_baseline --preflight); without a GPU
+#                 the script stops here with exit 77 and the reason;
+#   coll-test     the in-process correctness sweep (every rank a thread, one GPU), short timeout;
+#   nvlink        test-nvlink-records and test-nvlink (CUDA IPC in and across processes);
+#   coll-pair     2 processes on the machine's GPUs through strata-run: with one GPU under MPS
+#                 (started here when nvidia-cuda-mps-control exists, stopped at the end), else
+#                 SKIP ("time-sliced": two processes on one GPU without MPS give no numbers, and
+#                 the module refuses that layout);
+#   san-memcheck  compute-sanitizer memcheck of the sweep at 2 ranks only;
+#   cuda-baseline cudaMemcpy device to device and an empty launch (cuda_baseline);
+#   coll-numbers  allReduce at a few sizes (JSON), under MPS as coll-pair.
+# Exit status: 0 when no step failed, 77 when there is no GPU (preflight), 1 otherwise.
 
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
+BUNDLE=
+if [ "${1:-}" = --bundle ]; then
+  BUNDLE=${2:?usage: gpu-check.sh --bundle DIR}
+  [ -d "$BUNDLE/bin" ] && [ -d "$BUNDLE/lib" ] || {
+    echo "gpu-check: $BUNDLE is not a bundle of tools/dev/gpu-bundle.sh (no bin/ or lib/)" >&2
+    exit 1
+  }
+  BUNDLE=$(cd "$BUNDLE" && pwd)
+fi
 BUILD=${1:-build-gpu}
+[ -n "$BUNDLE" ] && BUILD=$BUNDLE
 PROCS=${GPU_CHECK_PROCS:-4}
 FULL=${GPU_CHECK_FULL:-0}
 ONLY=${GPU_CHECK_ONLY:-}
 BUDGET=${GPU_CHECK_BUDGET:-520}
+[ -n "$BUNDLE" ] && BUDGET=${GPU_CHECK_BUDGET:-420}
 DEADLINE=$((SECONDS + BUDGET))
 LOGS=$BUILD/gpu-check
 mkdir -p "$LOGS"
@@ -85,6 +114,7 @@ build_targets() { ninja -C "$BUILD" -t targets all 2>/dev/null | sed 's/: .*//';
 has_target() { grep -qxF "$1" <<<"$ALL_TARGETS"; }
 
 finish() {
+  [ -n "${MPS_STARTED:-}" ] && stop_mps
   echo
   echo "=== summary (logs in $LOGS)"
   printf '%s\n' "${SUMMARY[@]}"
@@ -92,8 +122,89 @@ finish() {
     mkdir -p "$OUT/gpu-check" && cp "$LOGS"/*.log "$OUT/gpu-check/" 2>/dev/null
     cp "$LOGS"/*.json "$OUT/gpu-check/" 2>/dev/null
   fi
-  exit $FAILED
+  exit "${1:-$FAILED}"
 }
+
+# MPS for processes that share a GPU (coll-pair, coll-numbers): started in a private pipe folder
+# when the daemon exists and none runs, stopped by finish().
+MPS_STARTED=
+start_mps() {
+  if [ -S "${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}/control" ] || [ -p "${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}/control" ]; then
+    return 0  # one runs already
+  fi
+  command -v nvidia-cuda-mps-control >/dev/null || return 1
+  export CUDA_MPS_PIPE_DIRECTORY=$LOGS/mps-pipe CUDA_MPS_LOG_DIRECTORY=$LOGS/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || return 1
+  MPS_STARTED=1
+  sleep 1
+}
+stop_mps() {
+  echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+  MPS_STARTED=
+}
+
+if [ -n "$BUNDLE" ]; then
+  # --- From a bundle: nothing is built; the bundle's libraries come first, its modules are
+  # where its libstrata looks (lib/strata).
+  export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export STRATA_CONFIG=/dev/null/none STRATA_BOOTSTRAP_TCP_INTERFACE=lo FI_TCP_IFACE=lo \
+    UCX_NET_DEVICES=lo CUDA_MODULE_LOADING=LAZY
+  B=$BUNDLE/bin
+  echo "bundle: $(sed -n 2,3p "$BUNDLE/MANIFEST" 2>/dev/null | tr '\n' ' ')"
+  # shellcheck disable=SC2317  # run through bash -c below
+  preflight() {
+    if ! command -v nvidia-smi >/dev/null; then
+      echo "SKIP: no NVIDIA GPU here (no nvidia-smi on PATH)"
+      return 77
+    fi
+    if ! nvidia-smi -L; then
+      echo "SKIP: no NVIDIA GPU here (nvidia-smi -L failed)"
+      return 77
+    fi
+    nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total,compute_mode --format=csv
+    echo "MPS control: $(command -v nvidia-cuda-mps-control || echo absent)"
+    echo "compute-sanitizer: $(command -v compute-sanitizer || echo absent)"
+    "$B/cuda_baseline" --preflight
+    local rc=$?
+    [ $rc -eq 77 ] && echo "SKIP: no usable CUDA device (cuda_baseline --preflight)"
+    return $rc
+  }
+  export -f preflight
+  export B
+  step preflight 15 bash -c preflight
+  if grep -q '^SKIP:' "$LOGS/preflight.log"; then
+    echo "gpu-check: $(grep -m1 '^SKIP:' "$LOGS/preflight.log" | cut -c7-)"
+    finish 77
+  fi
+  step coll-test 120 "$B/test-cuda-collectives" --timeout=110
+  export NVLINK_MODULE=$BUNDLE/lib/strata/strata-transport-nvlink.so
+  step nvlink 90 bash -c '"$B/test-nvlink-records" && "$B/test-nvlink" --nvlink-module="$NVLINK_MODULE"'
+  MPS_OK=0
+  GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "${GPUS:-0}" -ge 2 ] || start_mps; then MPS_OK=1; fi
+  PAIR=(-b 8 -e 1M -f 4 -n 5 -w 2 -c 1)
+  if [ $MPS_OK = 1 ]; then
+    step coll-pair 60 "$B/strata-run" -n 2 --tag-output --timeout 55 "$B/strata-perf" allreduce \
+      --memory cuda "${PAIR[@]}" --json "$LOGS/coll-pair.json"
+  else
+    skip coll-pair "time-sliced: 2 processes on one GPU and no MPS daemon (nvidia-cuda-mps-control)"
+  fi
+  if command -v compute-sanitizer >/dev/null; then
+    step san-memcheck 75 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$B/test-cuda-collectives" --short --ranks=2 --timeout=65
+  else
+    skip san-memcheck "no compute-sanitizer on PATH"
+  fi
+  step cuda-baseline 40 "$B/cuda_baseline"
+  if [ $MPS_OK = 1 ]; then
+    step coll-numbers 60 "$B/strata-run" -n 2 --tag-output --timeout 55 "$B/strata-perf" \
+      allreduce --memory cuda -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --json "$LOGS/coll-numbers.json"
+  else
+    skip coll-numbers "time-sliced: 2 processes on one GPU and no MPS daemon"
+  fi
+  finish
+fi
 
 step machine 60 bash -c 'nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv && nvcc --version | tail -2 && (nvidia-smi topo -m || true)'
 
