@@ -8,6 +8,12 @@ Each kernel (.entry) is checked for what its algorithm family must contain:
   direct kernels   release reductions at system scope (red.release.sys.global.add.u64),
                    acquire loads (ld.acquire.sys), 16-byte vector loads and stores (.v4.u32)
   every kernel     %globaltimer (the bounded waits), no .local
+  forbidden        .gpu and .cta scopes on atomics, fences and ordered loads and stores (peers
+                   are other GPUs and the host: only .sys orders against them), membar.cta/.gl,
+                   and non-coherent loads (ld.global.nc, the read-only cache: a peer's writes
+                   to its staging or packets would be read stale)
+
+--self-test feeds it small PTX texts, each with one defect, and checks that each is caught.
 """
 import re
 import sys
@@ -29,12 +35,19 @@ NEEDS = {
 }
 
 
-def main():
-    text = open(sys.argv[1]).read()
+FORBIDDEN = [
+    (r"\.(acquire|release|relaxed|acq_rel|sc)\.(gpu|cta|cluster)\b", "a .gpu/.cta scope"),
+    (r"\bfence\.[a-z_.]*\b(gpu|cta|cluster)\b", "a fence at .gpu/.cta scope"),
+    (r"\bmembar\.(cta|gl)\b", "membar.cta/.gl (not .sys)"),
+    (r"\bld\.global\.nc\b|\bld\.[a-z0-9.]*\.nc\.", "a non-coherent load (.nc)"),
+]
+
+
+def check(text):
+    """The failures of a PTX text, and how many kernels it has."""
     entries = re.split(r"^\.visible \.entry ", text, flags=re.M)[1:]
     if not entries:
-        print("no kernels in", sys.argv[1])
-        return 1
+        return ["no kernels in the PTX"], 0
     seen = {}
     failures = []
     for body in entries:
@@ -49,12 +62,60 @@ def main():
                 failures.append(f"{kid} ({name}): no {pattern}")
         if re.search(r"\.local\b", body):
             failures.append(f"{kid} ({name}): uses local memory")
+        for pattern, what in FORBIDDEN:
+            m2 = re.search(pattern, body)
+            if m2:
+                failures.append(f"{kid} ({name}): {what}: {m2.group(0)}")
     for kid in IDS:
         if kid not in seen:
             failures.append(f"{kid}: no kernel in the PTX")
+    return failures, sum(seen.values())
+
+
+def self_test():
+    """Every rule fires on a kernel that breaks it, and a good one passes."""
+    good_body = ("st.volatile.global.u64 [a], b;\nld.volatile.global.u64 c, [a];\n"
+                 "mov.u64 t, %globaltimer;\nld.acquire.sys.b64 x, [y];\n")
+    def ptx(extra):
+        out = ""
+        for i, kid in enumerate(IDS):
+            body = good_body
+            for p in NEEDS[kid]:
+                body += re.sub(r"\\|\(|\)|\?|\|", "", p.replace(r"(\.global)?", ".global")) + " z;\n"
+            if i == 0:
+                body += extra
+            out += f".visible .entry _Z16collectiveKernelILN6strata4cuda8KernelIdE{i}EfEvNS1_10KernelArgsE(\n{body}}}\n"
+        return out
+    bad = {
+        "ld.acquire.gpu.b64 x, [y];": "a .gpu/.cta scope",
+        "st.release.cta.b64 [y], x;": "a .gpu/.cta scope",
+        "atom.add.acq_rel.gpu.u64 x, [y], 1;": "a .gpu/.cta scope",
+        "fence.acq_rel.gpu;": "a fence at .gpu/.cta scope",
+        "membar.gl;": "membar.cta/.gl",
+        "ld.global.nc.v4.u32 {a,b,c,d}, [y];": "a non-coherent load",
+        "st.local.u32 [x], y;": "uses local memory",
+    }
+    ok = True
+    failures, _ = check(ptx(""))
+    if failures:
+        print("self-test: the good PTX fails:", failures)
+        ok = False
+    for line, what in bad.items():
+        failures, _ = check(ptx(line + "\n"))
+        if not any(what in f for f in failures):
+            print(f"self-test: '{line}' is not caught ({what}); got {failures}")
+            ok = False
+    print("self-test:", "every rule fires" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--self-test":
+        return self_test()
+    failures, kernels = check(open(sys.argv[1]).read())
     for f in failures:
         print("FAIL", f)
-    print(f"{sum(seen.values())} kernels checked, {len(failures)} failures")
+    print(f"{kernels} kernels checked, {len(failures)} failures")
     return 1 if failures else 0
 
 
