@@ -27,10 +27,175 @@
 
 namespace strata::cuda::emu {
 
+/// A GPU's weak memory, for the data kernels hand to peers (16-byte stores and loads of the
+/// ranks' scratch; <strata/device.hpp>'s WeakMemory hook):
+///   - a thread's stores wait in its own buffer (a later store to the same address replaces the
+///     earlier one; the thread reads its own), and now and then one of them, at random, becomes
+///     visible early (out of order);
+///   - a block barrier hands them to the block (its threads then see them: CTA scope);
+///   - a release (a semaphore signal, a release store, a fence) by any thread of the block
+///     makes the thread's and the block's stores visible to everyone;
+///   - a block's loads of the scratch come from the block's cache (what it read before), which
+///     only an acquire by one of its threads drops (and, now and then, an eviction);
+///   - the end of a kernel makes everything visible and drops the cache.
+/// So a kernel whose signal forgets its release, or whose wait forgets its acquire, reads stale
+/// data here as it would on a GPU (x86 alone would hide both). Accesses to memory outside the
+/// scratch, and threads that are not the emulation's kernel threads, pass through.
+class WeakModel final : public device::WeakMemory {
+ public:
+  struct Entry {
+    char* p;
+    device::Vec16 v;
+  };
+  struct BlockMem {
+    std::mutex mu;
+    std::vector<Entry> pending;  ///< stores handed over at a barrier, not yet visible
+    std::unordered_map<const char*, device::Vec16> cache;
+  };
+  struct ThreadMem {
+    BlockMem* block = nullptr;
+    std::vector<Entry> buf;
+    uint64_t rng = 1;
+  };
+  static inline thread_local ThreadMem* current = nullptr;
+
+  void addRange(const char* base, size_t bytes) { ranges_.push_back({base, base + bytes}); }
+
+  bool store16(void* p, const void* value) override {
+    ThreadMem* t = current;
+    if (t == nullptr || !shared(p)) return false;
+    device::Vec16 v;
+    __builtin_memcpy(&v, value, 16);
+    auto it = std::find_if(t->buf.begin(), t->buf.end(), [&](const Entry& e) { return e.p == p; });
+    if (it != t->buf.end()) {
+      it->v = v;
+    } else {
+      t->buf.push_back({static_cast<char*>(p), v});
+    }
+    if (next(t) % 8 == 0) {  // one store becomes visible early, out of order
+      const size_t k = next(t) % t->buf.size();
+      std::lock_guard lk(t->block->mu);
+      write(t->buf[k]);
+      t->block->cache.erase(t->buf[k].p);  // the SM's own store updates its cache
+      // Older stores of the block to that address are superseded.
+      std::erase_if(t->block->pending, [&](const Entry& e) { return e.p == t->buf[k].p; });
+      t->buf.erase(t->buf.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    return true;
+  }
+
+  bool load16(const void* p, void* value) override {
+    ThreadMem* t = current;
+    if (t == nullptr || !shared(p)) return false;
+    const char* c = static_cast<const char*>(p);
+    for (auto it = t->buf.rbegin(); it != t->buf.rend(); ++it) {
+      if (it->p == c) {
+        __builtin_memcpy(value, &it->v, 16);
+        return true;
+      }
+    }
+    std::lock_guard lk(t->block->mu);
+    for (auto it = t->block->pending.rbegin(); it != t->block->pending.rend(); ++it) {
+      if (it->p == c) {
+        __builtin_memcpy(value, &it->v, 16);
+        return true;
+      }
+    }
+    auto hit = t->block->cache.find(c);
+    if (hit != t->block->cache.end() && next(t) % 32 != 0) {  // else: evicted
+      __builtin_memcpy(value, &hit->second, 16);
+      return true;
+    }
+    const device::Vec16 v = read(c);
+    t->block->cache[c] = v;
+    __builtin_memcpy(value, &v, 16);
+    return true;
+  }
+
+  void release() override {
+    ThreadMem* t = current;
+    if (t == nullptr) return;
+    std::lock_guard lk(t->block->mu);
+    // The block's (barrier-ordered, older) stores first, then the thread's own.
+    t->block->pending.insert(t->block->pending.end(), t->buf.begin(), t->buf.end());
+    t->buf.clear();
+    shuffleAndWrite(t, *t->block);
+  }
+
+  void acquire() override {
+    ThreadMem* t = current;
+    if (t == nullptr) return;
+    std::lock_guard lk(t->block->mu);
+    t->block->cache.clear();
+  }
+
+  /// At a block barrier: the thread's stores become the block's.
+  static void barrier() {
+    ThreadMem* t = current;
+    if (t == nullptr || t->buf.empty()) return;
+    std::lock_guard lk(t->block->mu);
+    t->block->pending.insert(t->block->pending.end(), t->buf.begin(), t->buf.end());
+    t->buf.clear();
+  }
+
+  /// After every thread of the block has ended (each handed its stores over: barrier()):
+  /// everything is visible.
+  static void kernelEnd(BlockMem& b) {
+    std::lock_guard lk(b.mu);
+    for (const Entry& e : b.pending) write(e);  // in order: the last store of an address wins
+    b.pending.clear();
+    b.cache.clear();
+  }
+
+ private:
+  bool shared(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    for (const auto& [lo, hi] : ranges_) {
+      if (c >= lo && c < hi) return true;
+    }
+    return false;
+  }
+  static uint64_t next(ThreadMem* t) {
+    t->rng ^= t->rng << 13;
+    t->rng ^= t->rng >> 7;
+    t->rng ^= t->rng << 17;
+    return t->rng;
+  }
+  // Relaxed 8-byte atomics: the model's own accesses race by design (that is what it models),
+  // and ThreadSanitizer must not report them.
+  static void write(const Entry& e) {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(e.p), e.v.lo, __ATOMIC_RELAXED);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(e.p) + 1, e.v.hi, __ATOMIC_RELAXED);
+  }
+  static device::Vec16 read(const char* p) {
+    return {__atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED),
+            __atomic_load_n(reinterpret_cast<const uint64_t*>(p) + 1, __ATOMIC_RELAXED)};
+  }
+  /// Makes the block's pending stores visible in a random order (under the block's lock): of
+  /// several stores to one address only the last counts, and the block's cache of each address
+  /// is updated (an SM sees its own stores).
+  static void shuffleAndWrite(ThreadMem* t, BlockMem& b) {
+    std::unordered_map<const char*, size_t> last;
+    for (size_t i = 0; i < b.pending.size(); ++i) last[b.pending[i].p] = i;
+    std::vector<Entry> out;
+    for (size_t i = 0; i < b.pending.size(); ++i) {
+      if (last[b.pending[i].p] == i) out.push_back(b.pending[i]);
+    }
+    for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[next(t) % i]);
+    for (const Entry& e : out) {
+      write(e);
+      b.cache.erase(e.p);
+    }
+    b.pending.clear();
+  }
+  std::vector<std::pair<const char*, const char*>> ranges_;
+};
+
 struct Block {
   explicit Block(uint32_t threads) : bar(threads) {}
   std::barrier<> bar;
   std::atomic<bool> fail{false};
+  WeakModel::BlockMem mem;
 };
 
 class Thread {
@@ -43,6 +208,7 @@ class Thread {
   uint32_t blocks() const { return nb_; }
   void sync() {
     jitter();
+    WeakModel::barrier();
     blk_->bar.arrive_and_wait();
   }
   bool syncAnd(bool ok) {
@@ -134,6 +300,15 @@ class World {
       : n_(nranks), layout_(layout), timeoutNs_(timeoutNs), seed_(seed) {
     for (int r = 0; r < n_; ++r) ranks_.push_back(std::make_unique<Rank>(layout.total()));
     startDelay_.resize(static_cast<size_t>(n_));
+    // Weak memory over every rank's scratch, unless STRATA_EMU_WEAK_MEMORY=0.
+    const char* weak = std::getenv("STRATA_EMU_WEAK_MEMORY");
+    if (weak == nullptr || *weak != '0') {
+      for (auto& r : ranks_) weak_.addRange(r->scratch, layout.total());
+      device::weakMemory = &weak_;
+    }
+  }
+  ~World() {
+    if (device::weakMemory == &weak_) device::weakMemory = nullptr;
   }
   int size() const { return n_; }
   Rank& rank(int r) { return *ranks_[r]; }
@@ -217,12 +392,17 @@ class World {
         for (uint32_t t = 0; t < l.threads; ++t) {
           const uint64_t ts = ++s * 0x9e3779b97f4a7c15ull;
           threads.emplace_back([&l, t, b, blk, ts, slow = r == slowRank] {
+            WeakModel::ThreadMem mem{&blk->mem, {}, ts | 1};
+            WeakModel::current = &mem;
             Thread ctx(t, l.threads, b, l.blocks, blk, ts, slow);
             runKernelDynamic(l.id, l.type, ctx, l.args);
+            WeakModel::barrier();  // the kernel's end: its stores are the block's
+            WeakModel::current = nullptr;
           });
         }
       }
       for (auto& t : threads) t.join();
+      for (auto& blk : blocks) WeakModel::kernelEnd(blk->mem);
       rank.endLaunch();
     }
   }
@@ -233,6 +413,7 @@ class World {
   uint64_t seed_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::chrono::microseconds> startDelay_;
+  WeakModel weak_;
 };
 
 }  // namespace strata::cuda::emu

@@ -24,13 +24,48 @@
 
 namespace strata::device {
 
+#if !defined(__CUDA_ARCH__)
+/// The host emulation's weak-memory model (tests/cuda-emu/emu.hpp): x86 orders stores and loads
+/// far more than a GPU does, so without it a missing release or acquire passes in host threads.
+/// When set, the host twins of storeVec16 and loadVec16 (the data the kernels hand to peers)
+/// ask it first, and every release (storeRelease, redAddRelease, fetchAdd, fenceSystem) and
+/// acquire (loadAcquire, fetchAdd, fenceSystem) tells it. It answers only for the emulation's
+/// kernel threads; everything else passes through. Null (the default) costs one load and
+/// branch per call.
+class WeakMemory {
+ public:
+  /// Takes a 16-byte store of ordinary data (true) or leaves it to the caller (false).
+  virtual bool store16(void* p, const void* value) = 0;
+  /// Serves a 16-byte load (true) or leaves it to the caller (false).
+  virtual bool load16(const void* p, void* value) = 0;
+  /// Before a release: the calling thread's (and its block's) earlier stores become visible.
+  virtual void release() = 0;
+  /// After an acquire: the calling thread's block sees memory afresh.
+  virtual void acquire() = 0;
+
+ protected:
+  ~WeakMemory() = default;
+};
+inline WeakMemory* weakMemory = nullptr;
+namespace detail {
+inline void weakRelease() {
+  if (weakMemory != nullptr) weakMemory->release();
+}
+inline void weakAcquire() {
+  if (weakMemory != nullptr) weakMemory->acquire();
+}
+}  // namespace detail
+#endif
+
 /// Acquire load of a word another process (or the GPU, or the NIC) writes.
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadAcquire(const uint64_t* word) {
 #if defined(__CUDA_ARCH__)
   return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*const_cast<uint64_t*>(word))
       .load(cuda::memory_order_acquire);
 #else
-  return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  const uint64_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  detail::weakAcquire();
+  return v;
 #endif
 }
 
@@ -40,6 +75,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeRelease(uint64_t* word, uint64
   cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*word).store(value,
                                                                      cuda::memory_order_release);
 #else
+  detail::weakRelease();
   __atomic_store_n(word, value, __ATOMIC_RELEASE);
 #endif
 }
@@ -49,7 +85,10 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t fetchAdd(uint64_t* word, uint64
   return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*word).fetch_add(
       value, cuda::memory_order_acq_rel);
 #else
-  return __atomic_fetch_add(word, value, __ATOMIC_ACQ_REL);
+  detail::weakRelease();
+  const uint64_t v = __atomic_fetch_add(word, value, __ATOMIC_ACQ_REL);
+  detail::weakAcquire();
+  return v;
 #endif
 }
 
@@ -59,6 +98,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void redAddRelease(uint64_t* word, uint6
 #if defined(__CUDA_ARCH__)
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
 #else
+  detail::weakRelease();
   __atomic_fetch_add(word, value, __ATOMIC_RELEASE);
 #endif
 }
@@ -145,6 +185,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Vec16 loadVec16(const void* p) {
   return {(static_cast<uint64_t>(v.y) << 32) | v.x, (static_cast<uint64_t>(v.w) << 32) | v.z};
 #else
   Vec16 v;
+  if (weakMemory != nullptr && weakMemory->load16(p, &v)) return v;
   __builtin_memcpy(&v, p, 16);
   return v;
 #endif
@@ -155,6 +196,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeVec16(void* p, Vec16 v) {
       make_uint4(static_cast<uint32_t>(v.lo), static_cast<uint32_t>(v.lo >> 32),
                  static_cast<uint32_t>(v.hi), static_cast<uint32_t>(v.hi >> 32));
 #else
+  if (weakMemory != nullptr && weakMemory->store16(p, &v)) return;
   __builtin_memcpy(p, &v, 16);
 #endif
 }
@@ -179,7 +221,9 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void fenceSystem() {
 #if defined(__CUDA_ARCH__)
   __threadfence_system();
 #else
+  detail::weakRelease();
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  detail::weakAcquire();
 #endif
 }
 
