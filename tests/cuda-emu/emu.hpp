@@ -300,6 +300,7 @@ class World {
       : n_(nranks), layout_(layout), timeoutNs_(timeoutNs), seed_(seed) {
     for (int r = 0; r < n_; ++r) ranks_.push_back(std::make_unique<Rank>(layout.total()));
     startDelay_.resize(static_cast<size_t>(n_));
+    gpuLock_.resize(static_cast<size_t>(n_));
     // Weak memory over every rank's scratch, unless STRATA_EMU_WEAK_MEMORY=0.
     const char* weak = std::getenv("STRATA_EMU_WEAK_MEMORY");
     if (weak == nullptr || *weak != '0') {
@@ -335,6 +336,14 @@ class World {
       std::lock_guard lk(r->mu);
       for (bool& l : r->loaded) l = true;
     }
+  }
+  /// Ranks r and q are processes on one GPU without MPS: the GPU runs one of their launches at a
+  /// time (time-slicing, which on real hardware hands the GPU over only every few milliseconds;
+  /// here never during a launch, the worst case). Ranks not put on a shared GPU have their own.
+  void shareGpuWithoutMps(int r, int q) {
+    auto g = std::make_shared<std::mutex>();
+    gpuLock_[r] = g;
+    gpuLock_[q] = g;
   }
   /// Rank r starts its streams this much later than the others (a rank that reaches the call
   /// late: checkpointing, a slow data loader).
@@ -384,6 +393,8 @@ class World {
       if (!l.run) continue;
       if (r == slowRank) std::this_thread::sleep_for(std::chrono::microseconds(100));
       rank.beginLaunch(l.id);
+      std::unique_lock<std::mutex> gpu;
+      if (gpuLock_[r]) gpu = std::unique_lock<std::mutex>(*gpuLock_[r]);
       std::vector<std::unique_ptr<Block>> blocks;
       std::vector<std::thread> threads;
       for (uint32_t b = 0; b < l.blocks; ++b) {
@@ -403,6 +414,7 @@ class World {
       }
       for (auto& t : threads) t.join();
       for (auto& blk : blocks) WeakModel::kernelEnd(blk->mem);
+      if (gpu.owns_lock()) gpu.unlock();
       rank.endLaunch();
     }
   }
@@ -413,6 +425,7 @@ class World {
   uint64_t seed_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::chrono::microseconds> startDelay_;
+  std::vector<std::shared_ptr<std::mutex>> gpuLock_;  ///< per rank: its GPU's, when shared
   WeakModel weak_;
 };
 

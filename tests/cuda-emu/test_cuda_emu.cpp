@@ -850,6 +850,31 @@ BOOST_AUTO_TEST_CASE(the_host_stop_word_ends_waits_at_once) {
 
 // ---- two ranks on one GPU (issue 25, defect 4) --------------------------------------------------
 
+BOOST_AUTO_TEST_CASE(two_processes_on_one_gpu_without_mps_deadlock) {
+  // The layout the module accepted before: ranks 0 and 1 processes on one GPU, no MPS. Their
+  // kernels wait for each other, and the GPU runs one at a time: the first waits until its
+  // limit (0.3 s here) and the call fails, where ranks on their own GPUs (the second round)
+  // complete. The module now refuses the layout at set-up (sharedGpuProblem, next case).
+  for (bool shared : {true, false}) {
+    World w(2, smallLayout(2), 300'000'000ull, 480);
+    if (shared) w.shareGpuWithoutMps(0, 1);
+    std::vector<float> in(64, 1.0f);
+    std::vector<std::vector<float>> out;
+    auto launches = onesAllReduce(w, KernelId::AllReduceDirect, in, out, 2);
+    w.launch(launches);
+    if (shared) {
+      BOOST_CHECK(w.rank(0).abort.code == AbortRecord::Timeout ||
+                  w.rank(1).abort.code == AbortRecord::Timeout);
+      GpuUuid same{};
+      same[0] = 9;
+      BOOST_CHECK(!sharedGpuProblem({same, same}, {100, 101}, false).empty());
+    } else {
+      expectNoAbort(w, "allReduce, each rank on its own GPU");
+      BOOST_CHECK(out[0] == std::vector<float>(64, 2.0f));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(ranks_sharing_a_gpu_need_mps) {
   // Every rank's GPU UUID is exchanged at set-up; processes 1 and 3 on one GPU without MPS
   // disable the module on every rank, naming both and the GPU; with MPS they may share it, and
