@@ -281,6 +281,48 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 foldRanksVec(const KernelA
   return {lo.finish(a.op, a.nranks), hi.finish(a.op, a.nranks)};
 }
 
+/// Calls f.template operator()<Op>() with the reduction as a compile-time constant, so that
+/// the fold's per-element switch on the op disappears (the kernels dispatch once per launch).
+template <class F>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void withRedOp(RedOp op, F&& f) {
+  switch (op) {
+    case RedOp::Sum:
+      return f.template operator()<RedOp::Sum>();
+    case RedOp::Prod:
+      return f.template operator()<RedOp::Prod>();
+    case RedOp::Min:
+      return f.template operator()<RedOp::Min>();
+    case RedOp::Max:
+      return f.template operator()<RedOp::Max>();
+    case RedOp::Avg:
+      return f.template operator()<RedOp::Avg>();
+  }
+}
+
+/// foldRanksVec for the bandwidth-bound loops: every rank's 16 bytes are loaded first (up to
+/// kMaxRanks independent loads in flight per thread, where a load-then-fold loop has one), then
+/// folded in rank order with the op fixed at compile time. vec(r) must have no side effects.
+template <class T, RedOp Op, class Get>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 foldRanksVecLoaded(const KernelArgs& a,
+                                                                         Get&& vec) {
+  device::Vec16 v[kMaxRanks];
+  STRATA_UNROLL
+  for (int r = 0; r < kMaxRanks; ++r) {
+    if (r < a.nranks) v[r] = vec(r);
+  }
+  WordFold<T> lo, hi;
+  lo.init(v[0].lo);
+  hi.init(v[0].hi);
+  STRATA_UNROLL
+  for (int r = 1; r < kMaxRanks; ++r) {
+    if (r < a.nranks) {
+      lo.add(Op, v[r].lo);
+      hi.add(Op, v[r].hi);
+    }
+  }
+  return {lo.finish(Op, a.nranks), hi.finish(Op, a.nranks)};
+}
+
 // ---- bounded loads and stores of 8- and 16-byte units -----------------------------------------
 
 // The emulation counts the narrowest accesses (tests/cuda-emu defines STRATA_EMU_COUNT_ACCESSES

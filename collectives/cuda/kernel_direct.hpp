@@ -41,22 +41,42 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE char* staging(const KernelArgs& a, int r
   return a.scratch[rank] + a.layout.stagingOffset();
 }
 
+/// Units [begin, end) of a block's slice, thread by thread, kUnroll at a time: the loads of
+/// kUnroll units are issued before any of their stores (several 16-byte loads in flight per
+/// thread, where a load-then-store loop keeps one), then the rest one by one.
+constexpr int kUnroll = 4;
+template <class Ctx, class Load, class Store>
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void moveUnits(Ctx& ctx, uint64_t begin, uint64_t end,
+                                                       Load&& load, Store&& store) {
+  const uint64_t t = ctx.threads();
+  uint64_t i = begin + ctx.thread();
+  for (; i + (kUnroll - 1) * t < end; i += kUnroll * t) {
+    device::Vec16 v[kUnroll];
+    STRATA_UNROLL
+    for (int k = 0; k < kUnroll; ++k) v[k] = load(i + k * t);
+    STRATA_UNROLL
+    for (int k = 0; k < kUnroll; ++k) store(i + k * t, v[k]);
+  }
+  for (; i < end; i += t) store(i, load(i));
+}
+
 /// This block's slice of the chunk at unit c0 of src (bytes long, any alignment) into a staging
 /// region (unit i of the chunk at region + 16 i).
 template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void stage(Ctx& ctx, char* region, const void* src,
                                                    uint64_t c0, Slice slice, uint64_t bytes) {
-  for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-    device::storeVec16(region + i * 16, loadUnit16(src, (c0 + i) * 16, bytes));
-  }
+  moveUnits(
+      ctx, slice.begin, slice.end,
+      [&](uint64_t i) { return loadUnit16(src, (c0 + i) * 16, bytes); },
+      [&](uint64_t i, device::Vec16 v) { device::storeVec16(region + i * 16, v); });
 }
 /// The reverse: a staging region's slice (this rank's or a peer's) into the chunk of dst.
 template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void unstage(Ctx& ctx, void* dst, const char* region,
                                                      uint64_t c0, Slice slice, uint64_t bytes) {
-  for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-    storeUnit16(dst, (c0 + i) * 16, bytes, device::loadVec16(region + i * 16));
-  }
+  moveUnits(
+      ctx, slice.begin, slice.end, [&](uint64_t i) { return device::loadVec16(region + i * 16); },
+      [&](uint64_t i, device::Vec16 v) { storeUnit16(dst, (c0 + i) * 16, bytes, v); });
 }
 
 /// allReduce, reduce-scatter then all-gather by direct loads and stores through the staging,
@@ -73,12 +93,14 @@ STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
     stage(ctx, mine, a.send, c0, slice, bytes);
     if (!peerBarrier(ctx, a, w)) return;  // staged
     const Slice own = slice.part(a.rank, a.nranks);
-    for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
-      const device::Vec16 out =
-          foldRanksVec<T>(a, [&](int r) { return device::loadVec16(staging(a, r) + i * 16); });
-      device::storeVec16(mine + i * 16, out);
-      storeUnit16(a.recv, (c0 + i) * 16, bytes, out);
-    }
+    withRedOp(a.op, [&]<RedOp Op>() {
+      for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
+        const device::Vec16 out = foldRanksVecLoaded<T, Op>(
+            a, [&](int r) { return device::loadVec16(staging(a, r) + i * 16); });
+        device::storeVec16(mine + i * 16, out);
+        storeUnit16(a.recv, (c0 + i) * 16, bytes, out);
+      }
+    });
     if (!peerBarrier(ctx, a, w)) return;  // reduced
     for (int k = 1; k < a.nranks; ++k) {
       const int s = (a.rank + k) % a.nranks;
@@ -106,11 +128,13 @@ STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
       stage(ctx, mine + s * chunk * 16, in + s * bytes, c0, slice, bytes);
     }
     if (!peerBarrier(ctx, a, w)) return;
-    for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-      storeUnit16(a.recv, (c0 + i) * 16, bytes, foldRanksVec<T>(a, [&](int r) {
-                    return device::loadVec16(staging(a, r) + (a.rank * chunk + i) * 16);
-                  }));
-    }
+    withRedOp(a.op, [&]<RedOp Op>() {
+      for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
+        storeUnit16(a.recv, (c0 + i) * 16, bytes, foldRanksVecLoaded<T, Op>(a, [&](int r) {
+                      return device::loadVec16(staging(a, r) + (a.rank * chunk + i) * 16);
+                    }));
+      }
+    });
     if (!peerBarrier(ctx, a, w)) return;
   }
 }
@@ -222,9 +246,10 @@ STRATA_HOST_DEVICE void sendDirect(Ctx& ctx, const KernelArgs& a) {
       });
     }
     if (!ctx.syncAnd(ok)) return;
-    for (uint64_t i = mine.begin + ctx.thread(); i < mine.end; i += ctx.threads()) {
-      device::storeVec16(part + (i - mine.begin) * 16, loadUnit16(a.send, i * 16, a.bytes()));
-    }
+    moveUnits(
+        ctx, mine.begin, mine.end,
+        [&](uint64_t i) { return loadUnit16(a.send, i * 16, a.bytes()); },
+        [&](uint64_t i, device::Vec16 v) { device::storeVec16(part + (i - mine.begin) * 16, v); });
     ctx.sync();
     if (ctx.thread() == 0) {
       ++st.p2pSent[a.peer];
@@ -248,9 +273,10 @@ STRATA_HOST_DEVICE void recvDirect(Ctx& ctx, const KernelArgs& a) {
     bool ok = true;
     if (ctx.thread() == 0) ok = w.semaphore(ctx, ready, a.peer);
     if (!ctx.syncAnd(ok)) return;
-    for (uint64_t i = mine.begin + ctx.thread(); i < mine.end; i += ctx.threads()) {
-      storeUnit16(a.recv, i * 16, a.bytes(), device::loadVec16(part + (i - mine.begin) * 16));
-    }
+    moveUnits(
+        ctx, mine.begin, mine.end,
+        [&](uint64_t i) { return device::loadVec16(part + (i - mine.begin) * 16); },
+        [&](uint64_t i, device::Vec16 v) { storeUnit16(a.recv, i * 16, a.bytes(), v); });
     ctx.sync();  // every thread has read the part
     if (ctx.thread() == 0) read.signal();
   }

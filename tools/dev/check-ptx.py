@@ -8,6 +8,9 @@ Each kernel (.entry) is checked for what its algorithm family must contain:
   direct kernels   release reductions at system scope (red.release.sys.global.add.u64),
                    acquire loads (ld.acquire.sys), 16-byte vector loads and stores (.v4.u32)
   every kernel     %globaltimer (the bounded waits), no .local
+  direct folds     the float AllReduceDirect and ReduceScatterDirect kernels issue at least 4
+                   16-byte loads (ld.global.v4) in a row with no f32 arithmetic between them
+                   (several loads in flight per thread before the fold uses them)
   forbidden        .gpu and .cta scopes on atomics, fences and ordered loads and stores (peers
                    are other GPUs and the host: only .sys orders against them), membar.cta/.gl,
                    and non-coherent loads (ld.global.nc, the read-only cache: a peer's writes
@@ -43,6 +46,23 @@ FORBIDDEN = [
 ]
 
 
+FOLD_KERNELS = ("AllReduceDirect", "ReduceScatterDirect")
+MIN_LOADS_IN_FLIGHT = 4
+
+
+def loads_before_use(body):
+    """The longest run of ld.global.v4 with no f32 arithmetic in between."""
+    best = run = 0
+    for line in body.splitlines():
+        line = line.strip()
+        if re.match(r"ld\.global\.v4\.", line):
+            run += 1
+            best = max(best, run)
+        elif re.match(r"(add|sub|mul|min|max|fma|mad|div)(\.[a-z]+)*\.f32\b", line):
+            run = 0
+    return best
+
+
 def check(text):
     """The failures of a PTX text, and how many kernels it has."""
     entries = re.split(r"^\.visible \.entry ", text, flags=re.M)[1:]
@@ -62,6 +82,11 @@ def check(text):
                 failures.append(f"{kid} ({name}): no {pattern}")
         if re.search(r"\.local\b", body):
             failures.append(f"{kid} ({name}): uses local memory")
+        if kid in FOLD_KERNELS and re.search(r"KernelIdE\d+EfE", name):
+            n = loads_before_use(body)
+            if n < MIN_LOADS_IN_FLIGHT:
+                failures.append(f"{kid} ({name}): at most {n} 16-byte loads before the fold "
+                                f"uses them (want {MIN_LOADS_IN_FLIGHT})")
         for pattern, what in FORBIDDEN:
             m2 = re.search(pattern, body)
             if m2:
@@ -76,12 +101,15 @@ def self_test():
     """Every rule fires on a kernel that breaks it, and a good one passes."""
     good_body = ("st.volatile.global.u64 [a], b;\nld.volatile.global.u64 c, [a];\n"
                  "mov.u64 t, %globaltimer;\nld.acquire.sys.b64 x, [y];\n")
-    def ptx(extra):
+    def ptx(extra, fold_ok=True):
         out = ""
         for i, kid in enumerate(IDS):
             body = good_body
             for p in NEEDS[kid]:
                 body += re.sub(r"\\|\(|\)|\?|\|", "", p.replace(r"(\.global)?", ".global")) + " z;\n"
+            if kid in FOLD_KERNELS:
+                body += "ld.global.v4.u32 {a,b,c,d}, [x];\n" * (4 if fold_ok else 2)
+                body += "add.f32 f, g, h;\n"
             if i == 0:
                 body += extra
             out += f".visible .entry _Z16collectiveKernelILN6strata4cuda8KernelIdE{i}EfEvNS1_10KernelArgsE(\n{body}}}\n"
@@ -105,6 +133,10 @@ def self_test():
         if not any(what in f for f in failures):
             print(f"self-test: '{line}' is not caught ({what}); got {failures}")
             ok = False
+    failures, _ = check(ptx("", fold_ok=False))
+    if not any("loads before the fold" in f for f in failures):
+        print("self-test: a fold with 2 loads in flight is not caught")
+        ok = False
     print("self-test:", "every rule fires" if ok else "FAILED")
     return 0 if ok else 1
 
