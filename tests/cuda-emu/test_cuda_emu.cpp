@@ -419,35 +419,65 @@ BOOST_AUTO_TEST_CASE(float_min_and_max_propagate_nan_from_any_rank) {
   }
 }
 
+namespace {
+
+/// Rank r's launch of kernel id over count elements of type t (sum), blocks x 4 threads.
+Launch makeLaunch(World& w, int r, KernelId id, ElemType t, size_t count, const void* send,
+                  void* recv, uint32_t blocks = 2) {
+  Launch l;
+  l.run = true;
+  l.id = id;
+  l.type = t;
+  l.blocks = blocks;
+  l.threads = 4;
+  l.args = w.args(r);
+  l.args.op = RedOp::Sum;
+  l.args.count = count;
+  l.args.elemSize = elemSize(t);
+  l.args.send = send;
+  l.args.recv = recv;
+  return l;
+}
+
+/// allReduce of 64 floats (ones) on every rank of w; launches[r].run for the ranks in `ranks`.
+std::vector<Launch> onesAllReduce(World& w, KernelId id, std::vector<float>& in,
+                                  std::vector<std::vector<float>>& out, int ranks) {
+  std::vector<Launch> launches(static_cast<size_t>(w.size()));
+  out.assign(static_cast<size_t>(w.size()), std::vector<float>(in.size(), 0.0f));
+  for (int r = 0; r < ranks; ++r) {
+    launches[r] = makeLaunch(w, r, id, ElemType::Float, in.size(), in.data(), out[r].data());
+  }
+  return launches;
+}
+
+/// Runs one call; the seconds it took.
+double timedLaunch(World& w, std::vector<Launch>& launches) {
+  const auto start = std::chrono::steady_clock::now();
+  w.launch(launches);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// Ranks [0, ranks) gave up with code, naming peer, after at least minSeconds.
+void expectGaveUp(World& w, int ranks, uint64_t code, int peer, double seconds, double minSeconds) {
+  for (int r = 0; r < ranks; ++r) {
+    const auto& ab = w.rank(r).abort;
+    BOOST_CHECK_EQUAL(ab.code, code);
+    BOOST_CHECK_EQUAL(ab.peer, peer);
+  }
+  BOOST_CHECK_GE(seconds, minSeconds);
+  BOOST_CHECK_LT(seconds, 10.0);
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(a_missing_rank_times_out_naming_it) {
   for (KernelId id : {KernelId::AllReduceOneShot, KernelId::AllReduceDirect}) {
     World w(3, smallLayout(3), 200'000'000ull);  // 0.2 s
-    std::vector<float> in(64, 1.0f), out0(64), out1(64);
-    std::vector<Launch> launches(3);
-    for (int r = 0; r < 2; ++r) {
-      Launch& l = launches[r];
-      l.run = true;
-      l.id = id;
-      l.type = ElemType::Float;
-      l.blocks = 2;
-      l.threads = 4;
-      l.args = w.args(r);
-      l.args.count = in.size();
-      l.args.elemSize = 4;
-      l.args.send = in.data();
-      l.args.recv = r == 0 ? out0.data() : out1.data();
-    }
-    const auto start = std::chrono::steady_clock::now();
-    w.launch(launches);  // rank 2 never launches
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (int r = 0; r < 2; ++r) {
-      const auto& ab = w.rank(r).abort;
-      BOOST_CHECK_EQUAL(ab.code, static_cast<uint64_t>(AbortRecord::Timeout));
-      BOOST_CHECK_EQUAL(ab.peer, 2);
-    }
-    BOOST_CHECK_GE(s, 0.2);
-    BOOST_CHECK_LT(s, 10.0);
+    std::vector<float> in(64, 1.0f);
+    std::vector<std::vector<float>> out;
+    auto launches = onesAllReduce(w, id, in, out, 2);  // rank 2 never launches
+    const double s = timedLaunch(w, launches);
+    expectGaveUp(w, 2, AbortRecord::Timeout, 2, s, 0.2);
   }
 }
 
@@ -496,18 +526,9 @@ namespace {
 /// A send (or recv) launch of rank r with peer, bytes of data at src (or into dst).
 Launch p2pLaunch(World& w, int r, int peer, bool send, const void* src, void* dst, size_t bytes,
                  uint32_t blocks) {
-  Launch l;
-  l.run = true;
-  l.id = send ? KernelId::Send : KernelId::Recv;
-  l.type = ElemType::Uint8;
-  l.blocks = blocks;
-  l.threads = 4;
-  l.args = w.args(r);
+  Launch l = makeLaunch(w, r, send ? KernelId::Send : KernelId::Recv, ElemType::Uint8, bytes, src,
+                        dst, blocks);
   l.args.peer = peer;
-  l.args.count = bytes;
-  l.args.elemSize = 1;
-  l.args.send = src;
-  l.args.recv = dst;
   return l;
 }
 
@@ -734,18 +755,7 @@ BOOST_AUTO_TEST_CASE(buffers_at_every_offset_and_wide_accesses_when_aligned) {
         } else {
           reference(ElemType::Float, RedOp::Sum, ins, count, expect[r].data());
         }
-        Launch& l = launches[r];
-        l.run = true;
-        l.id = id;
-        l.type = ElemType::Float;
-        l.blocks = 2;
-        l.threads = 4;
-        l.args = w.args(r);
-        l.args.op = RedOp::Sum;
-        l.args.count = count;
-        l.args.elemSize = 4;
-        l.args.send = src;
-        l.args.recv = dst;
+        launches[r] = makeLaunch(w, r, id, ElemType::Float, count, src, dst);
       }
       emuByteAccesses = 0;
       w.launch(launches);
@@ -767,31 +777,6 @@ BOOST_AUTO_TEST_CASE(buffers_at_every_offset_and_wide_accesses_when_aligned) {
 }
 
 // ---- late ranks and the host's stop word (issue 25, defect 2) -----------------------------------
-
-namespace {
-
-/// allReduce of 64 floats (ones) on every rank of w; launches[r].run for the ranks in `ranks`.
-std::vector<Launch> onesAllReduce(World& w, KernelId id, std::vector<float>& in,
-                                  std::vector<std::vector<float>>& out, int ranks) {
-  std::vector<Launch> launches(static_cast<size_t>(w.size()));
-  out.assign(static_cast<size_t>(w.size()), std::vector<float>(in.size(), 0.0f));
-  for (int r = 0; r < ranks; ++r) {
-    Launch& l = launches[r];
-    l.run = true;
-    l.id = id;
-    l.type = ElemType::Float;
-    l.blocks = 2;
-    l.threads = 4;
-    l.args = w.args(r);
-    l.args.count = in.size();
-    l.args.elemSize = 4;
-    l.args.send = in.data();
-    l.args.recv = out[r].data();
-  }
-  return launches;
-}
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(a_rank_that_arrives_late_is_not_an_error) {
   // At 1/100 scale: transport.timeout 30 s -> 0.3 s, collectives.cuda.wait_limit 600 s -> 6 s,
@@ -833,18 +818,9 @@ BOOST_AUTO_TEST_CASE(the_host_stop_word_ends_waits_at_once) {
       w.stop(0);
       w.stop(1);
     });
-    const auto start = std::chrono::steady_clock::now();
-    w.launch(launches);
+    const double s = timedLaunch(w, launches);
     host.join();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (int r = 0; r < 2; ++r) {
-      const auto& ab = w.rank(r).abort;
-      BOOST_CHECK_EQUAL(ab.code, static_cast<uint64_t>(AbortRecord::Stopped));
-      BOOST_CHECK_EQUAL(ab.peer, 2);
-    }
-    BOOST_CHECK_GE(s, 0.1);
-    BOOST_CHECK_LT(s, 10.0);
+    expectGaveUp(w, 2, AbortRecord::Stopped, 2, s, 0.1);
   }
 }
 
