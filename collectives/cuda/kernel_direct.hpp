@@ -182,9 +182,9 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
 }
 
 /// Send/recv through the P2P slots, per direction: block b of the sender stages its part of each
-/// round into its fixed part of the slot for the receiver (P2pSlot), raises the receiver's
-/// "ready" counter, and before the next use of that part waits until the receiver's "read"
-/// count has caught up. The last round is not waited for: a send returns once its data is
+/// round into its fixed part of the slot for the receiver (ScratchLayout::p2pPart), raises the
+/// receiver's "ready" counter, and before the next use of that part waits until the receiver's
+/// "read" count has caught up. The last round is not waited for: a send returns once its data is
 /// staged (its buffer may be reused), and the next send to that peer waits for it. So a pair
 /// that sends each other a message of at most one round (blocks x part bytes) on one stream,
 /// send first, completes; larger ones need a fused send/recv (as NCCL needs a group).
