@@ -299,25 +299,33 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void withRedOp(RedOp op, F&& f) {
   }
 }
 
-/// foldRanksVec for the bandwidth-bound loops: every rank's 16 bytes are loaded first (up to
-/// kMaxRanks independent loads in flight per thread, where a load-then-fold loop has one), then
-/// folded in rank order with the op fixed at compile time. vec(r) must have no side effects.
+/// foldRanksVec for the bandwidth-bound loops: the ranks' 16 bytes are loaded kFoldBatch at a
+/// time before they are folded (that many independent loads in flight per thread, where a
+/// load-then-fold loop has one; all 8 at once took the direct kernels to their 128-register
+/// budget), in rank order, with the op fixed at compile time. vec(r) must have no side effects.
+constexpr int kFoldBatch = 4;
 template <class T, RedOp Op, class Get>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE device::Vec16 foldRanksVecLoaded(const KernelArgs& a,
                                                                          Get&& vec) {
-  device::Vec16 v[kMaxRanks];
-  STRATA_UNROLL
-  for (int r = 0; r < kMaxRanks; ++r) {
-    if (r < a.nranks) v[r] = vec(r);
-  }
   WordFold<T> lo, hi;
-  lo.init(v[0].lo);
-  hi.init(v[0].hi);
   STRATA_UNROLL
-  for (int r = 1; r < kMaxRanks; ++r) {
-    if (r < a.nranks) {
-      lo.add(Op, v[r].lo);
-      hi.add(Op, v[r].hi);
+  for (int r0 = 0; r0 < kMaxRanks; r0 += kFoldBatch) {
+    if (r0 >= a.nranks) break;
+    device::Vec16 v[kFoldBatch];
+    STRATA_UNROLL
+    for (int k = 0; k < kFoldBatch; ++k) {
+      if (r0 + k < a.nranks) v[k] = vec(r0 + k);
+    }
+    STRATA_UNROLL
+    for (int k = 0; k < kFoldBatch; ++k) {
+      if (r0 + k >= a.nranks) break;
+      if (r0 + k == 0) {
+        lo.init(v[k].lo);
+        hi.init(v[k].hi);
+      } else {
+        lo.add(Op, v[k].lo);
+        hi.add(Op, v[k].hi);
+      }
     }
   }
   return {lo.finish(Op, a.nranks), hi.finish(Op, a.nranks)};
