@@ -45,7 +45,8 @@ Link::Link(const LinkEnds& ends)
       inbound_(ends.ownArea + ends.slots.regionOffset(ends.peer)),
       conn_(ends.conn),
       peerArea_(ends.peerArea),
-      peerFlags_(ends.peerFlags) {
+      peerFlags_(ends.peerFlags),
+      consumedSignals_(new uint64_t[2]{0, 0}) {
   // The geometry check at set-up makes every rank's area the same size; this guards the
   // writes on their own, whatever the peer's configuration.
   if (regionOffset_ + writable_ > peerArea_.size()) {
@@ -74,8 +75,10 @@ Link Link::mapped(const LinkEnds& ends) {
   link.data_.remote = area + link.regionOffset_;
   link.data_.inbound = reinterpret_cast<uint64_t*>(ends.ownFlags + dataFlagOffset(ends.peer));
   link.data_.remoteInbound = reinterpret_cast<uint64_t*>(flags + dataFlagOffset(ends.rank));
+  link.data_.expected = &link.consumedSignals_[0];
   link.ack_.inbound = reinterpret_cast<uint64_t*>(ends.ownFlags + ackFlagOffset(ends.peer));
   link.ack_.remoteInbound = reinterpret_cast<uint64_t*>(flags + ackFlagOffset(ends.rank));
+  link.ack_.expected = &link.consumedSignals_[1];
   return link;
 }
 
@@ -90,10 +93,13 @@ Link Link::proxied(const LinkEnds& ends, ProxyService& proxy, const RegisteredMe
                                    dataFlagOffset(ends.rank));
   uint32_t ack =
       proxy.addChannel(ends.conn, ends.peerArea, staging, ends.peerFlags, ackFlagOffset(ends.rank));
-  link.dataPort_ = proxy.portChannel(
-      data, reinterpret_cast<uint64_t*>(ends.ownFlags + dataFlagOffset(ends.peer)));
-  link.ackPort_ =
-      proxy.portChannel(ack, reinterpret_cast<uint64_t*>(ends.ownFlags + ackFlagOffset(ends.peer)));
+  auto* dataIn = reinterpret_cast<uint64_t*>(ends.ownFlags + dataFlagOffset(ends.peer));
+  auto* ackIn = reinterpret_cast<uint64_t*>(ends.ownFlags + ackFlagOffset(ends.peer));
+  // Signals that arrived before the link existed are not pending.
+  link.consumedSignals_[0] = device::loadAcquire(dataIn);
+  link.consumedSignals_[1] = device::loadAcquire(ackIn);
+  link.dataPort_ = proxy.portChannel(data, dataIn, &link.consumedSignals_[0]);
+  link.ackPort_ = proxy.portChannel(ack, ackIn, &link.consumedSignals_[1]);
   link.dataChannel_ = data;
   return link;
 }

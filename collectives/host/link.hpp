@@ -141,6 +141,9 @@ class Link {
   const char* inbound_ = nullptr;  ///< the peer's region in this rank's area
   std::shared_ptr<Connection> conn_;
   RegisteredMemory peerArea_, peerFlags_;  ///< keep the peer's mappings alive
+  /// The signals consumed from the peer's data and ack counters (the channels' `expected`
+  /// words: on the heap, so a moved Link keeps them where its channels point).
+  std::unique_ptr<uint64_t[]> consumedSignals_;
   // Mapped: payload and data semaphore, and the ack semaphore (no payload).
   MemoryChannel data_, ack_;
   // Proxied: the same through the proxy, the chunk staged at staging_ first.

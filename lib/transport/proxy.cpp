@@ -36,6 +36,7 @@ long futex(uint32_t* word, int op, uint32_t value, const timespec* timeout) {
 }  // namespace
 
 void FifoDeviceHandle::wakeProxy() const noexcept {
+  if (sleeping == nullptr || wake == nullptr) return;  // a kernel's ring: the proxy polls it
   // Pairs with the proxy's sleeping flag: the proxy raises it, rechecks the FIFO, then sleeps
   // on wake; a producer publishes, then reads the flag (both sequentially consistent).
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -59,23 +60,31 @@ struct ProxyService::Impl {
     std::atomic<bool> failed{false};
     std::exception_ptr error;  ///< under errorMu
   };
-  /// The FIFO's shared words, at the start of its memory block (each on its own cache line).
+  /// The FIFO's shared words, at the start of its memory block (each on its own cache line):
+  /// the host ring's head and tail cache (its producers' memory), both rings' tails, the futex.
   struct Control {
-    alignas(64) uint64_t head;
-    alignas(64) uint64_t tail;
+    alignas(64) uint64_t hostHead;
+    uint64_t hostTailCache;
+    alignas(64) uint64_t hostTail;
+    alignas(64) uint64_t deviceTail;
     alignas(64) uint32_t wake;
     uint32_t sleeping;
   };
+  /// One ring as the proxy sees it: entries, its tail, and (host ring) its head.
+  struct Ring {
+    PackedTrigger* triggers = nullptr;
+    uint64_t* tail = nullptr;
+    const uint64_t* head = nullptr;  ///< null for the device ring (its head is device memory)
+  };
   uint32_t size;
   double timeout;
-  // One page-aligned block, control words then slots, so that a CUDA module can register it as
-  // pinned, mapped memory and kernels can push into it (fifoMemory(), fifo(base)).
+  // One page-aligned block, control words then the host ring then the device ring, so that a
+  // CUDA module can register it as pinned, mapped memory and kernels can push into it
+  // (fifoMemory(), fifo(base, words)).
   void* block = MAP_FAILED;
   size_t blockBytes = 0;
   Control* control = nullptr;
-  FifoSlot* slots = nullptr;
-  uint64_t& head() { return control->head; }
-  uint64_t& tail() { return control->tail; }
+  Ring rings[2];  ///< host producers, kernels
   /// Device work in flight that may push (beginDeviceWork): poll, never sleep.
   std::atomic<uint32_t> deviceWork{0};
   std::atomic<uint64_t> sleepCount{0};
@@ -92,21 +101,51 @@ struct ProxyService::Impl {
   std::exception_ptr error;      ///< the first error of any kind (check())
   std::exception_ptr stopError;  ///< the error that stopped every trigger (failed)
 
-  /// The handle with every address moved from the block to base (the same memory elsewhere).
-  FifoDeviceHandle handle(void* base) {
-    auto at = [&](void* p) {
-      return static_cast<char*>(base) + (static_cast<char*>(p) - static_cast<char*>(block));
-    };
-    return {reinterpret_cast<FifoSlot*>(at(slots)),
-            reinterpret_cast<uint64_t*>(at(&control->head)),
-            reinterpret_cast<uint64_t*>(at(&control->tail)),
-            reinterpret_cast<uint32_t*>(at(&control->wake)),
-            reinterpret_cast<uint32_t*>(at(&control->sleeping)),
+  /// p moved from the block to base (the same memory seen elsewhere).
+  template <typename T>
+  T* at(void* base, T* p) {
+    return reinterpret_cast<T*>(static_cast<char*>(base) +
+                                (reinterpret_cast<char*>(p) - static_cast<char*>(block)));
+  }
+  FifoDeviceHandle hostHandle() {
+    return {rings[0].triggers,
+            &control->hostHead,
+            &control->hostTailCache,
+            &control->hostTail,
+            &control->wake,
+            &control->sleeping,
             size};
   }
-  FifoDeviceHandle handle() { return handle(block); }
+  FifoDeviceHandle deviceHandle(void* base, uint64_t* words) {
+    return {at(base, rings[1].triggers),
+            words,
+            words + 1,
+            at(base, &control->deviceTail),
+            nullptr,
+            nullptr,
+            size};
+  }
+
+  /// The next entry of a ring, if published (both halves).
+  bool next(const Ring& r, ProxyTrigger* t) const {
+    const PackedTrigger& e = r.triggers[*r.tail % size];
+    PackedTrigger seen;
+    seen.fst = __atomic_load_n(&e.fst, __ATOMIC_ACQUIRE);
+    seen.snd = __atomic_load_n(&e.snd, __ATOMIC_ACQUIRE);
+    return unpackTrigger(seen, t);
+  }
+  bool anyPublished() const {
+    ProxyTrigger t;
+    return next(rings[0], &t) || next(rings[1], &t);
+  }
 
   void execute(const ProxyTrigger& t) {
+    if (t.type == TriggerType::Invalid) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("proxy trigger for channel {} did not fit a FIFO entry (offsets up "
+                              "to {}, sizes up to {} bytes per trigger, channels below {})",
+                              t.channel, kTriggerMaxOffset, kTriggerMaxBytes, kTriggerNoChannel));
+    }
     if (t.channel >= channels.size()) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("proxy trigger for channel {}, but only {} channels exist", t.channel,
@@ -133,49 +172,66 @@ struct ProxyService::Impl {
     }
   }
 
+  /// Executes (or, on a failed Connection, skips) one trigger, then frees its slot: the entry
+  /// zeroed before tail moves past it, so a producer never writes a slot the proxy still reads.
+  void consume(Ring& r, const ProxyTrigger& t) {
+    ConnectionState* state =
+        t.channel < channels.size() ? &connectionStates[channels[t.channel].state] : nullptr;
+    if (!failed.load(std::memory_order_relaxed) &&
+        !(state && state->failed.load(std::memory_order_relaxed))) {
+      try {
+        execute(t);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(errorMu);
+        if (!error) error = std::current_exception();
+        if (state) {
+          state->error = std::current_exception();
+          state->failed.store(true, std::memory_order_release);
+        } else {
+          stopError = std::current_exception();
+          failed.store(true, std::memory_order_release);
+        }
+        anyError.store(true, std::memory_order_release);
+      }
+    }
+    executedCount.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t tail = *r.tail;
+    PackedTrigger& e = r.triggers[tail % size];
+    __atomic_store_n(&e.fst, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&e.snd, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(r.tail, tail + 1, __ATOMIC_RELEASE);
+  }
+
   void run() {
     using Clock = std::chrono::steady_clock;
     auto idleSince = Clock::now();
     for (;;) {
-      uint64_t& tail = this->tail();
-      uint64_t& head = this->head();
-      uint32_t& wake = control->wake;
-      uint32_t& sleeping = control->sleeping;
-      FifoSlot& slot = slots[tail % size];
-      if (__atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE) == tail + 1) {
-        ProxyTrigger t = slot.trigger;
-        ConnectionState* state =
-            t.channel < channels.size() ? &connectionStates[channels[t.channel].state] : nullptr;
-        if (!failed.load(std::memory_order_relaxed) &&
-            !(state && state->failed.load(std::memory_order_relaxed))) {
-          try {
-            execute(t);
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(errorMu);
-            if (!error) error = std::current_exception();
-            if (state) {
-              state->error = std::current_exception();
-              state->failed.store(true, std::memory_order_release);
-            } else {
-              stopError = std::current_exception();
-              failed.store(true, std::memory_order_release);
-            }
-            anyError.store(true, std::memory_order_release);
-          }
+      // One trigger from each ring per turn: neither kind of producer starves the other.
+      bool any = false;
+      for (Ring& r : rings) {
+        ProxyTrigger t;
+        if (next(r, &t)) {
+          consume(r, t);
+          any = true;
         }
-        executedCount.fetch_add(1, std::memory_order_relaxed);
-        __atomic_store_n(&tail, tail + 1, __ATOMIC_RELEASE);
+      }
+      if (any) {
         idleSince = Clock::now();
         continue;
       }
+      uint32_t& wake = control->wake;
+      uint32_t& sleeping = control->sleeping;
       if (stopping.load(std::memory_order_acquire)) {
-        if (__atomic_load_n(&head, __ATOMIC_ACQUIRE) == tail) return;
+        // The device ring's producers finished with their work (endDeviceWork); the host
+        // ring's head says whether a host producer still owes a slot.
+        const uint64_t owed = __atomic_load_n(rings[0].head, __ATOMIC_ACQUIRE) - *rings[0].tail;
+        if (owed == 0) return;
         // A producer reserved a slot but never published it (it died): give up after the
         // timeout rather than hang the shutdown.
         if (timeout > 0 && Clock::now() - idleSince > std::chrono::duration<double>(timeout)) {
           STRATA_LOG(Warn, "proxy",
                      "stopping with {} reserved FIFO slots never published (a producer died?)",
-                     __atomic_load_n(&head, __ATOMIC_ACQUIRE) - tail);
+                     owed);
           return;
         }
       }
@@ -191,8 +247,8 @@ struct ProxyService::Impl {
         sleepCount.fetch_add(1, std::memory_order_relaxed);
         uint32_t seen = __atomic_load_n(&wake, __ATOMIC_SEQ_CST);
         __atomic_store_n(&sleeping, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&slot.seq, __ATOMIC_SEQ_CST) != tail + 1 &&
-            !stopping.load(std::memory_order_seq_cst)) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (!anyPublished() && !stopping.load(std::memory_order_seq_cst)) {
           timespec ts{0, 1'000'000};
           futex(&wake, FUTEX_WAIT_PRIVATE, seen, &ts);
         }
@@ -208,7 +264,8 @@ ProxyService::ProxyService(uint32_t fifoSize, double timeoutSeconds)
   impl_->size = fifoSize;
   impl_->timeout = timeoutSeconds;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t bytes = sizeof(Impl::Control) + sizeof(FifoSlot) * static_cast<size_t>(fifoSize);
+  const size_t ring = sizeof(PackedTrigger) * static_cast<size_t>(fifoSize);
+  const size_t bytes = sizeof(Impl::Control) + 2 * ring;
   impl_->blockBytes = (bytes + page - 1) / page * page;
   impl_->block =
       mmap(nullptr, impl_->blockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -216,11 +273,17 @@ ProxyService::ProxyService(uint32_t fifoSize, double timeoutSeconds)
     throw Error(ErrorCode::SystemError,
                 fmt::format("ProxyService: cannot map {} bytes for the FIFO", impl_->blockBytes));
   }
-  // Zero pages: every control word 0, every slot's seq 0 (unpublished).
+  // Zero pages: every control word 0, every entry unpublished.
   impl_->control = new (impl_->block) Impl::Control{};
-  impl_->slots =
-      reinterpret_cast<FifoSlot*>(static_cast<char*>(impl_->block) + sizeof(Impl::Control));
-  for (uint32_t i = 0; i < fifoSize; ++i) new (&impl_->slots[i]) FifoSlot{};
+  char* entries = static_cast<char*>(impl_->block) + sizeof(Impl::Control);
+  for (int r = 0; r < 2; ++r) {
+    auto* t = reinterpret_cast<PackedTrigger*>(entries + static_cast<size_t>(r) * ring);
+    for (uint32_t i = 0; i < fifoSize; ++i) new (&t[i]) PackedTrigger{};
+    impl_->rings[r].triggers = t;
+  }
+  impl_->rings[0].tail = &impl_->control->hostTail;
+  impl_->rings[0].head = &impl_->control->hostHead;
+  impl_->rings[1].tail = &impl_->control->deviceTail;
 }
 
 ProxyService::~ProxyService() {
@@ -242,6 +305,12 @@ uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMe
                 "ProxyService::addChannel: dst and peerFlags must be the peer's memory (remote "
                 "views), src this rank's");
   }
+  if (impl_->channels.size() >= kTriggerNoChannel) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("ProxyService::addChannel: {} channels already, the most a FIFO entry "
+                            "can name",
+                            impl_->channels.size()));
+  }
   // The channels of one Connection share its state: find one of them, else add a state.
   size_t sibling = 0;
   while (sibling < impl_->channels.size() && impl_->channels[sibling].conn != conn) ++sibling;
@@ -253,29 +322,39 @@ uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMe
   return static_cast<uint32_t>(impl_->channels.size() - 1);
 }
 
-PortChannel ProxyService::portChannel(uint32_t channel, uint64_t* inbound) {
+PortChannel ProxyService::portChannel(uint32_t channel, uint64_t* inbound, uint64_t* expected) {
   if (channel >= impl_->channels.size()) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("ProxyService::portChannel: no channel {}", channel));
   }
+  if (!inbound || !expected) {
+    throw Error(ErrorCode::InvalidArgument,
+                "ProxyService::portChannel: a channel needs its inbound counter and the word "
+                "that counts the signals consumed (expected)");
+  }
   PortChannel p;
-  p.fifo = impl_->handle();
+  p.fifo = impl_->hostHandle();
   p.channel = channel;
   p.inbound = inbound;
-  p.expected = inbound ? device::loadAcquire(inbound) : 0;
+  p.expected = expected;
   return p;
 }
 
 FifoDeviceHandle ProxyService::fifo() noexcept {
-  return impl_->handle();
+  return impl_->hostHandle();
 }
 
 std::span<std::byte> ProxyService::fifoMemory() noexcept {
   return {static_cast<std::byte*>(impl_->block), impl_->blockBytes};
 }
 
-FifoDeviceHandle ProxyService::fifo(void* mappedBase) noexcept {
-  return impl_->handle(mappedBase);
+FifoDeviceHandle ProxyService::fifo(void* mappedBase, uint64_t* producerWords) {
+  if (!mappedBase || !producerWords || reinterpret_cast<uintptr_t>(producerWords) % 8 != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                "ProxyService::fifo: a kernel's ring needs the device address of the FIFO block "
+                "and two 8-byte-aligned words of device memory for its head and tail cache");
+  }
+  return impl_->deviceHandle(mappedBase, producerWords);
 }
 
 void ProxyService::beginDeviceWork() noexcept {

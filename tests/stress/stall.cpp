@@ -178,9 +178,11 @@ int runFlush(size_t bytes) {
   }
   proxy.start();
   std::vector<strata::PortChannel> ports;
+  std::vector<uint64_t> consumed(peers.size(), 0);  // the channels' expected words
   for (size_t i = 0; i < peers.size(); ++i) {
     ports.push_back(proxy.portChannel(
-        ids[i], static_cast<uint64_t*>(flags.data()) + static_cast<size_t>(peers[i])));
+        ids[i], static_cast<uint64_t*>(flags.data()) + static_cast<size_t>(peers[i]),
+        &consumed[i]));
   }
   boot->barrier();
   for (uint64_t i = 1;; ++i) {

@@ -44,6 +44,8 @@ struct ChannelPair {
   AlignedBuffer bufA{kBytes}, bufB{kBytes};
   alignas(64) uint64_t inA = 0;
   alignas(64) uint64_t inB = 0;
+  alignas(64) uint64_t consumedA = 0;  // the channels' expected words
+  alignas(64) uint64_t consumedB = 0;
   MemoryChannel a, b;
   ChannelPair() {
     std::memset(bufA.data, 0, kBytes);
@@ -52,10 +54,12 @@ struct ChannelPair {
     a.local = bufA.data;
     a.inbound = &inA;
     a.remoteInbound = &inB;
+    a.expected = &consumedA;
     b.remote = bufA.data;
     b.local = bufB.data;
     b.inbound = &inB;
     b.remoteInbound = &inA;
+    b.expected = &consumedB;
   }
 };
 
@@ -126,10 +130,8 @@ BOOST_AUTO_TEST_CASE(ping_pong_between_threads) {
   BOOST_TEST(failure.message == "");
   if (!failure.failed) {
     // Exactly one signal per round each way, all consumed.
-    BOOST_TEST(pair.a.outbound == uint64_t{kRounds});
-    BOOST_TEST(pair.b.outbound == uint64_t{kRounds});
-    BOOST_TEST(pair.a.expected == uint64_t{kRounds});
-    BOOST_TEST(pair.b.expected == uint64_t{kRounds});
+    BOOST_TEST(pair.consumedA == uint64_t{kRounds});
+    BOOST_TEST(pair.consumedB == uint64_t{kRounds});
     BOOST_TEST(strata::device::loadAcquire(&pair.inA) == uint64_t{kRounds});
     BOOST_TEST(strata::device::loadAcquire(&pair.inB) == uint64_t{kRounds});
     BOOST_TEST(!pair.a.poll());
@@ -145,13 +147,13 @@ BOOST_AUTO_TEST_CASE(poll_consumes_one_signal) {
   for (int i = 0; i < 3; ++i) pair.a.signal();
   BOOST_TEST(pair.inB == 3u);
   BOOST_TEST(pair.b.poll());
-  BOOST_TEST(pair.b.expected == 1u);
+  BOOST_TEST(pair.consumedB == 1u);
   BOOST_TEST(pair.b.poll());
   BOOST_TEST(pair.b.poll());
-  BOOST_TEST(pair.b.expected == 3u);
+  BOOST_TEST(pair.consumedB == 3u);
   BOOST_TEST(!pair.b.poll());
   BOOST_TEST(!pair.b.wait(100));
-  BOOST_TEST(pair.b.expected == 3u);
+  BOOST_TEST(pair.consumedB == 3u);
   // Signals in the other direction are independent.
   BOOST_TEST(!pair.a.poll());
   pair.b.signal();
@@ -160,7 +162,7 @@ BOOST_AUTO_TEST_CASE(poll_consumes_one_signal) {
   // A pending signal ends an unbounded wait at once.
   pair.a.signal();
   BOOST_TEST(pair.b.wait(-1));
-  BOOST_TEST(pair.b.expected == 4u);
+  BOOST_TEST(pair.consumedB == 4u);
 }
 
 // A signal from another thread ends a blocked wait (bounded here by a deadline).
@@ -220,6 +222,33 @@ BOOST_AUTO_TEST_CASE(get_get_to_and_put_from) {
   BOOST_TEST(pair.bufB.data[99] == kGuard);
   BOOST_TEST(pair.bufB.data[3100] == kGuard);
   BOOST_TEST(failures == 0u);
+}
+
+namespace {
+// What a kernel launch does with a channel: gets its own copy of the handle (a by-value kernel
+// argument), signals or consumes once, and the copy is gone at the end of the launch.
+void launchSignal(MemoryChannel ch) {
+  ch.signal();
+}
+bool launchPoll(MemoryChannel ch) {
+  return ch.poll();
+}
+}  // namespace
+
+// Defect 10 of the GPU readiness issue: handles passed by value to every launch must keep their
+// counts across launches (they live in memory now). With counts inside the handle, the second
+// launch's copy of b started from 0 consumed signals and saw launch one's signal again, and a's
+// copies each stored "1" into b's counter, so launch two's signal never counted.
+BOOST_AUTO_TEST_CASE(handles_copied_into_every_launch_keep_their_counts) {
+  ChannelPair pair;
+  for (uint64_t launch = 1; launch <= 5; ++launch) {
+    BOOST_TEST(!launchPoll(pair.b));  // nothing new before this launch's signal
+    launchSignal(pair.a);
+    BOOST_TEST(strata::device::loadAcquire(&pair.inB) == launch);
+    BOOST_TEST(launchPoll(pair.b));
+    BOOST_TEST(pair.consumedB == launch);
+  }
+  BOOST_TEST(!launchPoll(pair.b));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -69,7 +69,7 @@ ProxyTrigger bogusTrigger(uint64_t n) {
   t.dstOffset = n;
   t.srcOffset = n;
   t.bytes = 8;
-  t.channel = 12345;
+  t.channel = 1000;  // fits an entry; no proxy here has that many channels
   t.type = TriggerType::Put;
   return t;
 }
@@ -88,30 +88,171 @@ BOOST_AUTO_TEST_CASE(fifo_memory_is_one_page_aligned_block_a_device_can_map) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   BOOST_TEST(reinterpret_cast<uintptr_t>(mem.data()) % page == 0u);
   BOOST_TEST(mem.size() % page == 0u);
-  BOOST_TEST(mem.size() >= 16 * sizeof(strata::FifoSlot));
+  BOOST_TEST(mem.size() >= 2 * 16 * sizeof(strata::PackedTrigger));
+  BOOST_TEST(sizeof(strata::PackedTrigger) == 16u);
   const FifoDeviceHandle h = proxy.fifo();
   auto inside = [&](const void* p, size_t bytes) {
     auto* c = static_cast<const std::byte*>(p);
     return c >= mem.data() && c + bytes <= mem.data() + mem.size();
   };
-  BOOST_TEST(inside(h.slots, 16 * sizeof(strata::FifoSlot)));
+  // The host ring: everything in the block (host producers' memory is host memory).
+  BOOST_TEST(inside(h.triggers, 16 * sizeof(strata::PackedTrigger)));
   BOOST_TEST(inside(h.head, 8));
+  BOOST_TEST(inside(h.tailCache, 8));
   BOOST_TEST(inside(h.tail, 8));
   BOOST_TEST(inside(h.wake, 4));
   BOOST_TEST(inside(h.sleeping, 4));
-  // The handle a kernel gets: the same offsets from the device's view of the block.
+  // A kernel's ring: entries and tail in the block, at the device's view of it; head and tail
+  // cache in the words the module gives (device memory), no futex; a ring of its own.
   char* device = reinterpret_cast<char*>(uintptr_t{1} << 40);
-  const FifoDeviceHandle d = proxy.fifo(device);
+  alignas(8) uint64_t words[2] = {0, 0};
+  const FifoDeviceHandle d = proxy.fifo(device, words);
   auto offset = [](const void* p, const void* base) {
     return static_cast<const char*>(p) - static_cast<const char*>(base);
   };
-  BOOST_TEST(offset(d.slots, device) == offset(h.slots, mem.data()));
-  BOOST_TEST(offset(d.head, device) == offset(h.head, mem.data()));
-  BOOST_TEST(offset(d.tail, device) == offset(h.tail, mem.data()));
-  BOOST_TEST(offset(d.wake, device) == offset(h.wake, mem.data()));
-  BOOST_TEST(offset(d.sleeping, device) == offset(h.sleeping, mem.data()));
+  const auto dTriggers = offset(d.triggers, device);
+  const auto dTail = offset(d.tail, device);
+  BOOST_TEST((dTriggers >= 0 && static_cast<size_t>(dTriggers) + 16 * 16 <= mem.size()));
+  BOOST_TEST((dTail >= 0 && static_cast<size_t>(dTail) + 8 <= mem.size()));
+  BOOST_TEST(dTriggers != offset(h.triggers, mem.data()));
+  BOOST_TEST(dTail != offset(h.tail, mem.data()));
+  BOOST_TEST(d.head == &words[0]);
+  BOOST_TEST(d.tailCache == &words[1]);
+  BOOST_TEST(d.wake == nullptr);
+  BOOST_TEST(d.sleeping == nullptr);
   BOOST_TEST(d.size == h.size);
-  BOOST_TEST(proxy.fifo(mem.data()).head == h.head);
+  BOOST_CHECK_EXCEPTION(proxy.fifo(device, nullptr), Error, hasCode(ErrorCode::InvalidArgument));
+  BOOST_CHECK_EXCEPTION(proxy.fifo(nullptr, words), Error, hasCode(ErrorCode::InvalidArgument));
+  BOOST_CHECK_EXCEPTION(proxy.fifo(device, reinterpret_cast<uint64_t*>(device + 4)), Error,
+                        hasCode(ErrorCode::InvalidArgument));
+}
+
+// The 16-byte entry: every field round-trips at its limits; what does not fit becomes an
+// Invalid trigger (for the same channel, or for none); an entry with one half published is
+// not taken.
+BOOST_AUTO_TEST_CASE(trigger_entry_packs_and_checks_its_limits) {
+  using strata::kTriggerMaxBytes;
+  using strata::kTriggerMaxOffset;
+  using strata::kTriggerNoChannel;
+  using strata::PackedTrigger;
+  auto roundTrip = [](const ProxyTrigger& t) {
+    ProxyTrigger u;
+    const PackedTrigger p = strata::packTrigger(t);
+    BOOST_TEST_REQUIRE(strata::unpackTrigger(p, &u));
+    return u;
+  };
+  for (TriggerType type :
+       {TriggerType::Put, TriggerType::Signal, TriggerType::PutWithSignal, TriggerType::Flush}) {
+    for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, uint64_t{0x7fffff}, uint64_t{0x800000},
+                           uint64_t{123456789}, kTriggerMaxBytes}) {
+      const ProxyTrigger t{kTriggerMaxOffset - bytes, bytes * 3 % kTriggerMaxOffset, bytes,
+                           static_cast<uint32_t>(bytes % kTriggerNoChannel), type};
+      const ProxyTrigger u = roundTrip(t);
+      BOOST_TEST(u.dstOffset == t.dstOffset);
+      BOOST_TEST(u.srcOffset == t.srcOffset);
+      BOOST_TEST(u.bytes == t.bytes);
+      BOOST_TEST(u.channel == t.channel);
+      BOOST_TEST((u.type == t.type));
+    }
+  }
+  // Out of range: Invalid, for the channel when it fits.
+  const ProxyTrigger tooBig{0, 0, kTriggerMaxBytes + 1, 5, TriggerType::Put};
+  const ProxyTrigger farDst{kTriggerMaxOffset + 1, 0, 8, 6, TriggerType::PutWithSignal};
+  const ProxyTrigger farSrc{0, kTriggerMaxOffset + 1, 8, 7, TriggerType::Put};
+  const ProxyTrigger badType{0, 0, 8, 8, static_cast<TriggerType>(5)};
+  uint32_t channel = 5;
+  for (const ProxyTrigger& t : {tooBig, farDst, farSrc, badType}) {
+    const ProxyTrigger u = roundTrip(t);
+    BOOST_TEST((u.type == TriggerType::Invalid));
+    BOOST_TEST(u.channel == channel++);
+    BOOST_TEST(u.bytes == 0u);
+  }
+  const ProxyTrigger noChannel{0, 0, 8, kTriggerNoChannel + 7, TriggerType::Put};
+  const ProxyTrigger u = roundTrip(noChannel);
+  BOOST_TEST((u.type == TriggerType::Invalid));
+  BOOST_TEST(u.channel == kTriggerNoChannel);
+  // Half an entry (the other 8-byte write not landed yet) is not a trigger.
+  const PackedTrigger full = strata::packTrigger(tooBig);
+  ProxyTrigger v;
+  BOOST_TEST(!strata::unpackTrigger(PackedTrigger{full.fst, 0}, &v));
+  BOOST_TEST(!strata::unpackTrigger(PackedTrigger{0, full.snd}, &v));
+  BOOST_TEST(!strata::unpackTrigger(PackedTrigger{}, &v));
+}
+
+// The proxy waits for both halves of an entry; a kernel's ring (head in "device" words) is
+// consumed beside the host ring; an entry that did not fit fails its channel's Connection
+// with a message that says so.
+BOOST_AUTO_TEST_CASE(proxy_takes_whole_entries_from_both_rings) {
+  const auto deadline = Clock::now() + 60s;
+  ProxyService proxy(4);
+  alignas(8) uint64_t words[2] = {0, 0};
+  FifoDeviceHandle kernel = proxy.fifo(proxy.fifoMemory().data(), words);
+  FifoDeviceHandle host = proxy.fifo();
+  proxy.beginDeviceWork();
+  proxy.start();
+  // A torn publication: the second half lands 20 ms after the first.
+  const strata::PackedTrigger e = strata::packTrigger(bogusTrigger(3));
+  __atomic_store_n(words, 1, __ATOMIC_RELEASE);  // slot 0 reserved, as tryPush would
+  __atomic_store_n(&kernel.triggers[0].snd, e.snd, __ATOMIC_RELEASE);
+  std::this_thread::sleep_for(20ms);
+  BOOST_TEST(proxy.executed() == 0u);
+  BOOST_TEST(!kernel.done(0));
+  __atomic_store_n(&kernel.triggers[0].fst, e.fst, __ATOMIC_RELEASE);
+  BOOST_TEST_REQUIRE(doneBy(kernel, 0, deadline));
+  BOOST_TEST(kernel.triggers[0].fst == 0u);  // zeroed for the next lap
+  BOOST_TEST(kernel.triggers[0].snd == 0u);
+  // Both rings, several laps each (4 slots), interleaved; ids count per ring.
+  uint64_t id = 0;
+  for (uint64_t i = 0; i < 20; ++i) {
+    BOOST_TEST_REQUIRE(pushUntil(kernel, bogusTrigger(i), &id, deadline));
+    BOOST_TEST(id == i + 1);
+    BOOST_TEST_REQUIRE(pushUntil(host, bogusTrigger(i), &id, deadline));
+    BOOST_TEST(id == i);
+  }
+  BOOST_TEST(doneBy(kernel, 20, deadline));
+  BOOST_TEST(doneBy(host, 19, deadline));
+  BOOST_TEST(proxy.executed() == 41u);
+  BOOST_TEST(loadWord(&words[1]) <= loadWord(kernel.tail));  // the cache never runs ahead
+  proxy.endDeviceWork();
+  proxy.stop();
+}
+
+BOOST_AUTO_TEST_CASE(an_entry_that_did_not_fit_fails_its_channel) {
+  const auto deadline = Clock::now() + 60s;
+  ProxyService proxy(8);
+  FifoDeviceHandle fifo = proxy.fifo();
+  proxy.start();
+  uint64_t id = 0;
+  BOOST_TEST_REQUIRE(pushUntil(
+      fifo, ProxyTrigger{0, 0, strata::kTriggerMaxBytes + 1, 3, TriggerType::Put}, &id, deadline));
+  BOOST_TEST(doneBy(fifo, id, deadline));
+  BOOST_CHECK_EXCEPTION(proxy.check(), Error, [](const Error& err) {
+    return err.code() == ErrorCode::InvalidArgument &&
+           std::string(err.what()).find("did not fit a FIFO entry") != std::string::npos;
+  });
+  proxy.stop();
+}
+
+// A blocking put larger than one entry holds is split; the signal rides on the last piece.
+BOOST_AUTO_TEST_CASE(large_blocking_put_is_split_into_entries) {
+  ProxyService proxy(8);  // never started: the entries stay in the ring to be read back
+  FifoDeviceHandle fifo = proxy.fifo();
+  alignas(8) uint64_t inbound = 0, expected = 0;
+  PortChannel port;
+  port.fifo = fifo;
+  port.channel = 9;
+  port.inbound = &inbound;
+  port.expected = &expected;
+  const uint64_t total = 2 * strata::kTriggerMaxBytes + 100;
+  BOOST_TEST(port.putWithSignal(1000, 2000, total) == 2u);
+  ProxyTrigger t[3];
+  for (int i = 0; i < 3; ++i) BOOST_TEST_REQUIRE(strata::unpackTrigger(fifo.triggers[i], &t[i]));
+  BOOST_TEST((t[0].type == TriggerType::Put && t[1].type == TriggerType::Put &&
+              t[2].type == TriggerType::PutWithSignal));
+  BOOST_TEST(t[0].bytes + t[1].bytes + t[2].bytes == total);
+  BOOST_TEST(t[1].dstOffset == 1000 + strata::kTriggerMaxBytes);
+  BOOST_TEST(t[2].srcOffset == 2000 + 2 * strata::kTriggerMaxBytes);
+  BOOST_TEST(t[2].channel == 9u);
 }
 
 BOOST_AUTO_TEST_CASE(device_work_keeps_the_proxy_polling) {
@@ -124,10 +265,10 @@ BOOST_AUTO_TEST_CASE(device_work_keeps_the_proxy_polling) {
   proxy.beginDeviceWork();
   const uint64_t s0 = proxy.sleeps();
   // A producer that cannot wake the proxy (a kernel): reserve, write, publish; no wakeProxy().
-  FifoDeviceHandle h = proxy.fifo();
+  alignas(8) uint64_t words[2] = {0, 0};
+  FifoDeviceHandle h = proxy.fifo(proxy.fifoMemory().data(), words);
   const uint64_t id = __atomic_fetch_add(h.head, 1, __ATOMIC_ACQ_REL);
-  h.slots[id % h.size].trigger = bogusTrigger(1);
-  __atomic_store_n(&h.slots[id % h.size].seq, id + 1, __ATOMIC_RELEASE);
+  strata::publishTrigger(&h.triggers[id % h.size], strata::packTrigger(bogusTrigger(1)));
   BOOST_TEST(doneBy(h, id, deadline));
   std::this_thread::sleep_for(50ms);
   // At most the sleep it was in when the work began (begin wakes it).
@@ -219,7 +360,7 @@ BOOST_AUTO_TEST_CASE(back_pressure_then_sticky_error_then_drain) {
   // Still the first error.
   BOOST_CHECK_EXCEPTION(proxy.check(), Error, [](const Error& e) {
     return e.code() == ErrorCode::InvalidArgument &&
-           std::string(e.what()).find("channel 12345") != std::string::npos;
+           std::string(e.what()).find("channel 1000") != std::string::npos;
   });
 
   const uint64_t before = proxy.executed();
@@ -299,23 +440,26 @@ BOOST_AUTO_TEST_CASE(add_channel_argument_checks) {
   BOOST_CHECK_EXCEPTION(proxy.addChannel(conn, remote, local, local, 0), Error, invalid);
   BOOST_CHECK_EXCEPTION(proxy.addChannel(conn, local, remote, flags, 0), Error, invalid);
   // No channel was added by the failed calls.
-  BOOST_CHECK_EXCEPTION(proxy.portChannel(0, nullptr), Error, invalid);
+  alignas(8) uint64_t consumed = 5;
+  BOOST_CHECK_EXCEPTION(proxy.portChannel(0, nullptr, &consumed), Error, invalid);
 
   // A valid channel gets id 0 and a handle; unknown ids are still refused.
   uint32_t ch = proxy.addChannel(conn, remote, local, flags, 8);
   BOOST_TEST(ch == 0u);
   alignas(8) uint64_t inbound = 5;
-  PortChannel port = proxy.portChannel(ch, &inbound);
+  BOOST_CHECK_EXCEPTION(proxy.portChannel(ch, &inbound, nullptr), Error, invalid);
+  PortChannel port = proxy.portChannel(ch, &inbound, &consumed);
   BOOST_TEST(port.channel == ch);
   BOOST_TEST(port.inbound == &inbound);
-  BOOST_TEST(port.expected == 5u);  // signals that arrived before are not pending
+  BOOST_TEST(port.expected == &consumed);  // the caller's word: 5 signals already consumed
   BOOST_TEST(!port.poll());
   __atomic_store_n(&inbound, 6, __ATOMIC_RELEASE);
   BOOST_TEST(port.wait(100));
   BOOST_TEST(!port.poll());
-  BOOST_TEST(port.fifo.slots == proxy.fifo().slots);
-  BOOST_CHECK_EXCEPTION(proxy.portChannel(1, &inbound), Error, invalid);
-  BOOST_CHECK_EXCEPTION(proxy.portChannel(~0u, &inbound), Error, invalid);
+  BOOST_TEST(consumed == 6u);
+  BOOST_TEST(port.fifo.triggers == proxy.fifo().triggers);
+  BOOST_CHECK_EXCEPTION(proxy.portChannel(1, &inbound, &consumed), Error, invalid);
+  BOOST_CHECK_EXCEPTION(proxy.portChannel(~0u, &inbound, &consumed), Error, invalid);
 
   // Channels are fixed once the thread runs.
   proxy.start();
@@ -375,9 +519,10 @@ BOOST_AUTO_TEST_CASE(an_error_fails_one_connection_only) {
   uint32_t liveData = proxy.addChannel(live, peerMemory(2, 4096), local, peerMemory(2, 64), 0);
   uint32_t goneAck = proxy.addChannel(gone, peerMemory(1, 4096), local, peerMemory(1, 64), 8);
   alignas(8) uint64_t inbound[3] = {};
-  PortChannel toGone = proxy.portChannel(goneData, &inbound[0]);
-  PortChannel toLive = proxy.portChannel(liveData, &inbound[1]);
-  PortChannel toGoneAck = proxy.portChannel(goneAck, &inbound[2]);
+  alignas(8) uint64_t consumed[3] = {0, 0, 0};
+  PortChannel toGone = proxy.portChannel(goneData, &inbound[0], &consumed[0]);
+  PortChannel toLive = proxy.portChannel(liveData, &inbound[1], &consumed[1]);
+  PortChannel toGoneAck = proxy.portChannel(goneAck, &inbound[2], &consumed[2]);
   proxy.start();
 
   FifoDeviceHandle fifo = proxy.fifo();
