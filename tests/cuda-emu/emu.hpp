@@ -10,7 +10,11 @@
 // (runStreams), and its launches follow CUDA's lazy-loading rule (since CUDA 12.2 the default):
 // the first launch of a kernel in a process loads it and waits until none of that process's
 // launches is running, unless the kernels were loaded at set-up (World::preload, what the module
-// does).
+// does). The rest of the GPU's scheduler can be modelled too: a finite pool of SM slots per GPU
+// (World::smSlots: a block runs only while it holds one, dispatched in block order as slots
+// free up), and a fixed number of hardware queues per GPU (World::hardwareQueues, as
+// CUDA_DEVICE_MAX_CONNECTIONS: stream k feeds queue k % queues, and a launch waits until the
+// launches before it in its queue have finished, whatever their stream).
 
 #include <atomic>
 #include <barrier>
@@ -192,10 +196,41 @@ class WeakModel final : public device::WeakMemory {
 };
 
 struct Block {
-  explicit Block(uint32_t threads) : bar(threads) {}
+  explicit Block(uint32_t threads) : bar(threads), live(threads) {}
   std::barrier<> bar;
   std::atomic<bool> fail{false};
+  std::atomic<uint32_t> live;  ///< threads still running (the last frees the SM slot)
   WeakModel::BlockMem mem;
+};
+
+/// A GPU's SM slots: how many blocks can be resident at once (unlimited unless set).
+class SmSlots {
+ public:
+  explicit SmSlots(int slots) : free_(slots) {}
+  void acquire() {
+    std::unique_lock lk(mu_);
+    if (free_ == 0) ++waits_;
+    cv_.wait(lk, [&] { return free_ > 0; });
+    --free_;
+  }
+  void release() {
+    {
+      std::lock_guard lk(mu_);
+      ++free_;
+    }
+    cv_.notify_all();
+  }
+  /// Blocks that had to wait for a slot.
+  int waits() {
+    std::lock_guard lk(mu_);
+    return waits_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int free_;
+  int waits_ = 0;
 };
 
 class Thread {
@@ -301,6 +336,8 @@ class World {
     for (int r = 0; r < n_; ++r) ranks_.push_back(std::make_unique<Rank>(layout.total()));
     startDelay_.resize(static_cast<size_t>(n_));
     gpuLock_.resize(static_cast<size_t>(n_));
+    slots_.resize(static_cast<size_t>(n_));
+    queues_.resize(static_cast<size_t>(n_));
     // Weak memory over every rank's scratch, unless STRATA_EMU_WEAK_MEMORY=0.
     const char* weak = std::getenv("STRATA_EMU_WEAK_MEMORY");
     if (weak == nullptr || *weak != '0') {
@@ -345,6 +382,22 @@ class World {
     gpuLock_[r] = g;
     gpuLock_[q] = g;
   }
+  /// Every rank's GPU holds at most `slots` resident blocks (ranks sharing a GPU without MPS
+  /// run one launch at a time anyway).
+  void smSlots(int slots) {
+    for (auto& p : slots_) p = std::make_shared<SmSlots>(slots);
+  }
+  /// Blocks of rank r that waited for an SM slot.
+  int slotWaits(int r) { return slots_[r] ? slots_[r]->waits() : 0; }
+  /// Every rank's GPU has `queues` hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): stream k
+  /// feeds queue k % queues, in which launches run one after another in the order they were
+  /// issued.
+  void hardwareQueues(int queues) {
+    for (auto& q : queues_) {
+      q.clear();
+      for (int i = 0; i < queues; ++i) q.push_back(std::make_unique<std::mutex>());
+    }
+  }
   /// Rank r starts its streams this much later than the others (a rank that reaches the call
   /// late: checkpointing, a slow data loader).
   void delayStart(int r, std::chrono::microseconds d) { startDelay_[r] = d; }
@@ -374,7 +427,7 @@ class World {
         drivers.emplace_back(
             [this, r, k, &streams, slowRank, startGap, seed = seed_ + 7919 * r + 104729 * k] {
               if (k > 0) std::this_thread::sleep_for(startGap * static_cast<int>(k));
-              runStream(r, streams[k], slowRank, seed);
+              runStream(r, static_cast<int>(k), streams[k], slowRank, seed);
             });
       }
     }
@@ -385,30 +438,38 @@ class World {
   void launch(std::vector<Launch>& launches, int slowRank = -1) { run({&launches}, slowRank); }
 
  private:
-  void runStream(int r, const std::vector<std::vector<Launch>*>& calls, int slowRank, uint64_t s) {
+  void runStream(int r, int stream, const std::vector<std::vector<Launch>*>& calls, int slowRank,
+                 uint64_t s) {
     Rank& rank = *ranks_[r];
+    SmSlots* slots = slots_[r].get();
     if (startDelay_[r].count() > 0) std::this_thread::sleep_for(startDelay_[r]);
     for (auto* call : calls) {
       Launch& l = (*call)[r];
       if (!l.run) continue;
       if (r == slowRank) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      std::unique_lock<std::mutex> queue;
+      if (!queues_[r].empty()) {
+        queue = std::unique_lock<std::mutex>(*queues_[r][stream % queues_[r].size()]);
+      }
       rank.beginLaunch(l.id);
       std::unique_lock<std::mutex> gpu;
       if (gpuLock_[r]) gpu = std::unique_lock<std::mutex>(*gpuLock_[r]);
       std::vector<std::unique_ptr<Block>> blocks;
       std::vector<std::thread> threads;
       for (uint32_t b = 0; b < l.blocks; ++b) {
+        if (slots) slots->acquire();  // dispatched in block order as SM slots free up
         blocks.push_back(std::make_unique<Block>(l.threads));
         Block* blk = blocks.back().get();
         for (uint32_t t = 0; t < l.threads; ++t) {
           const uint64_t ts = ++s * 0x9e3779b97f4a7c15ull;
-          threads.emplace_back([&l, t, b, blk, ts, slow = r == slowRank] {
+          threads.emplace_back([&l, t, b, blk, ts, slots, slow = r == slowRank] {
             WeakModel::ThreadMem mem{&blk->mem, {}, ts | 1};
             WeakModel::current = &mem;
             Thread ctx(t, l.threads, b, l.blocks, blk, ts, slow);
             runKernelDynamic(l.id, l.type, ctx, l.args);
             WeakModel::barrier();  // the kernel's end: its stores are the block's
             WeakModel::current = nullptr;
+            if (blk->live.fetch_sub(1) == 1 && slots) slots->release();
           });
         }
       }
@@ -416,6 +477,7 @@ class World {
       for (auto& blk : blocks) WeakModel::kernelEnd(blk->mem);
       if (gpu.owns_lock()) gpu.unlock();
       rank.endLaunch();
+      if (queue.owns_lock()) queue.unlock();
     }
   }
 
@@ -426,6 +488,8 @@ class World {
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::chrono::microseconds> startDelay_;
   std::vector<std::shared_ptr<std::mutex>> gpuLock_;  ///< per rank: its GPU's, when shared
+  std::vector<std::shared_ptr<SmSlots>> slots_;       ///< per rank: its GPU's, when limited
+  std::vector<std::vector<std::unique_ptr<std::mutex>>> queues_;  ///< per rank, when modelled
   WeakModel weak_;
 };
 
