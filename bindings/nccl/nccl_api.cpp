@@ -1,0 +1,1428 @@
+// The NCCL C API (nccl.h 2.28) over strata: communicators from an ncclUniqueId through strata's
+// tcp bootstrap, every collective and send/recv on strata::Communicator, NCCL's error codes with
+// strata's messages. Groups are in nccl_group.cpp. docs/nccl-api.md is the reference.
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+
+#include <strata/backend/host_memory.hpp>
+#include <strata/bootstrap.hpp>
+#include <strata/config.hpp>
+#include <strata/transport.hpp>
+
+#include "nccl_internal.hpp"
+
+#define NCCL_EXPORT extern "C" __attribute__((visibility("default")))
+// NCCL exports every function twice: nccl* and the profiling twin pnccl* (same code here).
+#define NCCL_TWIN(ret, name, params) NCCL_EXPORT ret p##name params __attribute__((alias(#name)));
+
+using strata::Communicator;
+using strata::Config;
+using strata::DataType;
+using strata::Error;
+using strata::ErrorCode;
+using strata::ReduceOp;
+
+namespace strata::nccl {
+
+namespace {
+
+thread_local std::string threadLastError;
+
+/// What an ncclUniqueId carries (128 bytes): rank 0's rendezvous address and the job secret.
+struct IdRecord {
+  char magic[8];     ///< "strataID"
+  uint32_t version;  ///< 1
+  uint32_t flags;    ///< kFromCommId: from NCCL_COMM_ID (rank 0 binds it at init)
+  uint64_t job;      ///< random, for logs
+  char secret[40];   ///< hex, NUL-terminated; empty: unauthenticated (NCCL_COMM_ID)
+  char root[64];     ///< "host:port", NUL-terminated
+};
+static_assert(sizeof(IdRecord) <= NCCL_UNIQUE_ID_BYTES);
+constexpr char kIdMagic[8] = {'s', 't', 'r', 'a', 't', 'a', 'I', 'D'};
+constexpr uint32_t kFromCommId = 1;
+
+/// Rendezvous listeners ncclGetUniqueId opened in this process, by address: the rank 0 that
+/// inits with that id takes it.
+std::mutex listenersMu;
+std::map<std::string, std::unique_ptr<strata::RendezvousListener>> listeners;
+
+std::string randomHex(size_t chars) {
+  std::random_device rd;
+  std::string s;
+  static const char* digits = "0123456789abcdef";
+  while (s.size() < chars) {
+    uint32_t v = rd();
+    for (int i = 0; i < 8 && s.size() < chars; ++i, v >>= 4) s += digits[v & 15];
+  }
+  return s;
+}
+
+/// strata's configuration with the NCCL_* variables strata has a knob for (docs/nccl-api.md):
+/// NCCL_SOCKET_IFNAME -> bootstrap.tcp.interface and NCCL_DEBUG -> log.level, each unless the
+/// strata key is set.
+Config ncclConfig() {
+  Config c = Config::load();
+  if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
+      ifname && *ifname && !std::getenv("STRATA_BOOTSTRAP_TCP_INTERFACE")) {
+    std::string name = ifname;
+    if (name[0] == '=') name.erase(0, 1);
+    // "^prefix" (exclusion) and lists have no strata equivalent: left to strata's choice.
+    if (!name.empty() && name[0] != '^' && name.find(',') == std::string::npos) {
+      c.set("bootstrap.tcp.interface", name);
+    }
+  }
+  if (const char* debug = std::getenv("NCCL_DEBUG"); debug && !std::getenv("STRATA_LOG_LEVEL")) {
+    std::string d = debug;
+    for (char& ch : d) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (d == "WARN" || d == "VERSION") c.set("log.level", "warn");
+    if (d == "INFO") c.set("log.level", "info");
+    if (d == "TRACE") c.set("log.level", "trace");
+  }
+  return c;
+}
+
+/// This process's place among the ranks of its host, from the launcher's variables when they
+/// describe the same job (they only set the bootstrap's spin policy); else alone.
+void localPlace(int rank, int size, int* localRank, int* localSize) {
+  *localRank = 0;
+  *localSize = 1;
+  struct Names {
+    const char *rank, *size, *localRank, *localSize;
+  };
+  for (const Names& n :
+       {Names{"STRATA_RANK", "STRATA_SIZE", "STRATA_LOCAL_RANK", "STRATA_LOCAL_SIZE"},
+        Names{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+              "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        Names{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}}) {
+    const char *r = std::getenv(n.rank), *s = std::getenv(n.size), *lr = std::getenv(n.localRank),
+               *ls = std::getenv(n.localSize);
+    if (!r || !s || !lr || !ls) continue;
+    if (std::atoi(r) != rank || std::atoi(s) != size) continue;
+    const int a = std::atoi(lr), b = std::atoi(ls);
+    if (b >= 1 && a >= 0 && a < b && b <= size) {
+      *localRank = a;
+      *localSize = b;
+      return;
+    }
+  }
+}
+
+/// The CUDA device current in this thread, where the program has the CUDA runtime loaded.
+int currentDevice() {
+  using GetDevice = int (*)(int*);
+  auto get = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"));
+  int d = 0;
+  if (get == nullptr || get(&d) != 0) return 0;
+  return d;
+}
+
+IdRecord decodeId(const ncclUniqueId& id) {
+  IdRecord rec;
+  std::memcpy(&rec, id.internal, sizeof rec);
+  if (std::memcmp(rec.magic, kIdMagic, sizeof kIdMagic) != 0 || rec.version != 1 ||
+      std::memchr(rec.root, 0, sizeof rec.root) == nullptr ||
+      std::memchr(rec.secret, 0, sizeof rec.secret) == nullptr || rec.root[0] == 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                "the ncclUniqueId was not made by this library's ncclGetUniqueId (a real NCCL's "
+                "id, an uninitialised one, or one corrupted on the way)");
+  }
+  return rec;
+}
+
+/// Builds the strata communicator for rank of nranks from an id (blocking, collective).
+void initFromId(ncclComm* c, int nranks, const IdRecord& id, int rank) {
+  Config config = ncclConfig();
+  strata::ExplicitLaunch launch;
+  launch.rank = rank;
+  launch.size = nranks;
+  localPlace(rank, nranks, &launch.localRank, &launch.localSize);
+  launch.root = id.root;
+  launch.secret = id.secret;
+  if (launch.secret.empty()) {
+    // NCCL_COMM_ID carries no secret; a launcher's job secret (strata-run) is every rank's.
+    if (const char* s = std::getenv("STRATA_SECRET")) launch.secret = s;
+  }
+  std::unique_ptr<strata::RendezvousListener> listener;
+  if (rank == 0 && nranks > 1) {
+    {
+      std::lock_guard lk(listenersMu);
+      auto it = listeners.find(launch.root);
+      if (it != listeners.end()) {
+        listener = std::move(it->second);
+        listeners.erase(it);
+      }
+    }
+    if (!listener && (id.flags & kFromCommId) != 0) {
+      // NCCL_COMM_ID=host:port: rank 0 listens on that port.
+      const std::string root = launch.root;
+      const size_t colon = root.rfind(':');
+      Config c = config;
+      c.set("bootstrap.tcp.port", root.substr(colon + 1));
+      std::string host = root.substr(0, colon);
+      if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      listener = std::make_unique<strata::RendezvousListener>(c, host);
+      launch.root = listener->address();
+    }
+    if (!listener) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("rank 0 must initialise in the process that called ncclGetUniqueId "
+                              "for this id (its rendezvous listener on {} lives there), once; or "
+                              "set NCCL_COMM_ID=host:port on every rank",
+                              launch.root));
+    }
+  }
+  std::shared_ptr<strata::Bootstrap> boot =
+      strata::createTcpBootstrap(launch, config, listener.get());
+  c->comm = Communicator::create(std::move(boot), config);
+  c->rank = rank;
+  c->size = nranks;
+}
+
+DataType typeOf(ncclDataType_t t, bool* ok) {
+  *ok = true;
+  switch (t) {
+    case ncclInt8:
+      return DataType::Int8;
+    case ncclUint8:
+      return DataType::Uint8;
+    case ncclInt32:
+      return DataType::Int32;
+    case ncclUint32:
+      return DataType::Uint32;
+    case ncclInt64:
+      return DataType::Int64;
+    case ncclUint64:
+      return DataType::Uint64;
+    case ncclFloat16:
+      return DataType::Float16;
+    case ncclFloat32:
+      return DataType::Float32;
+    case ncclFloat64:
+      return DataType::Float64;
+    case ncclBfloat16:
+      return DataType::BFloat16;
+    default:
+      *ok = false;
+      return DataType::Uint8;
+  }
+}
+
+}  // namespace
+
+bool valid(const ncclComm* comm) noexcept {
+  return comm != nullptr && comm->magic == ncclComm::kMagic;
+}
+
+void setLastError(ncclComm* comm, const std::string& msg) noexcept {
+  try {
+    threadLastError = msg;
+    if (valid(comm)) {
+      std::lock_guard lk(comm->mu);
+      comm->lastError = comm->name.empty() ? msg : "[" + comm->name + "] " + msg;
+    }
+  } catch (...) {
+  }
+}
+
+ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& msg) noexcept {
+  setLastError(comm, msg);
+  return code;
+}
+
+ncclResult_t resultOf(const Error& e) noexcept {
+  switch (e.code()) {
+    case ErrorCode::InvalidArgument:
+    case ErrorCode::InvalidConfig:
+      return ncclInvalidArgument;
+    case ErrorCode::NotSupported:
+      return ncclInvalidUsage;
+    case ErrorCode::Timeout:
+    case ErrorCode::PeerLost:
+    case ErrorCode::ProtocolError:
+    case ErrorCode::Aborted:
+      return ncclRemoteError;
+    case ErrorCode::AuthFailed:
+    case ErrorCode::SystemError:
+      return ncclSystemError;
+    case ErrorCode::BackendError:
+      return std::string_view(e.what()).find("CUDA") != std::string_view::npos ||
+                     std::string_view(e.what()).find("cuda") != std::string_view::npos
+                 ? ncclUnhandledCudaError
+                 : ncclSystemError;
+    case ErrorCode::Internal:
+      return ncclInternalError;
+  }
+  return ncclInternalError;
+}
+
+ncclResult_t guarded(ncclComm* comm, const std::function<void()>& f) noexcept {
+  try {
+    f();
+    return ncclSuccess;
+  } catch (const Error& e) {
+    const ncclResult_t r = resultOf(e);
+    setLastError(comm, e.what());
+    // Arguments refused before anything moved leave the communicator usable.
+    if (r != ncclInvalidArgument && r != ncclInvalidUsage && valid(comm)) {
+      int expected = ncclSuccess;
+      comm->broken.compare_exchange_strong(expected, r);
+    }
+    return r;
+  } catch (const std::exception& e) {
+    setLastError(comm, std::string("internal error: ") + e.what());
+    return ncclInternalError;
+  }
+}
+
+}  // namespace strata::nccl
+
+using namespace strata::nccl;
+
+namespace {
+
+/// A communicator handle that can take calls now: live, initialised, not broken.
+ncclResult_t usable(ncclComm* comm, const char* what) {
+  if (comm == nullptr)
+    return fail(nullptr, ncclInvalidArgument, std::string(what) + ": comm is NULL");
+  if (!valid(comm)) {
+    return fail(nullptr, ncclInvalidArgument,
+                std::string(what) + ": comm is not a live communicator (destroyed, or not one)");
+  }
+  const int init = comm->initState.load(std::memory_order_acquire);
+  if (init == ncclInProgress && groupDepth() == 0) {
+    return fail(comm, ncclInvalidUsage,
+                std::string(what) +
+                    ": the communicator is still initialising (poll ncclCommGetAsyncError until "
+                    "it returns ncclSuccess)");
+  }
+  if (init != ncclSuccess && init != ncclInProgress) {
+    return fail(comm, static_cast<ncclResult_t>(init),
+                std::string(what) + ": the communicator's initialisation failed");
+  }
+  const int broken = comm->broken.load(std::memory_order_acquire);
+  if (broken != ncclSuccess) {
+    std::string last;
+    {
+      std::lock_guard lk(comm->mu);
+      last = comm->lastError;
+    }
+    setLastError(comm,
+                 std::string(what) + ": the communicator is broken by an earlier error: " + last);
+    return static_cast<ncclResult_t>(broken);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t checkType(ncclComm* comm, ncclDataType_t t, DataType* out, const char* what) {
+  bool ok = false;
+  *out = typeOf(t, &ok);
+  if (!ok) {
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: datatype {} is not one strata reduces or moves (fp8 types are "
+                            "not supported)",
+                            what, static_cast<int>(t)));
+  }
+  return ncclSuccess;
+}
+
+/// A reduction: a built-in op, or a pre-multiply-sum op of comm.
+struct Reduction {
+  ReduceOp op = ReduceOp::Sum;
+  bool preMul = false;
+  ncclComm::PreMulSum pre;
+};
+
+ncclResult_t checkOp(ncclComm* comm, ncclRedOp_t op, DataType type, Reduction* out,
+                     const char* what) {
+  const int v = static_cast<int>(op);
+  switch (v) {
+    case ncclSum:
+      out->op = ReduceOp::Sum;
+      return ncclSuccess;
+    case ncclProd:
+      out->op = ReduceOp::Prod;
+      return ncclSuccess;
+    case ncclMax:
+      out->op = ReduceOp::Max;
+      return ncclSuccess;
+    case ncclMin:
+      out->op = ReduceOp::Min;
+      return ncclSuccess;
+    case ncclAvg:
+      out->op = ReduceOp::Avg;
+      return ncclSuccess;
+    default:
+      break;
+  }
+  if (v >= ncclNumOps) {
+    std::lock_guard lk(comm->mu);
+    const size_t i = static_cast<size_t>(v - ncclNumOps);
+    if (i < comm->preMulSums.size() && comm->preMulSums[i].live) {
+      if (comm->preMulSums[i].type != type) {
+        return fail(nullptr, ncclInvalidArgument,
+                    fmt::format("{}: pre-mul-sum op {} was made for another datatype", what, v));
+      }
+      out->preMul = true;
+      out->pre = comm->preMulSums[i];
+      out->op = ReduceOp::Sum;
+      return ncclSuccess;
+    }
+  }
+  return fail(comm, ncclInvalidArgument,
+              fmt::format("{}: reduction op {} is neither built in nor a live op of this "
+                          "communicator",
+                          what, v));
+}
+
+ncclResult_t checkRank(ncclComm* comm, int r, const char* role, const char* what) {
+  if (r < 0 || r >= comm->size) {
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: {} {} is not a rank of this communicator (0 to {})", what, role, r,
+                            comm->size - 1));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t checkBuffer(ncclComm* comm, const void* p, size_t count, const char* name,
+                         const char* what) {
+  if (p == nullptr && count > 0) {
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: {} is NULL", what, name));
+  }
+  return ncclSuccess;
+}
+
+// ---- pre-multiply-sum on host buffers --------------------------------------------------------
+
+float halfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal
+      exp = 127 - 15 + 1;
+      while ((man & 0x400) == 0) {
+        man <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t man = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (man ? 0x200 : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    man |= 0x800000;
+    const uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t h = man >> shift;
+    const uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (man >> 13);
+  const uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // may carry into the exponent: right
+  return static_cast<uint16_t>(sign | h);
+}
+
+float bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+/// The scalar of a pre-mul-sum op as a double (a device-resident one is read now: on host
+/// buffers it must be memory the CPU can read).
+double scalarOf(const ncclComm::PreMulSum& p) {
+  if (p.device == nullptr) return p.scalar;
+  const void* s = p.device;
+  switch (p.type) {
+    case DataType::Int8:
+      return *static_cast<const int8_t*>(s);
+    case DataType::Uint8:
+      return *static_cast<const uint8_t*>(s);
+    case DataType::Int32:
+      return *static_cast<const int32_t*>(s);
+    case DataType::Uint32:
+      return *static_cast<const uint32_t*>(s);
+    case DataType::Int64:
+      return static_cast<double>(*static_cast<const int64_t*>(s));
+    case DataType::Uint64:
+      return static_cast<double>(*static_cast<const uint64_t*>(s));
+    case DataType::Float16:
+      return halfToFloat(*static_cast<const uint16_t*>(s));
+    case DataType::BFloat16:
+      return bf16ToFloat(*static_cast<const uint16_t*>(s));
+    case DataType::Float32:
+      return *static_cast<const float*>(s);
+    case DataType::Float64:
+      return *static_cast<const double*>(s);
+  }
+  return 0;
+}
+
+template <typename T>
+void scaleAs(void* dst, const void* src, size_t n, double s) {
+  auto* d = static_cast<T*>(dst);
+  auto* x = static_cast<const T*>(src);
+  const T k = static_cast<T>(s);  // as NCCL: the scalar in the datatype, then a product
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(x[i] * k);
+}
+
+/// dst = src * scalar, n elements of type (NCCL's pre-multiplication, in the datatype).
+void scale(void* dst, const void* src, size_t n, DataType type, double s) {
+  switch (type) {
+    case DataType::Int8:
+      return scaleAs<int8_t>(dst, src, n, s);
+    case DataType::Uint8:
+      return scaleAs<uint8_t>(dst, src, n, s);
+    case DataType::Int32:
+      return scaleAs<int32_t>(dst, src, n, s);
+    case DataType::Uint32:
+      return scaleAs<uint32_t>(dst, src, n, s);
+    case DataType::Int64:
+      return scaleAs<int64_t>(dst, src, n, s);
+    case DataType::Uint64:
+      return scaleAs<uint64_t>(dst, src, n, s);
+    case DataType::Float32:
+      return scaleAs<float>(dst, src, n, s);
+    case DataType::Float64:
+      return scaleAs<double>(dst, src, n, s);
+    case DataType::Float16:
+    case DataType::BFloat16: {
+      const bool half = type == DataType::Float16;
+      const float k = half ? halfToFloat(floatToHalf(static_cast<float>(s)))
+                           : bf16ToFloat(floatToBf16(static_cast<float>(s)));
+      auto* d = static_cast<uint16_t*>(dst);
+      auto* x = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = (half ? halfToFloat(x[i]) : bf16ToFloat(x[i])) * k;
+        d[i] = half ? floatToHalf(v) : floatToBf16(v);
+      }
+      return;
+    }
+  }
+}
+
+/// The send buffer a reduction reads: send itself, or (pre-mul-sum) a scaled copy in scratch.
+const void* premultiplied(ncclComm* comm, const Reduction& red, const void* send, size_t n,
+                          DataType type) {
+  if (!red.preMul || n == 0) return send;
+  const size_t bytes = n * strata::sizeOf(type);
+  if (comm->scratch.size() < bytes) comm->scratch.resize(bytes);
+  scale(comm->scratch.data(), send, n, type, scalarOf(red.pre));
+  return comm->scratch.data();
+}
+
+/// Runs a call now, or queues it in the current group.
+ncclResult_t submit(ncclComm* comm, std::function<void()> f) {
+  if (groupDepth() > 0) {
+    GroupOp op;
+    op.comm = comm;
+    op.run = std::move(f);
+    groupAdd(std::move(op));
+    return ncclSuccess;
+  }
+  return guarded(comm, f);
+}
+
+strata::Stream streamOf(cudaStream_t s) {
+  return strata::Stream{static_cast<void*>(s)};
+}
+
+const char* kErrorStrings[] = {
+    "no error",
+    "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+    "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    "internal error - please report this issue to the NCCL developers",
+    "invalid argument (run with NCCL_DEBUG=WARN for details)",
+    "invalid usage (run with NCCL_DEBUG=WARN for details)",
+    "remote process exited or there was a network error",
+    "NCCL operation in progress",
+};
+
+ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                         const ncclConfig_t* config) {
+  if (out == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
+  *out = nullptr;
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return fail(nullptr, ncclInvalidArgument,
+                fmt::format("ncclCommInitRank: rank {} of {} is not a valid place", rank, nranks));
+  }
+  bool blocking = true;
+  std::string name;
+  if (config != nullptr) {
+    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, commName)) {
+      return fail(nullptr, ncclInvalidArgument,
+                  "ncclConfig_t was not set from NCCL_CONFIG_INITIALIZER (bad magic or size)");
+    }
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
+    if (config->commName != nullptr) name = config->commName;
+  }
+  IdRecord rec;
+  try {
+    rec = decodeId(id);
+  } catch (const Error& e) {
+    return fail(nullptr, ncclInvalidArgument, std::string("ncclCommInitRank: ") + e.what());
+  }
+  auto* c = new ncclComm();
+  c->name = name;
+  c->rank = rank;
+  c->size = nranks;
+  c->device = currentDevice();
+  *out = c;
+  auto run = [c, nranks, rec, rank] {
+    const ncclResult_t r = guarded(c, [&] { initFromId(c, nranks, rec, rank); });
+    c->initState.store(r, std::memory_order_release);
+  };
+  if (groupDepth() > 0) {
+    groupAddInit(run);
+    return ncclSuccess;
+  }
+  if (!blocking) {
+    c->initThread = std::thread(run);
+    return ncclInProgress;
+  }
+  run();
+  return static_cast<ncclResult_t>(c->initState.load());
+}
+
+void destroy(ncclComm* c) {
+  if (c->initThread.joinable()) c->initThread.join();
+  c->magic = 0;
+  try {
+    c->comm.reset();
+  } catch (...) {
+  }
+  delete c;
+}
+
+}  // namespace
+
+// ---- versions, ids, errors -------------------------------------------------------------------
+
+NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGetVersion: NULL");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclGetVersion, (int* version))
+
+NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGetUniqueId: NULL");
+  IdRecord rec{};
+  std::memcpy(rec.magic, kIdMagic, sizeof kIdMagic);
+  rec.version = 1;
+  return guarded(nullptr, [&] {
+    std::random_device rd;
+    rec.job = (static_cast<uint64_t>(rd()) << 32) | rd();
+    std::string root;
+    if (const char* env = std::getenv("NCCL_COMM_ID"); env && *env) {
+      root = env;
+      const size_t colon = root.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == root.size() ||
+          root.size() >= sizeof rec.root) {
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("NCCL_COMM_ID={} is not host:port", root));
+      }
+      rec.flags = kFromCommId;  // no secret: every rank computes the same id
+    } else {
+      auto listener = std::make_unique<strata::RendezvousListener>(ncclConfig());
+      root = listener->address();
+      if (root.size() >= sizeof rec.root) {
+        throw Error(ErrorCode::Internal, "rendezvous address too long for an ncclUniqueId");
+      }
+      const std::string secret = randomHex(32);
+      std::memcpy(rec.secret, secret.c_str(), secret.size() + 1);
+      std::lock_guard lk(listenersMu);
+      listeners[root] = std::move(listener);
+    }
+    std::memcpy(rec.root, root.c_str(), root.size() + 1);
+    std::memset(uniqueId->internal, 0, sizeof uniqueId->internal);
+    std::memcpy(uniqueId->internal, &rec, sizeof rec);
+  });
+}
+NCCL_TWIN(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId))
+
+NCCL_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
+  const int r = static_cast<int>(result);
+  if (r < 0 || r >= ncclNumResults) return "unknown result code";
+  return kErrorStrings[r];
+}
+NCCL_TWIN(const char*, ncclGetErrorString, (ncclResult_t result))
+
+NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  static thread_local std::string copy;
+  if (valid(comm)) {
+    std::lock_guard lk(comm->mu);
+    copy = comm->lastError;
+  } else {
+    copy = threadLastError;
+  }
+  return copy.c_str();
+}
+NCCL_TWIN(const char*, ncclGetLastError, (ncclComm_t comm))
+
+// ---- communicators ---------------------------------------------------------------------------
+
+NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                          int rank) {
+  return initChecked(comm, nranks, commId, rank, nullptr);
+}
+NCCL_TWIN(ncclResult_t, ncclCommInitRank,
+          (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))
+
+NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                int rank, ncclConfig_t* config) {
+  return initChecked(comm, nranks, commId, rank, config);
+}
+NCCL_TWIN(ncclResult_t, ncclCommInitRankConfig,
+          (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config))
+
+NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                  int nId, ncclUniqueId* commIds,
+                                                  ncclConfig_t* config) {
+  if (nId < 1 || commIds == nullptr) {
+    return fail(nullptr, ncclInvalidArgument,
+                "ncclCommInitRankScalable: needs at least one id (nId >= 1, commIds not NULL)");
+  }
+  // strata's tcp bootstrap has one rendezvous root: every rank uses the first id (the other
+  // roots are not used; docs/nccl-api.md).
+  return initChecked(newcomm, nranks, commIds[0], myrank, config);
+}
+NCCL_TWIN(ncclResult_t, ncclCommInitRankScalable,
+          (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+           ncclConfig_t* config))
+
+NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr || ndev < 1) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommInitAll: comms NULL or ndev < 1");
+  }
+  ncclUniqueId id;
+  if (const char* env = std::getenv("NCCL_COMM_ID"); env && *env) {
+    // The id would not carry a listener of this process; InitAll makes its own.
+    unsetenv("NCCL_COMM_ID");
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    setenv("NCCL_COMM_ID", env, 1);
+    if (r != ncclSuccess) return r;
+  } else if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+    return r;
+  }
+  std::vector<ncclResult_t> results(static_cast<size_t>(ndev), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = initChecked(&comms[i], ndev, id, i, nullptr);
+      if (results[i] == ncclSuccess && devlist != nullptr) comms[i]->device = devlist[i];
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (ncclResult_t r : results) {
+    if (r != ncclSuccess) return r;
+  }
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int* devlist))
+
+NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommFinalize: not a comm");
+  if (comm->initThread.joinable()) comm->initThread.join();
+  // Host calls complete before they return, and device calls are ordered on their streams:
+  // nothing is left to flush here.
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
+
+NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommDestroy: not a comm");
+  destroy(comm);
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
+
+NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommAbort: not a comm");
+  if (comm->comm) {
+    try {
+      // The other ranks' bootstrap calls fail with Aborted naming this rank; their collectives
+      // fail with PeerLost or Timeout when this rank's endpoints close.
+      comm->comm->bootstrap().abort("ncclCommAbort");
+    } catch (...) {
+    }
+  }
+  destroy(comm);
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
+
+NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  (void)revokeFlags;
+  return fail(valid(comm) ? comm : nullptr, ncclInvalidUsage,
+              "ncclCommRevoke is not supported yet: revoke and shrink come with strata's fault "
+              "tolerance (issue 27); use ncclCommAbort");
+}
+NCCL_TWIN(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
+
+NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
+                                        int excludeRanksCount, ncclComm_t* newcomm,
+                                        ncclConfig_t* config, int shrinkFlags) {
+  (void)excludeRanksList, (void)excludeRanksCount, (void)config, (void)shrinkFlags;
+  if (newcomm != nullptr) *newcomm = nullptr;
+  return fail(valid(comm) ? comm : nullptr, ncclInvalidUsage,
+              "ncclCommShrink is not supported yet: revoke and shrink come with strata's fault "
+              "tolerance (issue 27)");
+}
+NCCL_TWIN(ncclResult_t, ncclCommShrink,
+          (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+           ncclConfig_t* config, int shrinkFlags))
+
+NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (!valid(comm) || asyncError == nullptr) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError: bad comm or NULL result");
+  }
+  const int init = comm->initState.load(std::memory_order_acquire);
+  if (init == ncclInProgress) {
+    *asyncError = ncclInProgress;
+    return ncclSuccess;
+  }
+  if (comm->initThread.joinable()) comm->initThread.join();
+  if (init != ncclSuccess) {
+    *asyncError = static_cast<ncclResult_t>(init);
+    return ncclSuccess;
+  }
+  if (int b = comm->broken.load(); b != ncclSuccess) {
+    *asyncError = static_cast<ncclResult_t>(b);
+    return ncclSuccess;
+  }
+  *asyncError = ncclSuccess;
+  if (comm->comm) {
+    if (auto e = comm->comm->asyncError()) {
+      setLastError(comm, e->what());
+      *asyncError = resultOf(*e);
+      int expected = ncclSuccess;
+      comm->broken.compare_exchange_strong(expected, *asyncError);
+    }
+  }
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError))
+
+NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (!valid(comm) || count == nullptr) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommCount: bad comm or NULL count");
+  }
+  *count = comm->size;
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int* count))
+
+NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (!valid(comm) || device == nullptr) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommCuDevice: bad comm or NULL device");
+  }
+  *device = comm->device;
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int* device))
+
+NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!valid(comm) || rank == nullptr) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommUserRank: bad comm or NULL rank");
+  }
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int* rank))
+
+// ---- split -------------------------------------------------------------------------------------
+
+NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                       ncclConfig_t* config) {
+  if (ncclResult_t r = usable(comm, "ncclCommSplit"); r != ncclSuccess) return r;
+  if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm NULL");
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+    return fail(
+        comm, ncclInvalidArgument,
+        fmt::format("ncclCommSplit: color {} (a color is >= 0, or NCCL_SPLIT_NOCOLOR)", color));
+  }
+  *newcomm = nullptr;
+  std::string name;
+  bool blocking = true;
+  if (config != nullptr) {
+    if (config->magic != 0xcafebeef) {
+      return fail(comm, ncclInvalidArgument, "ncclCommSplit: ncclConfig_t not initialised");
+    }
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
+    if (config->commName != nullptr) name = config->commName;
+  }
+  // Every rank of the parent: its color and key, then each group's first rank (by key, then
+  // parent rank) opens a rendezvous listener and tells its address and a secret.
+  struct Entry {
+    int32_t color, key;
+  };
+  struct Root {
+    char address[64];
+    char secret[40];
+  };
+  const int n = comm->size, me = comm->rank;
+  std::vector<Entry> entries(static_cast<size_t>(n));
+  std::vector<Root> roots(static_cast<size_t>(n));
+  std::vector<int> members;
+  int newRank = -1;
+  std::unique_ptr<strata::RendezvousListener> listener;
+  ncclResult_t r = guarded(comm, [&] {
+    strata::Bootstrap& boot = comm->comm->bootstrap();
+    entries[me] = {color, key};
+    boot.allGather(entries.data(), sizeof(Entry));
+    for (int p = 0; p < n; ++p) {
+      if (color != NCCL_SPLIT_NOCOLOR && entries[p].color == color) members.push_back(p);
+    }
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return entries[a].key != entries[b].key ? entries[a].key < entries[b].key : a < b;
+    });
+    std::memset(&roots[me], 0, sizeof(Root));
+    if (!members.empty() && members.front() == me && members.size() > 1) {
+      listener = std::make_unique<strata::RendezvousListener>(ncclConfig());
+      const std::string secret = randomHex(32);
+      std::snprintf(roots[me].address, sizeof roots[me].address, "%s", listener->address().c_str());
+      std::snprintf(roots[me].secret, sizeof roots[me].secret, "%s", secret.c_str());
+    }
+    boot.allGather(roots.data(), sizeof(Root));
+  });
+  if (r != ncclSuccess) return r;
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  newRank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  auto* c = new ncclComm();
+  c->name = name;
+  c->rank = newRank;
+  c->size = static_cast<int>(members.size());
+  c->device = comm->device;
+  *newcomm = c;
+  const Root root = roots[members.front()];
+  // Local place from the parent's context (which ranks share a host).
+  int localRank = 0, localSize = 0;
+  try {
+    for (int m : members) {
+      if (comm->comm->context().hostId(m) == comm->comm->context().hostId(me)) {
+        if (m < me) ++localRank;
+        ++localSize;
+      }
+    }
+  } catch (...) {
+    localRank = 0;
+    localSize = 1;
+  }
+  auto run = [c, root, members, newRank, localRank, localSize,
+              listener = std::shared_ptr<strata::RendezvousListener>(std::move(listener))] {
+    const ncclResult_t res = guarded(c, [&] {
+      Config config = ncclConfig();
+      strata::ExplicitLaunch launch;
+      launch.rank = newRank;
+      launch.size = static_cast<int>(members.size());
+      launch.localRank = std::min(localRank, std::max(localSize, 1) - 1);
+      launch.localSize = std::max(localSize, 1);
+      launch.root = root.address;
+      launch.secret = root.secret;
+      std::shared_ptr<strata::Bootstrap> boot =
+          strata::createTcpBootstrap(launch, config, listener.get());
+      c->comm = Communicator::create(std::move(boot), config);
+    });
+    c->initState.store(res, std::memory_order_release);
+  };
+  if (groupDepth() > 0) {
+    groupAddInit(run);
+    return ncclSuccess;
+  }
+  if (!blocking) {
+    c->initThread = std::thread(run);
+    return ncclInProgress;
+  }
+  run();
+  return static_cast<ncclResult_t>(c->initState.load());
+}
+NCCL_TWIN(ncclResult_t, ncclCommSplit,
+          (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config))
+
+// ---- memory ------------------------------------------------------------------------------------
+
+NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr || size == 0) {
+    return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: NULL ptr or size 0");
+  }
+  using Malloc = int (*)(void**, size_t);
+  if (auto m = reinterpret_cast<Malloc>(dlsym(RTLD_DEFAULT, "cudaMalloc"))) {
+    if (m(ptr, size) != 0) {
+      return fail(nullptr, ncclUnhandledCudaError,
+                  fmt::format("ncclMemAlloc: cudaMalloc of {} bytes failed", size));
+    }
+    return ncclSuccess;
+  }
+  return guarded(nullptr, [&] { *ptr = strata::backend::allocSharedHost(size); });
+}
+NCCL_TWIN(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
+
+NCCL_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  if (ptr == nullptr) return ncclSuccess;
+  if (strata::backend::findSharedHost(ptr, 1)) {
+    return guarded(nullptr, [&] { strata::backend::freeSharedHost(ptr); });
+  }
+  using Free = int (*)(void*);
+  if (auto f = reinterpret_cast<Free>(dlsym(RTLD_DEFAULT, "cudaFree"))) {
+    return f(ptr) == 0 ? ncclSuccess
+                       : fail(nullptr, ncclUnhandledCudaError, "ncclMemFree: cudaFree failed");
+  }
+  return fail(nullptr, ncclInvalidArgument,
+              "ncclMemFree: the pointer is not from ncclMemAlloc (or was freed already)");
+}
+NCCL_TWIN(ncclResult_t, ncclMemFree, (void* ptr))
+
+NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                          void** handle) {
+  if (!valid(comm) || handle == nullptr || (buff == nullptr && size > 0)) {
+    return fail(valid(comm) ? comm : nullptr, ncclInvalidArgument,
+                "ncclCommRegister: bad comm, NULL handle, or NULL buffer");
+  }
+  // strata registers what its transports need when a call runs (allocHost buffers take the
+  // zero-copy path on their own); the handle only records the registration.
+  auto rec = std::make_unique<char[]>(sizeof(void*) + sizeof(size_t));
+  std::memcpy(rec.get(), &buff, sizeof(void*));
+  std::memcpy(rec.get() + sizeof(void*), &size, sizeof(size_t));
+  std::lock_guard lk(comm->mu);
+  *handle = rec.get();
+  comm->registrations.push_back(std::move(rec));
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommRegister,
+          (const ncclComm_t comm, void* buff, size_t size, void** handle))
+
+NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommDeregister: bad comm");
+  std::lock_guard lk(comm->mu);
+  auto& regs = comm->registrations;
+  auto it = std::find_if(regs.begin(), regs.end(), [&](auto& p) { return p.get() == handle; });
+  if (it == regs.end()) {
+    comm->lastError = "ncclCommDeregister: not a handle of this communicator's ncclCommRegister";
+    threadLastError = comm->lastError;
+    return ncclInvalidArgument;
+  }
+  regs.erase(it);
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
+
+NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                                ncclWindow_t* win, int winFlags) {
+  (void)buff, (void)size, (void)winFlags;
+  if (!valid(comm) || win == nullptr) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommWindowRegister: bad comm or NULL win");
+  }
+  *win = nullptr;  // no symmetric kernels: a NULL window, as NCCL 2.29 when unsupported
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommWindowRegister,
+          (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
+
+NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommWindowDeregister: comm");
+  if (win != nullptr) {
+    return fail(comm, ncclInvalidArgument,
+                "ncclCommWindowDeregister: not a window of ncclCommWindowRegister (which returns "
+                "NULL here)");
+  }
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
+
+// ---- reduction operators ---------------------------------------------------------------------
+
+NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                                  ncclDataType_t datatype,
+                                                  ncclScalarResidence_t residence,
+                                                  ncclComm_t comm) {
+  if (!valid(comm) || op == nullptr || scalar == nullptr) {
+    return fail(valid(comm) ? comm : nullptr, ncclInvalidArgument,
+                "ncclRedOpCreatePreMulSum: bad comm, NULL op or NULL scalar");
+  }
+  DataType type;
+  if (ncclResult_t r = checkType(comm, datatype, &type, "ncclRedOpCreatePreMulSum");
+      r != ncclSuccess) {
+    return r;
+  }
+  if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice) {
+    return fail(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: unknown residence");
+  }
+  ncclComm::PreMulSum p;
+  p.live = true;
+  p.type = type;
+  if (residence == ncclScalarHostImmediate) {
+    ncclComm::PreMulSum probe = p;
+    probe.device = scalar;
+    p.scalar = scalarOf(probe);
+  } else {
+    p.device = scalar;
+  }
+  std::lock_guard lk(comm->mu);
+  auto& ops = comm->preMulSums;
+  size_t i = 0;
+  while (i < ops.size() && ops[i].live) ++i;
+  if (i == ops.size()) ops.emplace_back();
+  ops[i] = p;
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(i));
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclRedOpCreatePreMulSum,
+          (ncclRedOp_t * op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
+           ncclComm_t comm))
+
+NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclRedOpDestroy: bad comm");
+  const int v = static_cast<int>(op);
+  std::lock_guard lk(comm->mu);
+  const size_t i = static_cast<size_t>(v - ncclNumOps);
+  if (v < ncclNumOps || i >= comm->preMulSums.size() || !comm->preMulSums[i].live) {
+    comm->lastError =
+        fmt::format("ncclRedOpDestroy: op {} is built in or not a live op of this comm", v);
+    threadLastError = comm->lastError;
+    return ncclInvalidArgument;
+  }
+  comm->preMulSums[i].live = false;
+  return ncclSuccess;
+}
+NCCL_TWIN(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
+
+// ---- collectives -------------------------------------------------------------------------------
+
+NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  const char* what = "ncclAllReduce";
+  DataType type;
+  Reduction red;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  return submit(comm, [=] {
+    const void* s = premultiplied(comm, red, sendbuff, count, type);
+    comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(stream));
+  });
+}
+NCCL_TWIN(ncclResult_t, ncclAllReduce,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                    ncclComm_t comm, cudaStream_t stream) {
+  const char* what = "ncclReduce";
+  DataType type;
+  Reduction red;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (comm->rank == root) {
+    if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
+      return r;
+    }
+  }
+  return submit(comm, [=] {
+    // An allReduce whose result only the root keeps (the others into a scratch buffer).
+    const void* s = premultiplied(comm, red, sendbuff, count, type);
+    void* dst = recvbuff;
+    std::vector<char> own;
+    if (comm->rank != root) {
+      own.resize(count * strata::sizeOf(type));
+      dst = own.data();
+    }
+    comm->comm->allReduce(s, dst, count, type, red.op, streamOf(stream));
+  });
+}
+NCCL_TWIN(ncclResult_t, ncclReduce,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  const char* what = "ncclBroadcast";
+  DataType type;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
+  if (comm->rank == root) {
+    if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
+      return r;
+    }
+  }
+  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  return submit(comm, [=] {
+    comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(stream));
+  });
+}
+NCCL_TWIN(ncclResult_t, ncclBroadcast,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+           ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+NCCL_TWIN(ncclResult_t, ncclBcast,
+          (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+           cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                           cudaStream_t stream) {
+  const char* what = "ncclReduceScatter";
+  DataType type;
+  Reduction red;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, sendbuff, recvcount, "sendbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (ncclResult_t r = checkBuffer(comm, recvbuff, recvcount, "recvbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  return submit(comm, [=] {
+    const size_t n = recvcount * static_cast<size_t>(comm->size);
+    const void* s = premultiplied(comm, red, sendbuff, n, type);
+    // In place stays in place only when the send buffer is the user's.
+    comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(stream));
+  });
+}
+NCCL_TWIN(ncclResult_t, ncclReduceScatter,
+          (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  const char* what = "ncclAllGather";
+  DataType type;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, sendbuff, sendcount, "sendbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (ncclResult_t r = checkBuffer(comm, recvbuff, sendcount, "recvbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  return submit(
+      comm, [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(stream)); });
+}
+NCCL_TWIN(ncclResult_t, ncclAllGather,
+          (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+           ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  const char* what = "ncclAlltoAll";
+  DataType type;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  return submit(comm,
+                [=] { comm->comm->allToAll(sendbuff, recvbuff, count, type, streamOf(stream)); });
+}
+NCCL_TWIN(ncclResult_t, ncclAlltoAll,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+           ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  const char* what = "ncclGather";
+  DataType type;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (comm->rank == root) {
+    if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
+      return r;
+    }
+  }
+  // Sends to the root and the root's receives (its own block too, a local copy): one batch
+  // (nccl_group.cpp), so any group of them completes.
+  const size_t bytes = count * strata::sizeOf(type);
+  std::vector<GroupOp> ops;
+  auto add = [&](GroupOp::Kind k, const void* s, void* d, int peer) {
+    GroupOp g;
+    g.comm = comm;
+    g.kind = k;
+    g.sendBuf = s;
+    g.recvBuf = d;
+    g.count = count;
+    g.type = type;
+    g.peer = peer;
+    g.stream = stream;
+    ops.push_back(std::move(g));
+  };
+  add(GroupOp::Send, sendbuff, nullptr, root);
+  if (comm->rank == root) {
+    for (int p = 0; p < comm->size; ++p) {
+      add(GroupOp::Recv, nullptr, static_cast<char*>(recvbuff) + p * bytes, p);
+    }
+  }
+  if (groupDepth() > 0) {
+    for (auto& g : ops) groupAdd(std::move(g));
+    return ncclSuccess;
+  }
+  return guarded(comm, [&] { runP2pBatch(comm, ops); });
+}
+NCCL_TWIN(ncclResult_t, ncclGather,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+           ncclComm_t comm, cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  const char* what = "ncclScatter";
+  DataType type;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
+    return r;
+  }
+  if (comm->rank == root) {
+    if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
+      return r;
+    }
+  }
+  const size_t bytes = count * strata::sizeOf(type);
+  std::vector<GroupOp> ops;
+  auto add = [&](GroupOp::Kind k, const void* s, void* d, int peer) {
+    GroupOp g;
+    g.comm = comm;
+    g.kind = k;
+    g.sendBuf = s;
+    g.recvBuf = d;
+    g.count = count;
+    g.type = type;
+    g.peer = peer;
+    g.stream = stream;
+    ops.push_back(std::move(g));
+  };
+  if (comm->rank == root) {
+    for (int p = 0; p < comm->size; ++p) {
+      add(GroupOp::Send, static_cast<const char*>(sendbuff) + p * bytes, nullptr, p);
+    }
+  }
+  add(GroupOp::Recv, nullptr, recvbuff, root);
+  if (groupDepth() > 0) {
+    for (auto& g : ops) groupAdd(std::move(g));
+    return ncclSuccess;
+  }
+  return guarded(comm, [&] { runP2pBatch(comm, ops); });
+}
+NCCL_TWIN(ncclResult_t, ncclScatter,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+           ncclComm_t comm, cudaStream_t stream))
+
+namespace {
+
+ncclResult_t p2p(GroupOp::Kind kind, const void* sendbuff, void* recvbuff, size_t count,
+                 ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
+  const char* what = kind == GroupOp::Send ? "ncclSend" : "ncclRecv";
+  DataType type;
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, peer, "peer", what); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkBuffer(comm, kind == GroupOp::Send ? sendbuff : recvbuff, count,
+                                   kind == GroupOp::Send ? "sendbuff" : "recvbuff", what);
+      r != ncclSuccess) {
+    return r;
+  }
+  GroupOp g;
+  g.comm = comm;
+  g.kind = kind;
+  g.sendBuf = sendbuff;
+  g.recvBuf = recvbuff;
+  g.count = count;
+  g.type = type;
+  g.peer = peer;
+  g.stream = stream;
+  if (groupDepth() > 0) {
+    groupAdd(std::move(g));
+    return ncclSuccess;
+  }
+  std::vector<GroupOp> one{std::move(g)};
+  return guarded(comm, [&] { runP2pBatch(comm, one); });
+}
+
+}  // namespace
+
+NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclComm_t comm, cudaStream_t stream) {
+  return p2p(GroupOp::Send, sendbuff, nullptr, count, datatype, peer, comm, stream);
+}
+NCCL_TWIN(ncclResult_t, ncclSend,
+          (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+           cudaStream_t stream))
+
+NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  return p2p(GroupOp::Recv, nullptr, recvbuff, count, datatype, peer, comm, stream);
+}
+NCCL_TWIN(ncclResult_t, ncclRecv,
+          (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+           cudaStream_t stream))
