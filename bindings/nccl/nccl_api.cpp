@@ -265,10 +265,9 @@ ncclResult_t resultOf(const Error& e) noexcept {
   return ncclInternalError;
 }
 
-ncclResult_t guarded(ncclComm* comm, const std::function<void()>& f) noexcept {
+ncclResult_t caught(ncclComm* comm) noexcept {
   try {
-    f();
-    return ncclSuccess;
+    throw;
   } catch (const Error& e) {
     const ncclResult_t r = resultOf(e);
     setLastError(comm, e.what());
@@ -280,6 +279,9 @@ ncclResult_t guarded(ncclComm* comm, const std::function<void()>& f) noexcept {
     return r;
   } catch (const std::exception& e) {
     setLastError(comm, std::string("internal error: ") + e.what());
+    return ncclInternalError;
+  } catch (...) {
+    setLastError(comm, "internal error: an unknown exception");
     return ncclInternalError;
   }
 }
@@ -549,11 +551,12 @@ const void* premultiplied(ncclComm* comm, const Reduction& red, const void* send
 }
 
 /// Runs a call now, or queues it in the current group.
-ncclResult_t submit(ncclComm* comm, std::function<void()> f) {
+template <typename F>
+ncclResult_t submit(ncclComm* comm, F&& f) {
   if (groupDepth() > 0) {
     GroupOp op;
     op.comm = comm;
-    op.run = std::move(f);
+    op.run = std::forward<F>(f);
     groupAdd(std::move(op));
     return ncclSuccess;
   }

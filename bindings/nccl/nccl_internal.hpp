@@ -83,8 +83,20 @@ void groupAddInit(std::function<void()> init);
 /// Runs a batch of send/recv ops of one communicator as one operation.
 void runP2pBatch(ncclComm* comm, std::vector<GroupOp>& ops);
 
-/// Runs f on comm, turning a strata error into an ncclResult_t (recorded); marks the
-/// communicator broken on errors that leave it unusable.
-ncclResult_t guarded(ncclComm* comm, const std::function<void()>& f) noexcept;
+/// The ncclResult_t of the exception being handled (recorded as comm's last error); marks the
+/// communicator broken on errors that leave it unusable. Call only inside a catch block.
+ncclResult_t caught(ncclComm* comm) noexcept;
+
+/// Runs f on comm, turning a strata error into an ncclResult_t (caught()). A template, so that
+/// a call outside a group costs no std::function.
+template <typename F>
+ncclResult_t guarded(ncclComm* comm, F&& f) noexcept {
+  try {
+    f();
+    return ncclSuccess;
+  } catch (...) {
+    return caught(comm);
+  }
+}
 
 }  // namespace strata::nccl

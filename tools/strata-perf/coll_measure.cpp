@@ -13,7 +13,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void callColl(Communicator& comm, const CollCase& c, const void* send, void* recv, Target at) {
+/// The call through the NCCL API (--api nccl); sendrecv as nccl-tests issues it: one group.
+void callNccl(NcclApi& api, const CollCase& c, const void* send, void* recv, Target at,
+              bool grouped) {
+  void* s = at.stream;
+  switch (c.kind) {
+    case CollKind::AllReduce:
+      return api.allReduce(send, recv, c.count, c.type, c.op, s);
+    case CollKind::AllGather:
+      return api.allGather(send, recv, c.count, c.type, s);
+    case CollKind::ReduceScatter:
+      return api.reduceScatter(send, recv, c.count, c.type, c.op, s);
+    case CollKind::Broadcast:
+      return api.broadcast(send, recv, c.count, c.type, c.root, s);
+    case CollKind::AllToAll:
+      if (grouped) return api.allToAllGrouped(send, recv, c.count, c.type, c.nranks, s);
+      return api.allToAll(send, recv, c.count, c.type, s);
+    case CollKind::SendRecv:
+      return api.sendRecv(send, (c.rank + 1) % c.nranks, recv, (c.rank - 1 + c.nranks) % c.nranks,
+                          c.count, c.type, s);
+  }
+}
+
+void callColl(Communicator& comm, const CollCase& c, const void* send, void* recv, Target at,
+              const Issue& how) {
+  if (how.nccl != nullptr) return callNccl(*how.nccl, c, send, recv, at, how.grouped);
   const Stream s{at.stream};
   switch (c.kind) {
     case CollKind::AllReduce:
@@ -104,14 +128,14 @@ Measured measure(Communicator& comm, CollCase c, const Buffers& buf, bool inPlac
   const Target at = how.at;
   void* stream = at.stream;
   if (how.check) prepare(c, buf, inPlace);
-  for (size_t i = 0; i < warmup; ++i) callColl(comm, c, p.send, p.recv, at);
+  for (size_t i = 0; i < warmup; ++i) callColl(comm, c, p.send, p.recv, at, how);
   if (at.device) device::synchronize(stream);
   // As nccl-tests: the timed calls are captured once, untimed; the time is that of the launches.
   std::unique_ptr<device::Graph> graph;
   if (how.graph > 0) {
     graph = std::make_unique<device::Graph>();
     graph->begin(stream);
-    for (size_t i = 0; i < iters; ++i) callColl(comm, c, p.send, p.recv, at);
+    for (size_t i = 0; i < iters; ++i) callColl(comm, c, p.send, p.recv, at, how);
     graph->end();
   }
   comm.bootstrap().barrier();
@@ -123,7 +147,7 @@ Measured measure(Communicator& comm, CollCase c, const Buffers& buf, bool inPlac
     }
   } else {
     for (size_t i = 0; i < iters; ++i) {
-      callColl(comm, c, p.send, p.recv, at);
+      callColl(comm, c, p.send, p.recv, at, how);
       if (at.device && how.blocking) device::synchronize(stream);
     }
   }
@@ -138,11 +162,11 @@ Measured measure(Communicator& comm, CollCase c, const Buffers& buf, bool inPlac
     if (how.graph > 0) {
       device::Graph once;
       once.begin(stream);
-      callColl(comm, c, p.send, p.recv, at);
+      callColl(comm, c, p.send, p.recv, at, how);
       once.end();
       once.launch(stream);
     } else {
-      callColl(comm, c, p.send, p.recv, at);
+      callColl(comm, c, p.send, p.recv, at, how);
     }
     if (at.device) device::synchronize(stream);
     m.wrong = countWrong(c, buf.result(p.result, recvElements(c) * sizeOf(c.type)));

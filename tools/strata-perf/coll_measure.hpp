@@ -12,6 +12,7 @@
 
 #include "coll_buffers.hpp"
 #include "coll_data.hpp"
+#include "nccl_api.hpp"
 
 namespace strata::perf {
 
@@ -33,6 +34,8 @@ struct Issue {
   Target at;
   bool blocking = false;  ///< device memory, -z 1: synchronize after each call (graph launch)
   int graph = 0;          ///< -G: launches of a graph that holds the timed calls
+  NcclApi* nccl = nullptr;  ///< --api nccl: the calls go through this library
+  bool grouped = false;     ///< --api nccl-group: alltoall as grouped send/recv
 };
 
 struct Measured {

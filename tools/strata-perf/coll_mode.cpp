@@ -168,8 +168,18 @@ int runColl(CollKind kind, const CollOptions& opt) {
       out->collColumns();
     }
 
+    // --api nccl: the same rows through the NCCL C API (its own communicator on these ranks).
+    std::unique_ptr<NcclApi> nccl;
+    if (opt.api != "strata") {
+      nccl = std::make_unique<NcclApi>(opt.ncclLib, *boot);
+      if (out) {
+        out->comment(fmt::format("api: {} through {}", opt.api, nccl->describe()));
+      }
+    }
     const bool check = opt.check != 0;
     Issue how;
+    how.nccl = nccl.get();
+    how.grouped = opt.api == "nccl-group";
     how.check = check;
     how.at = at;
     how.blocking = opt.blocking != 0;
@@ -204,7 +214,11 @@ int runColl(CollKind kind, const CollOptions& opt) {
           all[static_cast<size_t>(rank)] = mine;
           boot->allGather(all.data(), sizeof(RankResult));
 
-          const CollRow row = collRow(c, *comm, all, check, totals);
+          CollRow row = collRow(c, *comm, all, check, totals);
+          if (nccl) {  // what the library chose is not visible through the NCCL API
+            row.algorithm = opt.api == "nccl-group" ? "nccl api (grouped)" : "nccl api";
+            row.launch.clear();
+          }
           const std::string algorithm = algorithmText(row);
           if (out && algorithm != lastAlgorithm) {
             out->comment(fmt::format("algorithm: {}", algorithm));
@@ -291,6 +305,16 @@ Mode addCollMode(CLI::App& app, CollKind kind, const std::string& help) {
       ->check(CLI::IsMember({"malloc", "strata", "allochost"}))
       ->capture_default_str();
   cmd->add_option("--label", opt->label, "\"label\" of the JSON rows (names the run in plots)")
+      ->capture_default_str();
+  cmd->add_option("--api", opt->api,
+                  "strata: strata::Communicator; nccl: the same calls through the NCCL C API "
+                  "of --nccl-lib (dlopen); nccl-group: as nccl, alltoall as a group of "
+                  "ncclSend/ncclRecv (as PyTorch issues it)")
+      ->check(CLI::IsMember({"strata", "nccl", "nccl-group"}))
+      ->capture_default_str();
+  cmd->add_option("--nccl-lib", opt->ncclLib,
+                  "--api nccl: the library to load (dlopen's search path; build/bindings/nccl "
+                  "holds libstrata-nccl.so.2; a real libnccl.so.2 works too)")
       ->capture_default_str();
   cmd->add_option("-a,--algorithm", opt->algorithm,
                   "force a collectives algorithm by name (collectives.<op>.algorithm; "

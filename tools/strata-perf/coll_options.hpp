@@ -27,6 +27,8 @@ struct CollOptions {
   int graph = 0;  ///< -G: launches of a CUDA graph of the timed calls (0: no graph)
   std::string label = "strata";
   std::string algorithm;          ///< -a: forced through collectives.<op>.algorithm
+  std::string api = "strata";     ///< strata (Communicator), nccl or nccl-group (NCCL API)
+  std::string ncclLib = "libstrata-nccl.so.2";  ///< --nccl-lib: what --api nccl loads
   std::vector<std::string> argv;  ///< echoed in the header
 };
 
