@@ -1,13 +1,22 @@
 #!/bin/bash
-# run_nccl_test.sh STRATA_RUN N PROGRAM file|comm-id: the NCCL API test at N ranks, the id
-# passed through a file rank 0 writes, or through NCCL_COMM_ID (a free port on 127.0.0.1).
+# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id: the NCCL API test at N ranks, the id passed
+# through a file rank 0 writes, or through NCCL_COMM_ID (a free port on 127.0.0.1). LAUNCHER is
+# strata-run's path, or srun or mpirun (through tests/harness/run-srun.sh and run-mpirun.sh,
+# which exit 77 when there is no local Slurm or no mpirun).
 set -euo pipefail
-run=$1 n=$2 prog=$3 mode=$4
+launcher=$1 n=$2 prog=$3 mode=$4
+harness=$(cd "$(dirname "${BASH_SOURCE[0]}")/../harness" && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+case $launcher in
+  srun) cmd=(bash "$harness/run-srun.sh" "$n" "$prog") ;;
+  mpirun) cmd=(bash "$harness/run-mpirun.sh" "$n" "$prog") ;;
+  *) cmd=("$launcher" -n "$n" --tag-output --timeout 240 "$prog") ;;
+esac
 if [ "$mode" = comm-id ]; then
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   export NCCL_COMM_ID=127.0.0.1:$port
-  exec "$run" -n "$n" --tag-output --timeout 240 "$prog"
+  "${cmd[@]}"
+else
+  "${cmd[@]}" "$dir/id"
 fi
-exec "$run" -n "$n" --tag-output --timeout 240 "$prog" "$dir/id"
