@@ -535,6 +535,24 @@ static void misc(ncclComm_t comm) {
   NCCL_OK(ncclGroupSimulateEnd(&sim));
 }
 
+static void countMismatch(ncclComm_t comm) {
+  /* every rank calls allReduce, rank r with 100 + r elements, on a communicator of its own
+   * (split off, so that the world stays usable): a clear error on every rank, no hang */
+  ncclComm_t mm = NULL;
+  NCCL_OK(ncclCommSplit(comm, 0, rank_, &mm, NULL));
+  float buf[200];
+  for (int i = 0; i < 200; ++i) buf[i] = 1;
+  double t0 = now();
+  ncclResult_t r = ncclAllReduce(buf, buf, 100 + (size_t)rank_, ncclFloat32, ncclSum, mm, NULL);
+  CHECK(r == ncclRemoteError || r == ncclInvalidUsage, "mismatched counts: %d", (int)r);
+  CHECK(
+      strstr(ncclGetLastError(mm), "count") != NULL || strstr(ncclGetLastError(mm), "rank") != NULL,
+      "mismatched counts, text: %s", ncclGetLastError(mm));
+  fprintf(stderr, "rank %d: mismatched counts: %s after %.1f s: %s\n", rank_, ncclGetErrorString(r),
+          now() - t0, ncclGetLastError(mm));
+  NCCL_OK(ncclCommDestroy(mm));
+}
+
 static void abortTest(ncclComm_t comm) {
   /* rank 0 aborts while the others wait in an allReduce it never joins */
   if (rank_ == 0) {
@@ -639,6 +657,7 @@ int main(int argc, char** argv) {
   pointToPoint(comm);
   splits(comm);
   badArguments(comm);
+  if (size_ > 1) countMismatch(comm);
   if (size_ > 1) {
     abortTest(comm);
   } else {
