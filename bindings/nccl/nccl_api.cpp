@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -139,6 +140,127 @@ IdRecord decodeId(const ncclUniqueId& id) {
   return rec;
 }
 
+// ---- Fallback: STRATA_NCCL_FALLBACK=/path/libnccl.so.2
+// -------------------------------------------
+
+/// The real NCCL, loaded once per process with dlopen (its own symbols, never ours).
+struct Fallback {
+  void* lib = nullptr;
+  std::string path;
+  decltype(&ncclGetUniqueId) getUniqueId = nullptr;
+  decltype(&ncclCommInitRank) commInitRank = nullptr;
+  decltype(&ncclCommDestroy) commDestroy = nullptr;
+  decltype(&ncclGetErrorString) getErrorString = nullptr;
+  decltype(&ncclAllReduce) allReduce = nullptr;
+  decltype(&ncclAllGather) allGather = nullptr;
+  decltype(&ncclReduceScatter) reduceScatter = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+};
+
+/// The fallback library, or null without STRATA_NCCL_FALLBACK. Throws InvalidArgument when the
+/// variable names something that is not a loadable NCCL (or is this library).
+const Fallback* fallback() {
+  static std::once_flag once;
+  static std::unique_ptr<Fallback> fb;
+  static std::string error;
+  std::call_once(once, [] {
+    const char* path = std::getenv("STRATA_NCCL_FALLBACK");
+    if (path == nullptr || *path == 0) return;
+    auto f = std::make_unique<Fallback>();
+    f->path = path;
+    f->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (f->lib == nullptr) {
+      const char* e = dlerror();
+      error = fmt::format("STRATA_NCCL_FALLBACK={} cannot be loaded: {}", path, e ? e : "?");
+      return;
+    }
+    auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(f->lib, name));
+      if (fn == nullptr && error.empty()) {
+        error = fmt::format("STRATA_NCCL_FALLBACK={} has no {}: not an NCCL library", path, name);
+      }
+    };
+    load(f->getUniqueId, "ncclGetUniqueId");
+    load(f->commInitRank, "ncclCommInitRank");
+    load(f->commDestroy, "ncclCommDestroy");
+    load(f->getErrorString, "ncclGetErrorString");
+    load(f->allReduce, "ncclAllReduce");
+    load(f->allGather, "ncclAllGather");
+    load(f->reduceScatter, "ncclReduceScatter");
+    load(f->broadcast, "ncclBroadcast");
+    if (error.empty() && f->getUniqueId == &ncclGetUniqueId) {
+      error = fmt::format(
+          "STRATA_NCCL_FALLBACK={} is this library (strata's NCCL API): it must "
+          "name a real NCCL",
+          path);
+    }
+    if (error.empty()) fb = std::move(f);
+  });
+  if (!error.empty()) throw Error(ErrorCode::InvalidArgument, error);
+  return fb.get();
+}
+
+/// Makes comm's fallback communicator: rank 0's id of the real NCCL over strata's bootstrap.
+void initFallback(ncclComm* c) {
+  const Fallback* fb = fallback();
+  if (fb == nullptr) return;
+  ncclUniqueId id{};
+  strata::Bootstrap& boot = c->comm->bootstrap();
+  int ok = 1;
+  if (c->rank == 0) ok = fb->getUniqueId(&id) == ncclSuccess ? 1 : 0;
+  boot.broadcast(&ok, sizeof ok, 0);
+  if (ok == 0) {
+    throw Error(
+        ErrorCode::BackendError,
+        fmt::format("the fallback NCCL ({}) failed in ncclGetUniqueId on rank 0", fb->path));
+  }
+  boot.broadcast(&id, sizeof id, 0);
+  const ncclResult_t r = fb->commInitRank(&c->fallbackComm, c->size, id, c->rank);
+  if (r != ncclSuccess) {
+    c->fallbackComm = nullptr;
+    throw Error(ErrorCode::BackendError,
+                fmt::format("the fallback NCCL ({}) failed in ncclCommInitRank: {}", fb->path,
+                            fb->getErrorString(r)));
+  }
+}
+
+}  // namespace
+
+/// Runs a call of the fallback NCCL (logged once per kind of call and communicator); throws
+/// BackendError when it fails.
+template <typename F>
+void runFallback(ncclComm* comm, const char* what, const std::string& why, F&& call) {
+  const Fallback* fb = fallback();
+  {
+    std::lock_guard lk(comm->mu);
+    auto& seen = comm->fallbackLogged;
+    if (std::find(seen.begin(), seen.end(), what) == seen.end()) {
+      seen.push_back(what);
+      std::fprintf(stderr, "[strata nccl] rank %d: %s sent to the fallback NCCL (%s): %s\n",
+                   comm->rank, what, fb->path.c_str(), why.c_str());
+    }
+  }
+  const ncclResult_t r = call(*fb, comm->fallbackComm);
+  if (r != ncclSuccess) {
+    throw Error(ErrorCode::BackendError, fmt::format("{} in the fallback NCCL ({}) returned {}",
+                                                     what, fb->path, fb->getErrorString(r)));
+  }
+}
+
+/// strata's call, or, when strata cannot serve it (NotSupported) and a fallback NCCL is
+/// loaded, the fallback's.
+template <typename S, typename F>
+void orFallback(ncclComm* comm, const char* what, S&& strataCall, F&& fallbackCall) {
+  try {
+    strataCall();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::NotSupported || comm->fallbackComm == nullptr) throw;
+    runFallback(comm, what, e.what(), fallbackCall);
+  }
+}
+
+namespace {
+
 /// Builds the strata communicator for rank of nranks from an id (blocking, collective).
 void initFromId(ncclComm* c, int nranks, const IdRecord& id, int rank) {
   Config config = ncclConfig();
@@ -186,6 +308,7 @@ void initFromId(ncclComm* c, int nranks, const IdRecord& id, int rank) {
   c->comm = Communicator::create(std::move(boot), config);
   c->rank = rank;
   c->size = nranks;
+  initFallback(c);
 }
 
 DataType typeOf(ncclDataType_t t, bool* ok) {
@@ -325,13 +448,21 @@ ncclResult_t usable(ncclComm* comm, const char* what) {
   return ncclSuccess;
 }
 
+/// A datatype strata lacks (fp8) that the fallback NCCL takes: the call goes there.
+bool fallbackType(ncclComm* comm, ncclDataType_t t) {
+  bool ok = false;
+  typeOf(t, &ok);
+  return !ok && static_cast<int>(t) >= 0 && static_cast<int>(t) < ncclNumTypes && valid(comm) &&
+         comm->fallbackComm != nullptr;
+}
+
 ncclResult_t checkType(ncclComm* comm, ncclDataType_t t, DataType* out, const char* what) {
   bool ok = false;
   *out = typeOf(t, &ok);
   if (!ok) {
     return fail(comm, ncclInvalidArgument,
                 fmt::format("{}: datatype {} is not one strata reduces or moves (fp8 types are "
-                            "not supported)",
+                            "not supported; STRATA_NCCL_FALLBACK can send them to a real NCCL)",
                             what, static_cast<int>(t)));
   }
   return ncclSuccess;
@@ -627,6 +758,12 @@ ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, in
 void destroy(ncclComm* c) {
   if (c->initThread.joinable()) c->initThread.join();
   c->magic = 0;
+  if (c->fallbackComm != nullptr) {
+    try {
+      fallback()->commDestroy(c->fallbackComm);
+    } catch (...) {
+    }
+  }
   try {
     c->comm.reset();
   } catch (...) {
@@ -1138,6 +1275,12 @@ NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   DataType type;
   Reduction red;
   if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
+    return fb.allReduce(sendbuff, recvbuff, count, datatype, op, fc, stream);
+  };
+  if (fallbackType(comm, datatype)) {
+    return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
+  }
   if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
   if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
   if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
@@ -1148,7 +1291,12 @@ NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   }
   return submit(comm, [=] {
     const void* s = premultiplied(comm, red, sendbuff, count, type);
-    comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(stream));
+    if (red.preMul)
+      return comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(stream));
+    orFallback(
+        comm, what,
+        [&] { comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(stream)); },
+        viaFallback);
   });
 }
 NCCL_TWIN(ncclResult_t, ncclAllReduce,
@@ -1195,6 +1343,12 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
   const char* what = "ncclBroadcast";
   DataType type;
   if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
+    return fb.broadcast(sendbuff, recvbuff, count, datatype, root, fc, stream);
+  };
+  if (fallbackType(comm, datatype)) {
+    return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
+  }
   if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
   if (comm->rank == root) {
@@ -1206,7 +1360,10 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
     return r;
   }
   return submit(comm, [=] {
-    comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(stream));
+    orFallback(
+        comm, what,
+        [&] { comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(stream)); },
+        viaFallback);
   });
 }
 NCCL_TWIN(ncclResult_t, ncclBroadcast,
@@ -1228,6 +1385,12 @@ NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
   DataType type;
   Reduction red;
   if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
+    return fb.reduceScatter(sendbuff, recvbuff, recvcount, datatype, op, fc, stream);
+  };
+  if (fallbackType(comm, datatype)) {
+    return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
+  }
   if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
   if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
   if (ncclResult_t r = checkBuffer(comm, sendbuff, recvcount, "sendbuff", what); r != ncclSuccess) {
@@ -1240,7 +1403,13 @@ NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
     const size_t n = recvcount * static_cast<size_t>(comm->size);
     const void* s = premultiplied(comm, red, sendbuff, n, type);
     // In place stays in place only when the send buffer is the user's.
-    comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(stream));
+    if (red.preMul) {
+      return comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(stream));
+    }
+    orFallback(
+        comm, what,
+        [&] { comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(stream)); },
+        viaFallback);
   });
 }
 NCCL_TWIN(ncclResult_t, ncclReduceScatter,
@@ -1253,6 +1422,12 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
   const char* what = "ncclAllGather";
   DataType type;
   if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
+    return fb.allGather(sendbuff, recvbuff, sendcount, datatype, fc, stream);
+  };
+  if (fallbackType(comm, datatype)) {
+    return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
+  }
   if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
   if (ncclResult_t r = checkBuffer(comm, sendbuff, sendcount, "sendbuff", what); r != ncclSuccess) {
     return r;
@@ -1260,8 +1435,12 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
   if (ncclResult_t r = checkBuffer(comm, recvbuff, sendcount, "recvbuff", what); r != ncclSuccess) {
     return r;
   }
-  return submit(
-      comm, [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(stream)); });
+  return submit(comm, [=] {
+    orFallback(
+        comm, what,
+        [&] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(stream)); },
+        viaFallback);
+  });
 }
 NCCL_TWIN(ncclResult_t, ncclAllGather,
           (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,

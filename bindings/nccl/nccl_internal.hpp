@@ -45,6 +45,10 @@ struct ncclComm {
   };
   std::vector<PreMulSum> preMulSums;  ///< under mu
   std::vector<std::unique_ptr<char[]>> registrations;
+  /// STRATA_NCCL_FALLBACK: the real NCCL's communicator on the same ranks, for what strata
+  /// cannot serve (nccl_api.cpp, "Fallback").
+  ncclComm_t fallbackComm = nullptr;
+  std::vector<std::string> fallbackLogged;  ///< calls already logged as sent there (under mu)
   std::vector<char> scratch;  ///< host temporaries (reduce, pre-mul-sum)
 };
 
