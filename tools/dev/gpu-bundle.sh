@@ -53,6 +53,8 @@ fi
 
 PROGRAMS=(tests/gpu/test-nvlink tests/gpu/test-nvlink-records tests/gpu/test-cuda-collectives
           tools/strata-run/strata-run tools/strata-perf/strata-perf tools/strata-info/strata-info)
+# The NCCL API (bindings/nccl), when built: the check runs it on device memory and under PyTorch.
+NCCL_LIB=bindings/nccl/libstrata-nccl.so.2
 MODULES=(backends/transport/nvlink/strata-transport-nvlink.so
          collectives/cuda/strata-collectives-cuda.so)
 if [ "$NO_BUILD" = 1 ]; then
@@ -68,6 +70,7 @@ else
     fi
   done
   ninja -C "$BUILD" "${PROGRAMS[@]}" "${MODULES[@]}" >/dev/null
+  if grep -qxF "$NCCL_LIB" <<<"$targets"; then ninja -C "$BUILD" "$NCCL_LIB" >/dev/null; fi
 fi
 # The baseline is plain CUDA: built for the GPUs the lent machine may have (H100/H200: sm_90;
 # sm_80 for A100s), not -arch=native (there is no GPU here).
@@ -80,6 +83,7 @@ for p in "${PROGRAMS[@]}"; do cp "$BUILD/$p" "$DEST/bin/"; done
 cp "$BUILD/cuda_baseline" "$DEST/bin/"
 for m in "${MODULES[@]}"; do cp "$BUILD/$m" "$DEST/lib/strata/"; done
 cp -L "$BUILD/lib/libstrata.so.0" "$DEST/lib/"
+if [ -e "$BUILD/$NCCL_LIB" ]; then cp -L "$BUILD/$NCCL_LIB" "$DEST/lib/"; fi
 cp tools/dev/gpu-check.sh "$DEST/"
 
 # glibc (and the dynamic loader) come from the machine, and so does the driver: libcuda and
@@ -93,7 +97,8 @@ system_lib() {
   return 1
 }
 # Every library the programs and modules load (ldd lists the whole closure), copied once.
-for f in "$DEST"/bin/* "$DEST"/lib/strata/*.so "$DEST/lib/libstrata.so.0"; do
+for f in "$DEST"/bin/* "$DEST"/lib/strata/*.so "$DEST/lib/libstrata.so.0" "$DEST"/lib/libstrata-nccl.so.*; do
+  [ -e "$f" ] || continue
   while read -r name path; do
     [ -n "$path" ] || continue
     system_lib "$name" && continue

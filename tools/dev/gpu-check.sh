@@ -53,6 +53,10 @@
 #                 the module refuses that layout);
 #   san-memcheck  compute-sanitizer memcheck of the sweep at 2 ranks only;
 #   cuda-baseline cudaMemcpy device to device and an empty launch (cuda_baseline);
+#   nccl-shim     strata-perf --api nccl --memory cuda at 1 rank through the bundle's
+#                 libstrata-nccl (the NCCL API on device memory), when the bundle has it;
+#   torch-nccl    PyTorch's backend="nccl" at world size 1 with libstrata-nccl preloaded
+#                 (SKIP without a python3 whose torch has CUDA);
 #   coll-numbers  allReduce at a few sizes (JSON), under MPS as coll-pair.
 # Exit status: 0 when no step failed, 77 when there is no GPU (preflight), 1 otherwise.
 
@@ -197,6 +201,33 @@ if [ -n "$BUNDLE" ]; then
     skip san-memcheck "no compute-sanitizer on PATH"
   fi
   step cuda-baseline 40 "$B/cuda_baseline"
+  # The NCCL API (libstrata-nccl) on device memory at one rank, then PyTorch's own NCCL backend
+  # with it preloaded (world size 1), when the bundle has it (docs/nccl-api.md).
+  NCCL_SHIM=$(ls "$BUNDLE"/lib/libstrata-nccl.so.* 2>/dev/null | head -1)
+  if [ -n "$NCCL_SHIM" ]; then
+    step nccl-shim 40 "$B/strata-run" -n 1 --timeout 35 "$B/strata-perf" allreduce --memory cuda \
+      --api nccl --nccl-lib "$NCCL_SHIM" -b 8 -e 1M -f 8 -n 5 -w 2 -c 1
+    export NCCL_SHIM
+    # shellcheck disable=SC2317  # run through bash -c below
+    torch_nccl() {
+      python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
+        { echo "SKIP: no python3 with a CUDA torch"; return 77; }
+      LD_PRELOAD=$NCCL_SHIM python3 - <<'PY'
+import torch, torch.distributed as dist
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1)
+t = torch.arange(4, dtype=torch.float32, device="cuda")
+dist.all_reduce(t)
+torch.cuda.synchronize()
+assert t.tolist() == [0.0, 1.0, 2.0, 3.0], t
+print("torch", torch.__version__, "backend nccl over", torch.cuda.nccl.version(), "all_reduce ok")
+dist.destroy_process_group()
+PY
+    }
+    export -f torch_nccl
+    step torch-nccl 60 bash -c torch_nccl
+  else
+    skip nccl-shim "the bundle has no libstrata-nccl (built without -Dnccl_api)"
+  fi
   if [ $MPS_OK = 1 ]; then
     step coll-numbers 60 "$B/strata-run" -n 2 --tag-output --timeout 55 "$B/strata-perf" \
       allreduce --memory cuda -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --json "$LOGS/coll-numbers.json"
