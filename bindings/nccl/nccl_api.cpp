@@ -409,6 +409,45 @@ ncclResult_t caught(ncclComm* comm) noexcept {
   }
 }
 
+/// The stream strata's call takes: the caller's for device memory, none for host memory. With
+/// the CUDA driver loaded in this process, a call on host memory given a stream first waits
+/// for that stream's earlier work (a kernel that writes the pinned buffer the call sends): the
+/// driver's cuPointerGetAttribute tells device memory (which the CUDA module orders on the stream
+/// itself) from host memory, cuStreamSynchronize waits. libcuda is never loaded here; a process
+/// without it has no streams to wait for. docs/nccl-api.md, "Memory and streams".
+cudaStream_t hostOrdered(const void* buf, cudaStream_t stream) {
+  if (stream == nullptr) return nullptr;
+  using GetAttribute = int (*)(void*, int, uintptr_t);
+  using Synchronize = int (*)(void*);
+  static std::atomic<GetAttribute> query{nullptr};
+  static std::atomic<Synchronize> sync{nullptr};
+  if (sync.load(std::memory_order_acquire) == nullptr) {
+    // Without the driver there is no device memory: the stream means nothing to strata.
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) return nullptr;
+    auto q = reinterpret_cast<GetAttribute>(dlsym(lib, "cuPointerGetAttribute"));
+    auto w = reinterpret_cast<Synchronize>(dlsym(lib, "cuStreamSynchronize"));
+    if (q == nullptr || w == nullptr) return nullptr;
+    query.store(q, std::memory_order_relaxed);
+    sync.store(w, std::memory_order_release);
+  }
+  unsigned type = 0;
+  uint32_t managed = 0;
+  const auto p = reinterpret_cast<uintptr_t>(buf);
+  const GetAttribute q = query.load(std::memory_order_relaxed);
+  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) = CU_MEMORYTYPE_DEVICE (2), not managed (attribute 8):
+  // device memory, which the CUDA module orders on the stream.
+  if (buf != nullptr && q(&type, 2, p) == 0 && type == 2 && !(q(&managed, 8, p) == 0 && managed)) {
+    return stream;
+  }
+  if (sync.load(std::memory_order_acquire)(static_cast<void*>(stream)) != 0) {
+    throw Error(ErrorCode::BackendError,
+                "cuStreamSynchronize failed on the stream of a call on host memory (did an earlier "
+                "kernel on it fail?)");
+  }
+  return nullptr;  // host memory: strata's host algorithms take no stream
+}
+
 }  // namespace strata::nccl
 
 using namespace strata::nccl;
@@ -1290,12 +1329,11 @@ NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
     return r;
   }
   return submit(comm, [=] {
+    const cudaStream_t st = hostOrdered(sendbuff, stream);
     const void* s = premultiplied(comm, red, sendbuff, count, type);
-    if (red.preMul)
-      return comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(stream));
+    if (red.preMul) return comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(st));
     orFallback(
-        comm, what,
-        [&] { comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(stream)); },
+        comm, what, [&] { comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(st)); },
         viaFallback);
   });
 }
@@ -1323,6 +1361,7 @@ NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
   }
   return submit(comm, [=] {
     // An allReduce whose result only the root keeps (the others into a scratch buffer).
+    const cudaStream_t st = hostOrdered(sendbuff, stream);
     const void* s = premultiplied(comm, red, sendbuff, count, type);
     void* dst = recvbuff;
     std::vector<char> own;
@@ -1330,7 +1369,7 @@ NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
       own.resize(count * strata::sizeOf(type));
       dst = own.data();
     }
-    comm->comm->allReduce(s, dst, count, type, red.op, streamOf(stream));
+    comm->comm->allReduce(s, dst, count, type, red.op, streamOf(st));
   });
 }
 NCCL_TWIN(ncclResult_t, ncclReduce,
@@ -1360,9 +1399,10 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
     return r;
   }
   return submit(comm, [=] {
+    const cudaStream_t st = hostOrdered(recvbuff, stream);
     orFallback(
         comm, what,
-        [&] { comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(stream)); },
+        [&] { comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(st)); },
         viaFallback);
   });
 }
@@ -1401,14 +1441,15 @@ NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
   }
   return submit(comm, [=] {
     const size_t n = recvcount * static_cast<size_t>(comm->size);
+    const cudaStream_t st = hostOrdered(sendbuff, stream);
     const void* s = premultiplied(comm, red, sendbuff, n, type);
     // In place stays in place only when the send buffer is the user's.
     if (red.preMul) {
-      return comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(stream));
+      return comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(st));
     }
     orFallback(
         comm, what,
-        [&] { comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(stream)); },
+        [&] { comm->comm->reduceScatter(s, recvbuff, recvcount, type, red.op, streamOf(st)); },
         viaFallback);
   });
 }
@@ -1436,9 +1477,10 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
     return r;
   }
   return submit(comm, [=] {
+    const cudaStream_t st = hostOrdered(sendbuff, stream);
     orFallback(
         comm, what,
-        [&] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(stream)); },
+        [&] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(st)); },
         viaFallback);
   });
 }
@@ -1459,8 +1501,10 @@ NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size
   if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
     return r;
   }
-  return submit(comm,
-                [=] { comm->comm->allToAll(sendbuff, recvbuff, count, type, streamOf(stream)); });
+  return submit(comm, [=] {
+    const cudaStream_t st = hostOrdered(sendbuff, stream);
+    comm->comm->allToAll(sendbuff, recvbuff, count, type, streamOf(st));
+  });
 }
 NCCL_TWIN(ncclResult_t, ncclAlltoAll,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,

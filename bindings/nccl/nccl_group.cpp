@@ -77,6 +77,9 @@ void groupAddInit(std::function<void()> init) {
 }
 
 void runP2pBatch(ncclComm* comm, std::vector<GroupOp>& ops) {
+  for (GroupOp& op : ops) {
+    op.stream = hostOrdered(op.kind == GroupOp::Send ? op.sendBuf : op.recvBuf, op.stream);
+  }
   if (asAllToAll(comm, ops)) return;
   // Sends and receives with itself: matched in order, copied.
   std::vector<GroupOp*> selfSends, selfRecvs;

@@ -49,7 +49,7 @@ struct ncclComm {
   /// cannot serve (nccl_api.cpp, "Fallback").
   ncclComm_t fallbackComm = nullptr;
   std::vector<std::string> fallbackLogged;  ///< calls already logged as sent there (under mu)
-  std::vector<char> scratch;  ///< host temporaries (reduce, pre-mul-sum)
+  std::vector<char> scratch;                ///< host temporaries (reduce, pre-mul-sum)
 };
 
 namespace strata::nccl {
@@ -84,6 +84,9 @@ void groupAdd(GroupOp op);
 /// Queues the init of comm, run when the outermost group ends (inits of one group run at
 /// once, in threads: a process that initialises several ranks in a group, as nccl-tests does).
 void groupAddInit(std::function<void()> init);
+/// The stream a strata call takes for buf: the caller's for device memory, none for host memory
+/// (after waiting for the stream's earlier work when CUDA is loaded).
+cudaStream_t hostOrdered(const void* buf, cudaStream_t stream);
 /// Runs a batch of send/recv ops of one communicator as one operation.
 void runP2pBatch(ncclComm* comm, std::vector<GroupOp>& ops);
 
