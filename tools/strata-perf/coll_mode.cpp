@@ -83,6 +83,44 @@ std::vector<ReduceOp> opsOf(CollKind kind, const CollOptions& opt) {
   return {*parseReduceOp(opt.redop)};
 }
 
+/// --api compare: the row's call through strata::Communicator and through the NCCL API in
+/// alternating pairs (out of place, unchecked), so that both see the same phase of the machine;
+/// rank 0 prints each side's median (the slowest rank per measurement) and the median of the
+/// pairs' ratios.
+void compareRow(Communicator& comm, NcclApi& nccl, const CollCase& c, const Buffers& buf,
+                size_t iters, const Issue& base, int& rep, Reporter* out) {
+  constexpr int kPairs = 7;
+  Issue how = base;
+  how.check = false;
+  std::vector<double> strataUs, ncclUs, ratios;
+  const int n = c.nranks;
+  for (int i = 0; i < kPairs; ++i) {
+    double t[2];
+    for (int side = 0; side < 2; ++side) {
+      how.nccl = side == 0 ? nullptr : &nccl;
+      double mine = measure(comm, c, buf, false, iters, 1, how, rep).us;
+      std::vector<double> all(static_cast<size_t>(n));
+      all[static_cast<size_t>(c.rank)] = mine;
+      comm.bootstrap().allGather(all.data(), sizeof(double));
+      t[side] = *std::max_element(all.begin(), all.end());
+    }
+    strataUs.push_back(t[0]);
+    ncclUs.push_back(t[1]);
+    ratios.push_back(t[1] / t[0]);
+  }
+  if (out == nullptr) return;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  out->comment(fmt::format(
+      "compare {} B: Communicator {:.2f} us, NCCL API {:.2f} us (medians of {} alternating "
+      "pairs); NCCL API / Communicator per pair: median {:.3f}, min {:.3f}, max {:.3f}",
+      wholeBytes(c), median(strataUs), median(ncclUs), kPairs, median(ratios),
+      *std::min_element(ratios.begin(), ratios.end()),
+      *std::max_element(ratios.begin(), ratios.end())));
+}
+
 int runColl(CollKind kind, const CollOptions& opt) {
   const std::vector<size_t> sizes = collSizes(opt);
   const bool cuda = opt.memory == "cuda";
@@ -170,6 +208,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
 
     // --api nccl: the same rows through the NCCL C API (its own communicator on these ranks).
     std::unique_ptr<NcclApi> nccl;
+    const bool compare = opt.api == "compare";
     if (opt.api != "strata") {
       nccl = std::make_unique<NcclApi>(opt.ncclLib, *boot);
       if (out) {
@@ -178,7 +217,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
     }
     const bool check = opt.check != 0;
     Issue how;
-    how.nccl = nccl.get();
+    how.nccl = compare ? nullptr : nccl.get();
     how.grouped = opt.api == "nccl-group";
     how.check = check;
     how.at = at;
@@ -215,7 +254,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
           boot->allGather(all.data(), sizeof(RankResult));
 
           CollRow row = collRow(c, *comm, all, check, totals);
-          if (nccl) {  // what the library chose is not visible through the NCCL API
+          if (nccl && !compare) {  // what the library chose is not visible through the NCCL API
             row.algorithm = opt.api == "nccl-group" ? "nccl api (grouped)" : "nccl api";
             row.launch.clear();
           }
@@ -225,6 +264,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
             lastAlgorithm = algorithm;
           }
           if (out) out->row(row);
+          if (compare) compareRow(*comm, *nccl, c, buf, iters, how, rep, out.get());
         }
       }
     }
@@ -306,11 +346,14 @@ Mode addCollMode(CLI::App& app, CollKind kind, const std::string& help) {
       ->capture_default_str();
   cmd->add_option("--label", opt->label, "\"label\" of the JSON rows (names the run in plots)")
       ->capture_default_str();
-  cmd->add_option("--api", opt->api,
-                  "strata: strata::Communicator; nccl: the same calls through the NCCL C API "
-                  "of --nccl-lib (dlopen); nccl-group: as nccl, alltoall as a group of "
-                  "ncclSend/ncclRecv (as PyTorch issues it)")
-      ->check(CLI::IsMember({"strata", "nccl", "nccl-group"}))
+  cmd->add_option(
+         "--api", opt->api,
+         "strata: strata::Communicator; nccl: the same calls through the NCCL C API "
+         "of --nccl-lib (dlopen); nccl-group: as nccl, alltoall as a group of "
+         "ncclSend/ncclRecv (as PyTorch issues it); compare: the rows through "
+         "strata::Communicator, each followed by a comment line comparing it with the NCCL "
+         "API in 7 alternating pairs")
+      ->check(CLI::IsMember({"strata", "nccl", "nccl-group", "compare"}))
       ->capture_default_str();
   cmd->add_option("--nccl-lib", opt->ncclLib,
                   "--api nccl: the library to load (dlopen's search path; build/bindings/nccl "
