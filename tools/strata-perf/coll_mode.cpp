@@ -218,7 +218,7 @@ int runColl(CollKind kind, const CollOptions& opt) {
     const bool check = opt.check != 0;
     Issue how;
     how.nccl = compare ? nullptr : nccl.get();
-    how.grouped = opt.api == "nccl-group";
+    how.grouped = opt.api == "nccl-group" || compare;  // compare: alltoall as a group
     how.check = check;
     how.at = at;
     how.blocking = opt.blocking != 0;
