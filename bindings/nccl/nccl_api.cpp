@@ -737,6 +737,30 @@ strata::Stream streamOf(cudaStream_t s) {
   return strata::Stream{static_cast<void*>(s)};
 }
 
+/// One side of a send/recv, for a batch.
+GroupOp p2pOp(ncclComm* comm, GroupOp::Kind kind, const void* send, void* recv, size_t count,
+              DataType type, int peer, cudaStream_t stream) {
+  GroupOp g;
+  g.comm = comm;
+  g.kind = kind;
+  g.sendBuf = send;
+  g.recvBuf = recv;
+  g.count = count;
+  g.type = type;
+  g.peer = peer;
+  g.stream = stream;
+  return g;
+}
+
+/// Queues the ops in the current group, or runs them now as one batch.
+ncclResult_t batchOrQueue(ncclComm* comm, std::vector<GroupOp> ops) {
+  if (groupDepth() > 0) {
+    for (auto& g : ops) groupAdd(std::move(g));
+    return ncclSuccess;
+  }
+  return guarded(comm, [&] { runP2pBatch(comm, ops); });
+}
+
 const char* kErrorStrings[] = {
     "no error",
     "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
@@ -747,6 +771,8 @@ const char* kErrorStrings[] = {
     "remote process exited or there was a network error",
     "NCCL operation in progress",
 };
+
+void destroy(ncclComm* c);
 
 ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
                          const ncclConfig_t* config) {
@@ -759,7 +785,8 @@ ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, in
   bool blocking = true;
   std::string name;
   if (config != nullptr) {
-    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, commName)) {
+    if (config->magic != 0xcafebeef ||
+        config->size < offsetof(ncclConfig_t, commName) + sizeof(config->commName)) {
       return fail(nullptr, ncclInvalidArgument,
                   "ncclConfig_t was not set from NCCL_CONFIG_INITIALIZER (bad magic or size)");
     }
@@ -791,7 +818,12 @@ ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, in
     return ncclInProgress;
   }
   run();
-  return static_cast<ncclResult_t>(c->initState.load());
+  const auto r = static_cast<ncclResult_t>(c->initState.load());
+  if (r != ncclSuccess) {  // a failed blocking init leaves no communicator behind
+    destroy(c);
+    *out = nullptr;
+  }
+  return r;
 }
 
 void destroy(ncclComm* c) {
@@ -1529,30 +1561,15 @@ NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t
   // Sends to the root and the root's receives (its own block too, a local copy): one batch
   // (nccl_group.cpp), so any group of them completes.
   const size_t bytes = count * strata::sizeOf(type);
-  std::vector<GroupOp> ops;
-  auto add = [&](GroupOp::Kind k, const void* s, void* d, int peer) {
-    GroupOp g;
-    g.comm = comm;
-    g.kind = k;
-    g.sendBuf = s;
-    g.recvBuf = d;
-    g.count = count;
-    g.type = type;
-    g.peer = peer;
-    g.stream = stream;
-    ops.push_back(std::move(g));
-  };
-  add(GroupOp::Send, sendbuff, nullptr, root);
+  std::vector<GroupOp> ops{
+      p2pOp(comm, GroupOp::Send, sendbuff, nullptr, count, type, root, stream)};
   if (comm->rank == root) {
     for (int p = 0; p < comm->size; ++p) {
-      add(GroupOp::Recv, nullptr, static_cast<char*>(recvbuff) + p * bytes, p);
+      ops.push_back(p2pOp(comm, GroupOp::Recv, nullptr, static_cast<char*>(recvbuff) + p * bytes,
+                          count, type, p, stream));
     }
   }
-  if (groupDepth() > 0) {
-    for (auto& g : ops) groupAdd(std::move(g));
-    return ncclSuccess;
-  }
-  return guarded(comm, [&] { runP2pBatch(comm, ops); });
+  return batchOrQueue(comm, std::move(ops));
 }
 NCCL_TWIN(ncclResult_t, ncclGather,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -1576,29 +1593,14 @@ NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_
   }
   const size_t bytes = count * strata::sizeOf(type);
   std::vector<GroupOp> ops;
-  auto add = [&](GroupOp::Kind k, const void* s, void* d, int peer) {
-    GroupOp g;
-    g.comm = comm;
-    g.kind = k;
-    g.sendBuf = s;
-    g.recvBuf = d;
-    g.count = count;
-    g.type = type;
-    g.peer = peer;
-    g.stream = stream;
-    ops.push_back(std::move(g));
-  };
   if (comm->rank == root) {
     for (int p = 0; p < comm->size; ++p) {
-      add(GroupOp::Send, static_cast<const char*>(sendbuff) + p * bytes, nullptr, p);
+      ops.push_back(p2pOp(comm, GroupOp::Send, static_cast<const char*>(sendbuff) + p * bytes,
+                          nullptr, count, type, p, stream));
     }
   }
-  add(GroupOp::Recv, nullptr, recvbuff, root);
-  if (groupDepth() > 0) {
-    for (auto& g : ops) groupAdd(std::move(g));
-    return ncclSuccess;
-  }
-  return guarded(comm, [&] { runP2pBatch(comm, ops); });
+  ops.push_back(p2pOp(comm, GroupOp::Recv, nullptr, recvbuff, count, type, root, stream));
+  return batchOrQueue(comm, std::move(ops));
 }
 NCCL_TWIN(ncclResult_t, ncclScatter,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -1618,21 +1620,7 @@ ncclResult_t p2p(GroupOp::Kind kind, const void* sendbuff, void* recvbuff, size_
       r != ncclSuccess) {
     return r;
   }
-  GroupOp g;
-  g.comm = comm;
-  g.kind = kind;
-  g.sendBuf = sendbuff;
-  g.recvBuf = recvbuff;
-  g.count = count;
-  g.type = type;
-  g.peer = peer;
-  g.stream = stream;
-  if (groupDepth() > 0) {
-    groupAdd(std::move(g));
-    return ncclSuccess;
-  }
-  std::vector<GroupOp> one{std::move(g)};
-  return guarded(comm, [&] { runP2pBatch(comm, one); });
+  return batchOrQueue(comm, {p2pOp(comm, kind, sendbuff, recvbuff, count, type, peer, stream)});
 }
 
 }  // namespace

@@ -180,6 +180,17 @@ ncclResult_t runGroup(Group g) {
       ++i;
       continue;
     }
+    // A communicator whose init (in this group, or before it, non-blocking) failed or has not
+    // finished takes no call.
+    if (const int init = comm->initState.load(std::memory_order_acquire);
+        init != ncclSuccess || !comm->comm) {
+      note(comm,
+           fail(comm, init == ncclInProgress ? ncclInvalidUsage : static_cast<ncclResult_t>(init),
+                "a grouped call on a communicator whose initialisation failed or has not "
+                "finished"));
+      ++i;
+      continue;
+    }
     if (!isP2p(g.ops[i])) {
       note(comm, guarded(comm, g.ops[i].run));
       ++i;

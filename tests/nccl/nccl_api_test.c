@@ -608,6 +608,30 @@ static int single(int k) {
   }
   NCCL_OK(ncclGroupEnd());
   for (int i = 0; i < k; ++i) NCCL_OK(ncclCommDestroy(comms[i]));
+  /* An init that cannot complete (rank 1 of 2, and nobody is rank 0) fails within the
+   * bootstrap's timeout (1 s here) and leaves no communicator; in a group, a call queued on
+   * such a communicator fails with it instead of running. */
+  setenv("STRATA_BOOTSTRAP_TIMEOUT", "1", 1);
+  setenv("STRATA_BOOTSTRAP_CONNECT_TIMEOUT", "1", 1);
+  ncclComm_t lonely = (ncclComm_t)1;
+  NCCL_OK(ncclGetUniqueId(&id));
+  double t0 = now();
+  ncclResult_t r = ncclCommInitRank(&lonely, 2, id, 1);
+  CHECK(r != ncclSuccess && lonely == NULL && now() - t0 < 30,
+        "an init without rank 0: %d, comm %p, %.1f s", (int)r, (void*)lonely, now() - t0);
+  NCCL_OK(ncclGetUniqueId(&id));
+  float x = 1;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommInitRank(&lonely, 2, id, 1));
+  NCCL_OK(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, lonely, NULL));
+  r = ncclGroupEnd();
+  CHECK(r != ncclSuccess, "a group whose init failed: %d", (int)r);
+  ncclResult_t state = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(lonely, &state));
+  CHECK(state != ncclSuccess && state != ncclInProgress, "its async error: %d", (int)state);
+  NCCL_OK(ncclCommDestroy(lonely));
+  unsetenv("STRATA_BOOTSTRAP_TIMEOUT");
+  unsetenv("STRATA_BOOTSTRAP_CONNECT_TIMEOUT");
   free(bufs);
   free(comms);
   printf("%s single process, %d ranks\n", failures ? "FAIL" : "PASS", k);
