@@ -15,6 +15,7 @@
 #include <nccl.h>
 
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -638,8 +639,35 @@ static int single(int k) {
   return failures ? 1 : 0;
 }
 
+/* --die: rank 1 is killed (SIGKILL) right after init; every other rank's allReduce fails with
+ * ncclRemoteError naming it, well within the transport timeout, and the next call fails at
+ * once. Survivors print "PASS survivor". */
+static int die(ncclComm_t comm) {
+  if (rank_ == 1) raise(SIGKILL);
+  usleep(200 * 1000);
+  float x = 1, y = 0;
+  double t0 = now();
+  ncclResult_t r = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL);
+  double took = now() - t0;
+  CHECK(r == ncclRemoteError && strstr(ncclGetLastError(comm), "rank 1") != NULL,
+        "allReduce after rank 1 died: %d: %s", (int)r, ncclGetLastError(comm));
+  CHECK(took < 5, "allReduce after rank 1 died took %.1f s", took);
+  r = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL);
+  CHECK(r == ncclRemoteError, "the next call on the broken communicator: %d", (int)r);
+  fprintf(stderr, "rank %d: after rank 1 died: %s in %.2f s: %s\n", rank_, ncclGetErrorString(r),
+          took, ncclGetLastError(comm));
+  ncclCommDestroy(comm);
+  printf("%s survivor rank %d\n", failures ? "FAIL" : "PASS", rank_);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "--single") == 0) return single(atoi(argv[2]));
+  const int dieMode = argc >= 2 && strcmp(argv[1], "--die") == 0;
+  if (dieMode) {
+    --argc;
+    ++argv;
+  }
   rank_ = envInt("STRATA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", 0);
   size_ = envInt("STRATA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", 1);
   ncclUniqueId id;
@@ -675,6 +703,7 @@ int main(int argc, char** argv) {
   if (!comm) return 1;
   waitReady(comm, "init");
   if (failures) return 1;
+  if (dieMode) return die(comm);
   misc(comm);
   reductions(comm);
   copies(comm);

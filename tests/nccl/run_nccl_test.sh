@@ -1,6 +1,7 @@
 #!/bin/bash
-# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id: the NCCL API test at N ranks, the id passed
-# through a file rank 0 writes, or through NCCL_COMM_ID (a free port on 127.0.0.1). LAUNCHER is
+# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id|die: the NCCL API test at N ranks, the id
+# passed through a file rank 0 writes, or through NCCL_COMM_ID (a free port on 127.0.0.1); die:
+# rank 1 is killed after init and the others must fail cleanly (strata-run only). LAUNCHER is
 # strata-run's path, or srun or mpirun (through tests/harness/run-srun.sh and run-mpirun.sh,
 # which exit 77 when there is no local Slurm or no mpirun).
 set -euo pipefail
@@ -13,6 +14,18 @@ case $launcher in
   mpirun) cmd=(bash "$harness/run-mpirun.sh" "$n" "$prog") ;;
   *) cmd=("$launcher" -n "$n" --tag-output --timeout 240 "$prog") ;;
 esac
+if [ "$mode" = die ]; then
+  # Rank 1 kills itself: strata-run exits 137 (its status), and every other rank must have
+  # printed "PASS survivor".
+  set +e
+  "${cmd[@]}" --die "$dir/id" | tee "$dir/out"
+  rc=${PIPESTATUS[0]}
+  set -e
+  passed=$(grep -c 'PASS survivor' "$dir/out" || true)
+  echo "run_nccl_test: strata-run exited $rc; $passed of $((n - 1)) survivors passed"
+  [ "$rc" = 137 ] && [ "$passed" = $((n - 1)) ]
+  exit
+fi
 if [ "$mode" = comm-id ]; then
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   export NCCL_COMM_ID=127.0.0.1:$port
