@@ -60,7 +60,7 @@ ProcessGroupStrata::ProcessGroupStrata(const c10::intrusive_ptr<c10d::Store>& st
     }
   }
 
-  ExplicitLaunch launch{rank, size, localRank, localSize, "", ""};
+  ExplicitLaunch launch{rank, size, localRank, localSize, "", "", {}};
   std::shared_ptr<Bootstrap> bootstrap;
   try {
     if (size == 1) {

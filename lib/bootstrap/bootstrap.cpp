@@ -77,25 +77,57 @@ std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch, cons
                             "launch",
                             launch.rank, launch.size, launch.localRank, launch.localSize));
   }
-  if (launch.size > 1 && launch.root.empty()) {
+  const int roots = launch.roots.size() > 1 ? static_cast<int>(launch.roots.size()) : 1;
+  if (roots > launch.size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("createTcpBootstrap: {} rendezvous roots for {} ranks (at most one "
+                            "root per rank)",
+                            roots, launch.size));
+  }
+  for (int k = 0; k < roots && roots > 1; ++k) {
+    const std::string& a = launch.roots[static_cast<size_t>(k)];
+    if (a.empty()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("createTcpBootstrap: rendezvous root {} has no address", k));
+    }
+    for (int j = 0; j < k; ++j) {
+      if (launch.roots[static_cast<size_t>(j)] == a) {
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("createTcpBootstrap: rendezvous roots {} and {} are the same "
+                                "address {}: each root needs its own listener",
+                                j, k, a));
+      }
+    }
+  }
+  const std::string root = roots > 1 ? launch.roots.front() : launch.root;
+  const int block = rendezvousBlockOf(launch.rank, launch.size, roots);
+  const bool serves =
+      launch.size > 1 && launch.rank == rendezvousBlockStart(block, launch.size, roots);
+  if (launch.size > 1 && root.empty()) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("createTcpBootstrap: rank {} of {} has no root address", launch.rank,
                             launch.size));
   }
-  if (launch.rank == 0 && launch.size > 1 && listener == nullptr) {
+  if (serves && listener == nullptr) {
     throw Error(ErrorCode::InvalidArgument,
-                "createTcpBootstrap: rank 0 must pass the RendezvousListener whose address it "
-                "published");
+                launch.rank == 0
+                    ? std::string("createTcpBootstrap: rank 0 must pass the RendezvousListener "
+                                  "whose address it published")
+                    : fmt::format("createTcpBootstrap: rank {} serves rendezvous block {} of {} "
+                                  "and must pass the RendezvousListener of roots[{}] ({})",
+                                  launch.rank, block, roots, block,
+                                  launch.roots[static_cast<size_t>(block)]));
   }
   LaunchInfo info;
   info.rank = launch.rank;
   info.size = launch.size;
   info.localRank = launch.localRank;
   info.localSize = launch.localSize;
-  info.root = launch.root;
+  info.root = root;
   info.secret = launch.secret;
   info.launcher = kExplicitLauncher;
-  info.rootFd = (launch.rank == 0 && listener != nullptr) ? listener->fd() : -1;
+  info.rootFd = (serves && listener != nullptr) ? listener->fd() : -1;
+  if (roots > 1) info.roots = launch.roots;
   // The same assembly as Bootstrap::create: log.level from strata.toml applies and ranks that
   // made different choices fail at start-up instead of in their first collective.
   return bootstrap::assemble(config, &info,

@@ -37,7 +37,7 @@ std::vector<uint8_t> encodeReject(const std::string& backend, const std::string&
   return wire::encodeRecord(kRejectKind, kRejectVersion, w.data());
 }
 
-void throwReject(std::span<const uint8_t> rec) {
+void throwReject(std::span<const uint8_t> rec, int server) {
   auto d = wire::decodeRecord(rec, kRejectKind, kRejectVersion, kMaxMessage + 512,
                               "rendezvous reject record");
   wire::Reader r(d.body, "rendezvous reject record");
@@ -45,8 +45,10 @@ void throwReject(std::span<const uint8_t> rec) {
   std::string message = r.str(kMaxMessage);
   bool timedOut = r.u8() != 0;
   r.expectEnd();
-  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
-              fmt::format("rank 0 ({} backend) failed the rendezvous: {}", backend, message), 0);
+  throw Error(
+      timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig,
+      fmt::format("rank {} ({} backend) failed the rendezvous: {}", server, backend, message),
+      server);
 }
 
 std::string backendOfKind(uint16_t kind) {
@@ -69,10 +71,36 @@ std::string timeoutMessage(const std::string& root, double seconds, int count, i
       root, seconds, count, size, rankList(missing), root);
 }
 
+namespace {
+
+/// The ranks that check in at this server (Options::expected, or all but the server).
+std::vector<int> expectedRanks(const Options& opt) {
+  if (opt.expected) return *opt.expected;
+  std::vector<int> all;
+  for (int r = 0; r < opt.size; ++r) {
+    if (r != opt.self) all.push_back(r);
+  }
+  return all;
+}
+
+}  // namespace
+
 std::vector<net::Fd> collect(
     int listenFd, const Options& opt,
     const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn) {
   const int n = opt.size;
+  const int self = opt.self;
+  const std::vector<int> expected = expectedRanks(opt);
+  std::vector<char> isExpected(static_cast<size_t>(n), 0);
+  for (int r : expected) {
+    if (r < 0 || r >= n || r == self) {
+      throw Error(ErrorCode::Internal,
+                  fmt::format("rendezvous: rank {} cannot check in at rank {}'s rendezvous of {}",
+                              r, self, n));
+    }
+    isExpected[static_cast<size_t>(r)] = 1;
+  }
+  const int total = static_cast<int>(expected.size()) + 1;
   const char* sub = opt.backend.c_str();
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
   struct Client {
@@ -106,28 +134,38 @@ std::vector<net::Fd> collect(
     if (kind != opt.helloKind) {
       failurePeer = r;
       failure = fmt::format(
-          "ranks disagree on bootstrap backend: rank 0 has '{}', rank {} has '{}'. Every rank "
+          "ranks disagree on bootstrap backend: rank {} has '{}', rank {} has '{}'. Every rank "
           "must use the same bootstrap.backend (check STRATA_* and strata.toml on every node)",
-          opt.backend, r, backendOfKind(kind));
+          self, opt.backend, r, backendOfKind(kind));
       ready[static_cast<size_t>(r)] = c.hs.takeFd();  // it gets the REJECT too
+      return;
+    }
+    if (r != self && !isExpected[static_cast<size_t>(r)]) {
+      failurePeer = r;
+      failure = fmt::format(
+          "rendezvous: rank {} checked in at rank {}'s rendezvous ({}), which serves other ranks: "
+          "the ranks were given different rendezvous roots (ncclCommInitRankScalable: every rank "
+          "must pass the same ids in the same order)",
+          r, self, opt.root);
+      duplicates.push_back(c.hs.takeFd());  // it gets the REJECT too
       return;
     }
     // The same rank again, on a new connection, after its first one was closed or reset: a
     // check-in retried because the network (or a relay) broke the first connection, not a
     // second process. Take the new connection in place of the dead one.
-    const bool retried = r != 0 && ready[static_cast<size_t>(r)].valid() &&
+    const bool retried = r != self && ready[static_cast<size_t>(r)].valid() &&
                          net::peerHasClosed(ready[static_cast<size_t>(r)].get());
     if (retried) {
       STRATA_LOG(Debug, sub,
                  "rendezvous: rank {} checked in again from {}; its first connection (from {}) "
                  "was closed, so this is a retry",
                  r, c.hs.remote().toString(), from[static_cast<size_t>(r)]);
-    } else if (r == 0 || ready[static_cast<size_t>(r)].valid()) {
+    } else if (r == self || ready[static_cast<size_t>(r)].valid()) {
       failurePeer = r;
       failure = fmt::format(
           "rendezvous: rank {} checked in twice (from {} and from {}); two "
           "processes were given the same rank",
-          r, r == 0 ? std::string("rank 0 itself") : from[static_cast<size_t>(r)],
+          r, r == self ? fmt::format("rank {} itself", self) : from[static_cast<size_t>(r)],
           c.hs.remote().toString());
       duplicates.push_back(c.hs.takeFd());  // it gets the REJECT too
       return;
@@ -144,10 +182,10 @@ std::vector<net::Fd> collect(
   };
 
   for (;;) {
-    if (count >= n && failure.empty()) {
+    if (count >= total && failure.empty()) {
       // Everyone is in; a check-in whose connection has closed since (cut by the network or a
       // relay) is retried by its rank, so wait for that instead of answering into the void.
-      for (int r = 1; r < n; ++r) {
+      for (int r : expected) {
         auto& fd = ready[static_cast<size_t>(r)];
         if (fd.valid() && net::peerHasClosed(fd.get())) {
           STRATA_LOG(Debug, sub,
@@ -159,15 +197,15 @@ std::vector<net::Fd> collect(
         }
       }
     }
-    if (count >= n || !failure.empty()) break;
+    if (count >= total || !failure.empty()) break;
     if (deadline.expired()) {
       std::vector<int> missing;
-      for (int r = 1; r < n; ++r) {
+      for (int r : expected) {
         if (!ready[static_cast<size_t>(r)].valid()) missing.push_back(r);
       }
       timedOut = true;
       failurePeer = missing.empty() ? -1 : missing.front();
-      failure = timeoutMessage(opt.root, opt.connectTimeout, count, n, missing);
+      failure = timeoutMessage(opt.root, opt.connectTimeout, count, total, missing);
       break;
     }
     std::vector<pollfd> fds;
@@ -227,7 +265,7 @@ std::vector<net::Fd> collect(
         if (!fd.valid()) break;
         clients.push_back(Client{
             handshake::ListenSide(std::move(fd), remote, opt.secret, handshake::Purpose::Rendezvous,
-                                  0, n, Deadline::fromTimeout(opt.handshakeTimeout)),
+                                  self, n, Deadline::fromTimeout(opt.handshakeTimeout)),
             handshake::RecordReader(opt.maxRecord)});
         if (clients.back().hs.step() == handshake::ListenSide::State::Rejected) {
           logRejected(clients.back().hs);
@@ -237,27 +275,37 @@ std::vector<net::Fd> collect(
     }
   }
   if (failure.empty()) return ready;
-  Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
   for (auto& fd : duplicates) ready.push_back(std::move(fd));
+  rejectAll(ready, opt, failure, timedOut);
+  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
+}
+
+void rejectAll(std::vector<net::Fd>& ready, const Options& opt, const std::string& message,
+               bool timedOut) {
+  Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
   for (auto& fd : ready) {
     if (!fd.valid()) continue;
     try {
-      handshake::writeRecord(fd.get(), encodeReject(opt.backend, failure, timedOut), replyDeadline,
+      handshake::writeRecord(fd.get(), encodeReject(opt.backend, message, timedOut), replyDeadline,
                              "rendezvous reject");
     } catch (const Error&) {
     }
   }
-  throw Error(timedOut ? ErrorCode::Timeout : ErrorCode::InvalidConfig, failure, failurePeer);
 }
 
 void serve(int listenFd, const Options& opt,
            const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
            const std::function<std::vector<uint8_t>(int rank)>& reply) {
   std::vector<net::Fd> ready = collect(listenFd, opt, onCheckIn);
+  answer(ready, opt, reply);
+}
+
+void answer(std::vector<net::Fd>& ready, const Options& opt,
+            const std::function<std::vector<uint8_t>(int rank)>& reply) {
   std::string failure;
   int failurePeer = -1;
   Deadline replyDeadline = Deadline::after(std::max(1.0, opt.handshakeTimeout));
-  for (int r = 1; r < opt.size; ++r) {
+  for (int r : expectedRanks(opt)) {
     auto& fd = ready[static_cast<size_t>(r)];
     if (!fd.valid()) continue;
     try {
@@ -276,9 +324,10 @@ void serve(int listenFd, const Options& opt,
 
 namespace {
 
-std::string brokeNote(const std::string& broke) {
+std::string brokeNote(const std::string& broke, const std::string& server) {
   if (broke.empty()) return {};
-  return fmt::format("; this rank's check-in connection broke before rank 0 answered ({})", broke);
+  return fmt::format("; this rank's check-in connection broke before {} answered ({})", server,
+                     broke);
 }
 
 }  // namespace
@@ -286,8 +335,9 @@ std::string brokeNote(const std::string& broke) {
 std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const Options& opt,
                              int rank, const std::vector<uint8_t>& hello) {
   Deadline deadline = Deadline::fromTimeout(opt.connectTimeout);
+  const std::string server = fmt::format("rank {}", opt.self);
   std::string what =
-      fmt::format("{} bootstrap rendezvous with rank 0 at {}", opt.backend, opt.root);
+      fmt::format("{} bootstrap rendezvous with {} at {}", opt.backend, server, opt.root);
   bool connectedOnce = false;
   // A check-in whose connection broke before rank 0 answered (the network, or a relay, reset
   // it): the retries that follow may find the rendezvous over; the final error says so.
@@ -301,9 +351,9 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
       // Nothing listens there (any more): rank 0 is gone or never started.
       throw Error(
           ErrorCode::Timeout,
-          fmt::format("{} (bootstrap.connect_timeout={} s){}. Rank 0 {}: check its "
+          fmt::format("{} (bootstrap.connect_timeout={} s){}. Rank {} {}: check its "
                       "output for why",
-                      e.what(), opt.connectTimeout, brokeNote(brokeAfterCheckIn),
+                      e.what(), opt.connectTimeout, brokeNote(brokeAfterCheckIn, server), opt.self,
                       connectedOnce ? "took an earlier connection but no longer accepts: it "
                                       "exited or was killed, or this host cannot reach it "
                                       "any more"
@@ -312,13 +362,13 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
                                       "reach it, or it has finished its rendezvous "
                                       "already (then the job runs without this process: "
                                       "was it given the rank of a live one?)"),
-          0);
+          opt.self);
     }
     connectedOnce = true;
     bool checkedIn = false;
     try {
       handshake::connectSide(fd.get(), opt.secret, handshake::Purpose::Rendezvous, rank, opt.size,
-                             0, deadline, what);
+                             opt.self, deadline, what);
       handshake::writeRecord(fd.get(), hello, deadline, what);
       // Checked in: rank 0 answers when every rank has, or when its own connect_timeout passes
       // (counted from before it accepted us), with a verdict naming the missing ranks. Wait a
@@ -332,7 +382,7 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
       checkedIn = false;  // answered: a REJECT's own error stands as it is
       auto h = wire::decodeHeader({rec.data(), wire::kRecordHeaderSize}, 0xffff,
                                   std::max(opt.maxRecord, kMaxMessage + 512), what);
-      if (h.kind == kRejectKind) throwReject(rec);
+      if (h.kind == kRejectKind) throwReject(rec, opt.self);
       return rec;
     } catch (const Error& e) {
       // Rank 0 of an earlier bootstrap in this process may still be closing, or the port
@@ -340,36 +390,37 @@ std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs, const 
       bool transient = e.code() == ErrorCode::PeerLost && !deadline.expired();
       if (!transient && checkedIn && e.code() == ErrorCode::Timeout) {
         throw Error(ErrorCode::Timeout,
-                    fmt::format("{}: rank 0 took this rank's check-in but sent no answer within "
-                                "bootstrap.connect_timeout={} s and then some: rank 0 is stuck "
+                    fmt::format("{}: {} took this rank's check-in but sent no answer within "
+                                "bootstrap.connect_timeout={} s and then some: {} is stuck "
                                 "(stopped, or starved of CPU)",
-                                e.what(), opt.connectTimeout),
-                    0);
+                                e.what(), server, opt.connectTimeout, server),
+                    opt.self);
       }
       if (!transient) {
         if (e.code() == ErrorCode::Timeout &&
-            std::string(e.what()).find("rank 0 (") == std::string::npos) {
+            std::string(e.what()).find(server + " (") == std::string::npos) {
           // e.what() starts with `what` already. The port took the connection, so something
           // holds it; a rank 0 that finished its rendezvous never answers again (strata-run's
           // root socket stays open for the life of rank 0).
           if (!brokeAfterCheckIn.empty()) {
             throw Error(ErrorCode::Timeout,
-                        fmt::format("{}{}, and rank 0 did not complete a new check-in within "
+                        fmt::format("{}{}, and {} did not complete a new check-in within "
                                     "bootstrap.connect_timeout={} s: the network between this "
-                                    "host and rank 0's failed, or rank 0 gave up on this rank "
+                                    "host and {}'s failed, or {} gave up on this rank "
                                     "(check its output)",
-                                    e.what(), brokeNote(brokeAfterCheckIn), opt.connectTimeout),
-                        0);
+                                    e.what(), brokeNote(brokeAfterCheckIn, server), server,
+                                    opt.connectTimeout, server, server),
+                        opt.self);
           }
           throw Error(ErrorCode::Timeout,
-                      fmt::format("{}: rank 0 accepted the connection but did not complete the "
-                                  "check-in within bootstrap.connect_timeout={} s. Either rank 0 "
+                      fmt::format("{}: {} accepted the connection but did not complete the "
+                                  "check-in within bootstrap.connect_timeout={} s. Either {} "
                                   "is stuck, the network to it broke, or its rendezvous is over "
                                   "because the job is already running: was this process given "
                                   "the rank of a live one (a second launch of the same rank, or "
                                   "a leftover STRATA_* environment)?",
-                                  e.what(), opt.connectTimeout),
-                      0);
+                                  e.what(), server, opt.connectTimeout, server),
+                      opt.self);
         }
         throw;
       }

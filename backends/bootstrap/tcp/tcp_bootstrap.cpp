@@ -35,34 +35,53 @@ namespace {
 
 constexpr uint16_t kHello = 10;
 constexpr uint16_t kReply = 11;
-constexpr uint16_t kRendezvousVersion = 1;
-constexpr size_t kMaxAddress = 64;  // "[ipv6]:port" fits
+constexpr uint16_t kRendezvousVersion = 2;  // 2: hellos carry a root's block (multi-root)
+constexpr size_t kMaxAddress = 64;          // "[ipv6]:port" fits
 constexpr size_t kMaxRecord = 4096;
 constexpr const char* kSub = "tcp";
 
 std::once_flag gSecretWarning;
+
+/// The most a root's hello (its block's addresses) takes, for a job of n ranks.
+size_t maxHello(int n) {
+  return kMaxRecord + static_cast<size_t>(n) * (kMaxAddress + 8);
+}
 
 struct Hello {
   int rank = -1;
   int size = 0;
   std::string address;
   std::string host;
+  /// A multi-root rendezvous: the root's block (rank, address), the root itself excluded;
+  /// empty in every other hello.
+  std::vector<std::pair<int, std::string>> block;
 };
 
 std::vector<uint8_t> encodeHello(const Hello& h) {
   wire::Writer w;
   w.i32(h.rank).i32(h.size).str(h.address).str(h.host);
+  w.u32(static_cast<uint32_t>(h.block.size()));
+  for (const auto& [rank, address] : h.block) w.i32(rank).str(address);
   return wire::encodeRecord(kHello, kRendezvousVersion, w.data());
 }
 
-Hello decodeHello(const std::vector<uint8_t>& rec) {
-  auto d = wire::decodeRecord(rec, kHello, kRendezvousVersion, kMaxRecord, "tcp hello record");
+Hello decodeHello(const std::vector<uint8_t>& rec, int n) {
+  auto d = wire::decodeRecord(rec, kHello, kRendezvousVersion, maxHello(n), "tcp hello record");
   wire::Reader r(d.body, "tcp hello record");
   Hello h;
   h.rank = r.i32();
   h.size = r.i32();
   h.address = r.str(kMaxAddress);
   h.host = r.str(256);
+  const uint32_t entries = r.u32();
+  if (entries >= static_cast<uint32_t>(n)) {
+    throw Error(ErrorCode::ProtocolError,
+                fmt::format("tcp hello record: {} block entries in a job of {} ranks", entries, n));
+  }
+  for (uint32_t i = 0; i < entries; ++i) {
+    const int rank = r.i32();
+    h.block.emplace_back(rank, r.str(kMaxAddress));
+  }
   r.expectEnd();
   return h;
 }
@@ -108,31 +127,128 @@ struct TcpBootstrap::Impl {
     return r;
   }
 
-  /// Rank 0: collect every rank's listen address, then tell each its ring successor's.
-  void serveRendezvous(int listenFd, std::vector<std::string>& table, const mesh::Options& opt) {
-    const int n = opt.size;
-    rendezvous::serve(
-        listenFd, rendezvousOptions(opt),
-        [&](int rank, const std::vector<uint8_t>& record) {
-          Hello h = decodeHello(record);
-          if (h.rank != rank || h.size != n) {
-            throw Error(ErrorCode::InvalidConfig,
-                        fmt::format("rendezvous: a peer authenticated as rank {} sent a hello for "
-                                    "rank {} of {} (this job has {} ranks)",
-                                    rank, h.rank, h.size, n),
-                        rank);
-          }
-          net::SockAddr::parseNumeric(h.address);  // rejects garbage before anyone uses it
-          table[static_cast<size_t>(rank)] = h.address;
-        },
-        [&](int rank) { return encodeReply(table[static_cast<size_t>((rank + 1) % n)]); });
+  /// The rendezvous served by rank `self` at `rootAddress` (multi-root: the ranks of its block,
+  /// and at rank 0 the other roots too).
+  rendezvous::Options serverOptions(const mesh::Options& opt, int self,
+                                    const std::string& rootAddress) const {
+    rendezvous::Options r = rendezvousOptions(opt);
+    r.self = self;
+    r.root = rootAddress;
+    r.maxRecord = maxHello(opt.size);
+    return r;
   }
 
-  /// Other ranks: check in at the root and learn the ring successor's address.
-  std::string checkIn(const std::vector<net::SockAddr>& rootAddrs, const mesh::Options& opt,
-                      const std::string& myAddress) {
-    Hello h{opt.rank, opt.size, myAddress, process::hostName()};
-    auto rec = rendezvous::checkIn(rootAddrs, rendezvousOptions(opt), opt.rank, encodeHello(h));
+  /// Checks a hello against the rank that authenticated and stores its address (and, from a
+  /// root's hello, its block's: exactly the ranks first+1..end-1 of that root's block).
+  static void storeHello(int rank, const std::vector<uint8_t>& record, int n, int roots,
+                         std::vector<std::string>& table) {
+    Hello h = decodeHello(record, n);
+    if (h.rank != rank || h.size != n) {
+      throw Error(ErrorCode::InvalidConfig,
+                  fmt::format("rendezvous: a peer authenticated as rank {} sent a hello for "
+                              "rank {} of {} (this job has {} ranks)",
+                              rank, h.rank, h.size, n),
+                  rank);
+    }
+    net::SockAddr::parseNumeric(h.address);  // rejects garbage before anyone uses it
+    table[static_cast<size_t>(rank)] = h.address;
+    const int k = rendezvousBlockOf(rank, n, roots);
+    const bool isRoot = roots > 1 && rank == rendezvousBlockStart(k, n, roots);
+    const int end = rendezvousBlockStart(k + 1, n, roots);
+    if (!isRoot || rank == 0) {
+      if (!h.block.empty()) {
+        throw Error(ErrorCode::ProtocolError,
+                    fmt::format("rendezvous: rank {} sent a root's hello but is not a root", rank),
+                    rank);
+      }
+      return;
+    }
+    if (h.block.size() != static_cast<size_t>(end - rank - 1)) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("rendezvous: root rank {} sent {} addresses for a block of {} "
+                              "other ranks",
+                              rank, h.block.size(), end - rank - 1),
+                  rank);
+    }
+    for (size_t i = 0; i < h.block.size(); ++i) {
+      const auto& [q, address] = h.block[i];
+      if (q != rank + 1 + static_cast<int>(i)) {
+        throw Error(ErrorCode::ProtocolError,
+                    fmt::format("rendezvous: root rank {} sent rank {} in its block's place {}",
+                                rank, q, i),
+                    rank);
+      }
+      net::SockAddr::parseNumeric(address);
+      table[static_cast<size_t>(q)] = address;
+    }
+  }
+
+  /// Rank 0: collect every rank's listen address, then tell each its ring successor's. With
+  /// several roots: the ranks of block 0 and the other roots, whose hellos carry their blocks;
+  /// a root's reply is the successor of its block's last rank.
+  void serveRendezvous(int listenFd, std::vector<std::string>& table, const mesh::Options& opt) {
+    const int n = opt.size;
+    const int roots = std::max<int>(1, static_cast<int>(launch.roots.size()));
+    rendezvous::Options ro = serverOptions(opt, 0, root);
+    ro.expected.emplace();
+    for (int q = 1; q < n; ++q) {
+      const int k = rendezvousBlockOf(q, n, roots);
+      if (k == 0 || q == rendezvousBlockStart(k, n, roots)) ro.expected->push_back(q);
+    }
+    rendezvous::serve(
+        listenFd, ro,
+        [&](int rank, const std::vector<uint8_t>& record) {
+          storeHello(rank, record, n, roots, table);
+        },
+        [&](int rank) {
+          const int k = rendezvousBlockOf(rank, n, roots);
+          const int after = k == 0 ? rank + 1 : rendezvousBlockStart(k + 1, n, roots);
+          return encodeReply(table[static_cast<size_t>(after % n)]);
+        });
+  }
+
+  /// Root `first` (not 0) of a multi-root rendezvous: collect its block, check in at rank 0 with
+  /// the block's addresses, then answer the block. Returns this rank's successor's address.
+  std::string serveBlock(int listenFd, std::vector<std::string>& table, const mesh::Options& opt,
+                         const std::string& myAddress) {
+    const int n = opt.size, roots = static_cast<int>(launch.roots.size());
+    const int first = opt.rank, k = rendezvousBlockOf(first, n, roots);
+    const int end = rendezvousBlockStart(k + 1, n, roots);
+    rendezvous::Options ro = serverOptions(opt, first, launch.roots[static_cast<size_t>(k)]);
+    ro.expected.emplace();
+    for (int q = first + 1; q < end; ++q) ro.expected->push_back(q);
+    std::vector<net::Fd> ready =
+        rendezvous::collect(listenFd, ro, [&](int rank, const std::vector<uint8_t>& record) {
+          storeHello(rank, record, n, roots, table);
+        });
+    std::string after;
+    try {
+      Hello h{first, n, myAddress, process::hostName(), {}};
+      for (int q = first + 1; q < end; ++q) h.block.emplace_back(q, table[static_cast<size_t>(q)]);
+      after = checkIn(opt, 0, root, encodeHello(h));
+    } catch (const Error& e) {
+      rendezvous::rejectAll(ready, ro,
+                            fmt::format("root rank {} (block {} of {}) could not check in at rank "
+                                        "0: {}",
+                                        first, k, roots, e.what()),
+                            e.code() == ErrorCode::Timeout);
+      throw;
+    }
+    rendezvous::answer(ready, ro, [&](int rank) {
+      return encodeReply(rank + 1 < end ? table[static_cast<size_t>(rank + 1)] : after);
+    });
+    return first + 1 < end ? table[static_cast<size_t>(first + 1)] : after;
+  }
+
+  /// Check in at rank `server`'s rendezvous (`address`) with `hello`; returns the successor's
+  /// address it answers.
+  std::string checkIn(const mesh::Options& opt, int server, const std::string& address,
+                      const std::vector<uint8_t>& hello) const {
+    std::string host;
+    uint16_t port = 0;
+    net::splitHostPort(address, host, port, "rendezvous address");
+    auto addrs = net::resolve(host, port, family);
+    auto rec = rendezvous::checkIn(addrs, serverOptions(opt, server, address), opt.rank, hello);
     auto d =
         wire::decodeRecord(rec, kReply, kRendezvousVersion, kMaxRecord, "tcp rendezvous reply");
     wire::Reader r(d.body, "tcp rendezvous reply");
@@ -140,6 +256,8 @@ struct TcpBootstrap::Impl {
     r.expectEnd();
     return next;
   }
+
+  int family = AF_UNSPEC;
 };
 
 TcpBootstrap::TcpBootstrap(const Config& config) : TcpBootstrap(config, detectLaunch(config)) {}
@@ -185,7 +303,7 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
   std::string rootHost;
   uint16_t rootPort = 0;
   net::splitHostPort(I.root, rootHost, rootPort, "rendezvous address (STRATA_ROOT)");
-  int family = netif::familyOf(config::getString(config, "bootstrap.tcp.family"));
+  const int family = I.family = netif::familyOf(config::getString(config, "bootstrap.tcp.family"));
   auto rootAddrs = net::resolve(rootHost, rootPort, family);
 
   auto iface = netif::select(config::getString(config, "bootstrap.tcp.interface"), family,
@@ -202,7 +320,20 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
   std::vector<std::string> table(static_cast<size_t>(opt.size));
   table[static_cast<size_t>(opt.rank)] = myAddress;
   std::string next;
-  if (opt.rank == 0) {
+  const int roots = std::max<int>(1, static_cast<int>(I.launch.roots.size()));
+  const int block = rendezvousBlockOf(opt.rank, opt.size, roots);
+  const int blockFirst = rendezvousBlockStart(block, opt.size, roots);
+  if (opt.rank != 0 && opt.rank == blockFirst) {
+    // The root of a block of a multi-root rendezvous (the caller's listener).
+    if (I.launch.rootFd < 0) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("tcp bootstrap: rank {} serves rendezvous block {} of {} but was "
+                              "given no listener for {}",
+                              opt.rank, block, roots, I.launch.roots[static_cast<size_t>(block)]));
+    }
+    net::setNonBlocking(I.launch.rootFd);
+    next = I.serveBlock(I.launch.rootFd, table, opt, myAddress);
+  } else if (opt.rank == 0) {
     net::Fd ownRoot;
     int rootFd = -1;
     std::unique_lock inheritedLock(inheritedRoot().mu, std::defer_lock);
@@ -233,7 +364,10 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
     I.serveRendezvous(rootFd, table, opt);
     next = table[1];
   } else {
-    next = I.checkIn(rootAddrs, opt, myAddress);
+    Hello h{opt.rank, opt.size, myAddress, process::hostName(), {}};
+    next =
+        I.checkIn(opt, blockFirst, roots > 1 ? I.launch.roots[static_cast<size_t>(block)] : I.root,
+                  encodeHello(h));
   }
   const int n = opt.size, r = opt.rank;
   I.mesh->setPeerAddress((r + 1) % n, next);
@@ -305,7 +439,16 @@ TcpBootstrap::TcpBootstrap(const Config& config, const LaunchInfo& launch)
   I.mesh->setStarCollectives(agreed == 2 || (agreed == 0 && anyCrowded));
   I.rendezvousSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  STRATA_LOG(Debug, kSub, "rendezvous of {} ranks took {:.3f} ms", n, I.rendezvousSeconds * 1e3);
+  if (roots > 1) {
+    STRATA_LOG(Debug, kSub,
+               "rendezvous of {} ranks over {} roots took {:.3f} ms (block {}: ranks "
+               "{}-{}, root {})",
+               n, roots, I.rendezvousSeconds * 1e3, block, blockFirst,
+               rendezvousBlockStart(block + 1, n, roots) - 1,
+               I.launch.roots[static_cast<size_t>(block)]);
+  } else {
+    STRATA_LOG(Debug, kSub, "rendezvous of {} ranks took {:.3f} ms", n, I.rendezvousSeconds * 1e3);
+  }
 }
 
 TcpBootstrap::~TcpBootstrap() = default;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <strata/config.hpp>
 #include <strata/export.hpp>
@@ -49,7 +50,26 @@ struct ExplicitLaunch {
   int localSize = 1;
   std::string root;    ///< "host:port" of rank 0's rendezvous listener (from RendezvousListener)
   std::string secret;  ///< the job secret every rank was given; empty: unauthenticated (warned)
+  /// Several rendezvous roots sharing the start-up load (ncclCommInitRankScalable), the same
+  /// list on every rank; empty or one entry: `root` alone. roots[k] is the listener address of
+  /// rank rendezvousBlockStart(k, ...), which serves the ranks of block k; roots[0] replaces
+  /// `root`. Each root collects its block's addresses and checks in at roots[0] with them.
+  std::vector<std::string> roots;
 };
+
+/// The first rank of block k when `size` ranks share `roots` rendezvous roots: NCCL's split
+/// (blocks of size / roots ranks, the first size % roots of them one rank larger). k == roots
+/// gives size.
+constexpr int rendezvousBlockStart(int k, int size, int roots) {
+  return k * (size / roots) + (k < size % roots ? k : size % roots);
+}
+
+/// The block (rendezvous root) of `rank`: the k with
+/// rendezvousBlockStart(k) <= rank < rendezvousBlockStart(k + 1).
+constexpr int rendezvousBlockOf(int rank, int size, int roots) {
+  const int big = size % roots, per = size / roots;
+  return rank < big * (per + 1) ? rank / (per + 1) : big + (rank - big * (per + 1)) / per;
+}
 
 /// Rank 0's rendezvous socket, bound before its address is published so that no other process
 /// can take the port in between: listening on the address of the interface bootstrap.tcp.interface
@@ -77,9 +97,11 @@ class STRATA_API RendezvousListener {
 
 /// The tcp bootstrap for an explicit launch (bootstrap.backend is not consulted). Rank 0 passes
 /// the listener whose address it published as launch.root; the other ranks pass nullptr and
-/// connect to launch.root. Every other bootstrap.* key applies as with Bootstrap::create.
-STRATA_API std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch,
-                                                         const Config& config = Config::load(),
-                                                         const RendezvousListener* listener = nullptr);
+/// connect to launch.root. With launch.roots, the first rank of each block passes the listener
+/// of its root and the others connect to their block's root. Every other bootstrap.* key applies as
+/// with Bootstrap::create.
+STRATA_API std::unique_ptr<Bootstrap> createTcpBootstrap(
+    const ExplicitLaunch& launch, const Config& config = Config::load(),
+    const RendezvousListener* listener = nullptr);
 
 }  // namespace strata

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE bootstrap_create
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,7 +46,7 @@ BOOST_AUTO_TEST_CASE(explicit_launch_ignores_the_environment) {
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        strata::ExplicitLaunch launch{r, n, r, n, listener.address(), "explicit-secret"};
+        strata::ExplicitLaunch launch{r, n, r, n, listener.address(), "explicit-secret", {}};
         auto b = strata::createTcpBootstrap(launch, c, r == 0 ? &listener : nullptr);
         std::vector<int> slots(n, -1);
         slots[static_cast<size_t>(r)] = r * 10;
@@ -72,25 +73,157 @@ BOOST_AUTO_TEST_CASE(explicit_launch_ignores_the_environment) {
   BOOST_TEST(second.address() != listener.address());
 }
 
+namespace {
+
+/// The code createTcpBootstrap throws for this launch (Internal if it succeeds).
+ErrorCode createFails(const strata::ExplicitLaunch& launch, const Config& c) {
+  try {
+    strata::createTcpBootstrap(launch, c, nullptr);
+  } catch (const Error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return e.code();
+  }
+  return ErrorCode::Internal;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(explicit_launch_rejects_bad_arguments) {
   Config c;
   c.set("bootstrap.tcp.interface", "lo");
-  auto code = [&](strata::ExplicitLaunch l, const strata::RendezvousListener* li = nullptr) {
-    try {
-      strata::createTcpBootstrap(l, c, li);
-    } catch (const Error& e) {
-      BOOST_TEST_MESSAGE(e.what());
-      return e.code();
-    }
-    return ErrorCode::Internal;
-  };
-  BOOST_TEST((code({2, 2, 0, 1, "127.0.0.1:1", ""}) == ErrorCode::InvalidArgument));
-  BOOST_TEST((code({0, 0, 0, 1, "127.0.0.1:1", ""}) == ErrorCode::InvalidArgument));
-  BOOST_TEST((code({1, 2, 1, 1, "127.0.0.1:1", ""}) == ErrorCode::InvalidArgument));
-  BOOST_TEST((code({1, 2, 0, 1, "", ""}) == ErrorCode::InvalidArgument));
-  BOOST_TEST((code({0, 2, 0, 1, "127.0.0.1:1", ""}) == ErrorCode::InvalidArgument));  // no listener
-  auto one = strata::createTcpBootstrap({0, 1, 0, 1, "", ""}, c);
+  auto code = [&](const strata::ExplicitLaunch& l) { return createFails(l, c); };
+  BOOST_TEST((code({2, 2, 0, 1, "127.0.0.1:1", "", {}}) == ErrorCode::InvalidArgument));
+  BOOST_TEST((code({0, 0, 0, 1, "127.0.0.1:1", "", {}}) == ErrorCode::InvalidArgument));
+  BOOST_TEST((code({1, 2, 1, 1, "127.0.0.1:1", "", {}}) == ErrorCode::InvalidArgument));
+  BOOST_TEST((code({1, 2, 0, 1, "", "", {}}) == ErrorCode::InvalidArgument));
+  BOOST_TEST(
+      (code({0, 2, 0, 1, "127.0.0.1:1", "", {}}) == ErrorCode::InvalidArgument));  // no listener
+  auto one = strata::createTcpBootstrap({0, 1, 0, 1, "", "", {}}, c);
   BOOST_TEST(one->size() == 1);
+}
+
+// Several rendezvous roots (ncclCommInitRankScalable): 7 ranks over 3 roots in NCCL's blocks
+// (0-2, 3-4, 5-6); each root serves its block and roots 3 and 5 check in at rank 0 with theirs.
+// Then every rank holds every address: an all-gather and a send from each rank to its
+// farthest peer work.
+namespace {
+
+struct MultiRootRun {
+  std::vector<std::string> errors;
+  std::vector<std::unique_ptr<strata::Bootstrap>> boots;
+};
+
+MultiRootRun runMultiRoot(int n, int roots, const Config& c, int absent = -1) {
+  std::vector<std::unique_ptr<strata::RendezvousListener>> listeners;
+  strata::ExplicitLaunch base;
+  base.size = n;
+  base.secret = "multi-root-secret";
+  for (int k = 0; k < roots; ++k) {
+    listeners.push_back(std::make_unique<strata::RendezvousListener>(c));
+    base.roots.push_back(listeners.back()->address());
+  }
+  MultiRootRun run;
+  run.errors.assign(static_cast<size_t>(n), "");
+  run.boots.resize(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    if (r == absent) continue;
+    threads.emplace_back([&, r] {
+      try {
+        strata::ExplicitLaunch launch = base;
+        launch.rank = r;
+        launch.localRank = r;
+        launch.localSize = n;
+        const int k = strata::rendezvousBlockOf(r, n, roots);
+        const bool serves = r == strata::rendezvousBlockStart(k, n, roots);
+        auto b = strata::createTcpBootstrap(
+            launch, c, serves ? listeners[static_cast<size_t>(k)].get() : nullptr);
+        std::vector<int> slots(static_cast<size_t>(n), -1);
+        slots[static_cast<size_t>(r)] = r * 10;
+        b->allGather(slots.data(), sizeof(int));
+        for (int q = 0; q < n; ++q) {
+          if (slots[static_cast<size_t>(q)] != q * 10) {
+            run.errors[static_cast<size_t>(r)] = "bad slot " + std::to_string(q);
+          }
+        }
+        const int far = (r + n / 2) % n, from = (r - n / 2 + n) % n;
+        int out = r, in = -1;
+        b->send(far, 7, &out, sizeof out);
+        b->recv(from, 7, &in, sizeof in);
+        if (in != from) run.errors[static_cast<size_t>(r)] = "bad message";
+        b->barrier();
+        run.boots[static_cast<size_t>(r)] = std::move(b);
+      } catch (const std::exception& e) {
+        run.errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return run;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(several_rendezvous_roots_share_the_start_up) {
+  BOOST_TEST(strata::rendezvousBlockStart(0, 7, 3) == 0);
+  BOOST_TEST(strata::rendezvousBlockStart(1, 7, 3) == 3);
+  BOOST_TEST(strata::rendezvousBlockStart(2, 7, 3) == 5);
+  BOOST_TEST(strata::rendezvousBlockStart(3, 7, 3) == 7);
+  for (int n : {1, 2, 5, 7, 16}) {
+    for (int k = 1; k <= n; ++k) {
+      for (int r = 0; r < n; ++r) {
+        const int b = strata::rendezvousBlockOf(r, n, k);
+        BOOST_TEST((strata::rendezvousBlockStart(b, n, k) <= r &&
+                    r < strata::rendezvousBlockStart(b + 1, n, k)),
+                   "rank " << r << " of " << n << ", " << k << " roots");
+      }
+    }
+  }
+  Config c;
+  c.set("bootstrap.tcp.interface", "lo").set("bootstrap.timeout", "20");
+  for (auto [n, roots] : {std::pair{7, 3}, std::pair{4, 4}, std::pair{5, 2}}) {
+    auto run = runMultiRoot(n, roots, c);
+    for (int r = 0; r < n; ++r) {
+      BOOST_TEST(run.errors[static_cast<size_t>(r)] == "", n << " ranks, " << roots
+                                                             << " roots: rank " << r << ": "
+                                                             << run.errors[static_cast<size_t>(r)]);
+      if (run.boots[static_cast<size_t>(r)]) {
+        BOOST_TEST(run.boots[static_cast<size_t>(r)]->rank() == r);
+      }
+    }
+  }
+}
+
+// A rank of block 1 never starts: its root times out naming it and rejects its block; rank 0
+// then gives up on that root; nobody waits past the connect timeout and then some.
+BOOST_AUTO_TEST_CASE(a_missing_rank_of_another_root_fails_every_rank_naming_it) {
+  Config c;
+  c.set("bootstrap.tcp.interface", "lo").set("bootstrap.connect_timeout", "2");
+  auto start = std::chrono::steady_clock::now();
+  auto run = runMultiRoot(6, 2, c, 4);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  BOOST_TEST(took < 12.0, took);
+  for (int r : {3, 5}) {  // rank 3 serves block 1 (3-5)
+    BOOST_TEST(run.errors[static_cast<size_t>(r)].find("missing ranks: 4") != std::string::npos,
+               run.errors[static_cast<size_t>(r)]);
+  }
+  for (int r : {0, 1, 2}) {
+    BOOST_TEST(run.errors[static_cast<size_t>(r)] != "", "rank " << r);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(multi_root_launches_are_checked) {
+  Config c;
+  c.set("bootstrap.tcp.interface", "lo");
+  auto code = [&](const strata::ExplicitLaunch& l) { return createFails(l, c); };
+  const std::vector<std::string> two{"127.0.0.1:1", "127.0.0.1:2"};
+  BOOST_TEST((code({0, 1, 0, 1, "", "", two}) == ErrorCode::InvalidArgument));  // 2 roots, 1 rank
+  BOOST_TEST((code({1, 3, 0, 1, "", "", {"127.0.0.1:1", "127.0.0.1:1"}}) ==
+              ErrorCode::InvalidArgument));  // same root twice
+  BOOST_TEST(
+      (code({2, 4, 0, 1, "", "", two}) == ErrorCode::InvalidArgument));  // serves, no listener
+  BOOST_TEST((code({1, 4, 0, 1, "", "", {"127.0.0.1:1", ""}}) == ErrorCode::InvalidArgument));
 }
 
 // Without bootstrap.tcp.interface, the host hint picks the interface (torch's MASTER_ADDR).

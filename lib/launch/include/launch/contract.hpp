@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include <strata/config.hpp>
 #include <strata/export.hpp>
@@ -25,6 +26,9 @@ struct LaunchInfo {
   std::string secret;    ///< the job secret; empty when none was provided
   std::string launcher;  ///< "strata-run", "slurm", "mpirun", "none", or kExplicitLauncher
   int rootFd = -1;       ///< a listening socket inherited from strata-run (rank 0 only), or -1
+  /// A multi-root rendezvous (ExplicitLaunch::roots), two or more; empty: `root` alone. The
+  /// first rank of each block serves it (on rootFd).
+  std::vector<std::string> roots;
 };
 
 /// The launcher of a launch a framework gave explicitly (createTcpBootstrap: torch's store),

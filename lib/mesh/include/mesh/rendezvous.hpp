@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,12 @@ struct Options {
   std::string root;     ///< the rendezvous address, for messages
   std::string secret;
   int size = 1;
+  /// The rank that serves this rendezvous (the server's own rank; the rank a client expects at
+  /// the root address). 0 but for the other roots of a multi-root rendezvous (tcp).
+  int self = 0;
+  /// The ranks that check in here (possibly none); unset: every rank but `self` (1..size-1
+  /// for rank 0).
+  std::optional<std::vector<int>> expected;
   uint16_t helloKind = 0;       ///< the check-in record kind this backend expects
   double connectTimeout = 60;   ///< the whole rendezvous; <= 0: no deadline
   double handshakeTimeout = 5;  ///< per connection; <= 0: no deadline
@@ -43,9 +50,9 @@ struct Options {
 };
 
 /// Rank 0, for a backend that answers the ranks itself: collects one check-in record from each
-/// rank 1..size-1 as serve() below does and returns their connections, indexed by rank (entry 0
-/// empty), with nothing sent on them yet. On a failure every connected rank gets the REJECT,
-/// and the error is thrown, as in serve().
+/// rank 1..size-1 (options.expected) as serve() below does and returns their connections,
+/// indexed by rank (the others empty), with nothing sent on them yet. On a failure every
+/// connected rank gets the REJECT, and the error is thrown, as in serve().
 STRATA_API std::vector<net::Fd> collect(
     int listenFd, const Options& options,
     const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn);
@@ -60,9 +67,19 @@ STRATA_API void serve(
     const std::function<void(int rank, const std::vector<uint8_t>& record)>& onCheckIn,
     const std::function<std::vector<uint8_t>(int rank)>& reply);
 
-/// Ranks 1..size-1. Connects (retrying until connectTimeout), authenticates as `rank`, sends
-/// `hello` and returns rank 0's reply record (its kind is the backend's; a REJECT is thrown as
-/// the error it carries).
+/// After collect(): sends each connected rank `reply(rank)`. Throws InvalidConfig (and sends the
+/// REJECT to the ranks not yet answered) when a rank vanished before its reply.
+STRATA_API void answer(std::vector<net::Fd>& ready, const Options& options,
+                       const std::function<std::vector<uint8_t>(int rank)>& reply);
+
+/// After collect(), when this server cannot go on (a multi-root server whose own check-in
+/// failed): sends every connected rank the REJECT with `message` (best effort).
+STRATA_API void rejectAll(std::vector<net::Fd>& ready, const Options& options,
+                          const std::string& message, bool timedOut);
+
+/// Ranks 1..size-1 (options.self: the rank that serves rootAddrs). Connects (retrying until
+/// connectTimeout), authenticates as `rank`, sends `hello` and returns rank 0's reply record (its
+/// kind is the backend's; a REJECT is thrown as the error it carries).
 STRATA_API std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAddrs,
                                         const Options& options, int rank,
                                         const std::vector<uint8_t>& hello);
@@ -70,8 +87,8 @@ STRATA_API std::vector<uint8_t> checkIn(const std::vector<net::SockAddr>& rootAd
 /// The REJECT record (for backends that run their own server or client around it).
 STRATA_API std::vector<uint8_t> encodeReject(const std::string& backend, const std::string& message,
                                              bool timedOut);
-/// Throws the error a REJECT record carries (Timeout or InvalidConfig, peer 0).
-[[noreturn]] STRATA_API void throwReject(std::span<const uint8_t> record);
+/// Throws the error a REJECT record carries (Timeout or InvalidConfig, naming rank `server`).
+[[noreturn]] STRATA_API void throwReject(std::span<const uint8_t> record, int server = 0);
 
 /// The error message of a rendezvous that ran out of time: what was waited for, and the
 /// ranks that never checked in (the first 16).
