@@ -3,7 +3,14 @@
 
 #include <strata/types.hpp>
 
+#include <cstring>
 #include <utility>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "base/float16.hpp"
 
 namespace strata {
 
@@ -124,6 +131,94 @@ std::optional<ReduceOp> parseReduceOp(std::string_view name) noexcept {
     if (toString(op) == name) return op;
   }
   return std::nullopt;
+}
+
+namespace {
+
+template <typename T>
+void scaleAs(void* dst, const void* src, size_t n, double factor) {
+  auto* d = static_cast<T*>(dst);
+  auto* x = static_cast<const T*>(src);
+  const T k = static_cast<T>(factor);  // as NCCL: the factor in the datatype, then a product
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(x[i] * k);
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void scale16(void* dst, const void* src, size_t n, double factor) {
+  const float k = ToFloat(FromFloat(static_cast<float>(factor)));
+  auto* d = static_cast<uint16_t*>(dst);
+  auto* x = static_cast<const uint16_t*>(src);
+  for (size_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(x[i]) * k);
+}
+
+template <typename T>
+double valueAs(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return static_cast<double>(v);
+}
+
+[[noreturn]] void unknownType(const char* what, DataType type) {
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("{}: unknown data type {}", what, static_cast<int>(type)));
+}
+
+}  // namespace
+
+void scaleElements(void* dst, const void* src, size_t n, DataType type, double factor) {
+  using namespace collectives;
+  switch (type) {
+    case DataType::Int8:
+      return scaleAs<int8_t>(dst, src, n, factor);
+    case DataType::Uint8:
+      return scaleAs<uint8_t>(dst, src, n, factor);
+    case DataType::Int32:
+      return scaleAs<int32_t>(dst, src, n, factor);
+    case DataType::Uint32:
+      return scaleAs<uint32_t>(dst, src, n, factor);
+    case DataType::Int64:
+      return scaleAs<int64_t>(dst, src, n, factor);
+    case DataType::Uint64:
+      return scaleAs<uint64_t>(dst, src, n, factor);
+    case DataType::Float32:
+      return scaleAs<float>(dst, src, n, factor);
+    case DataType::Float64:
+      return scaleAs<double>(dst, src, n, factor);
+    case DataType::Float16:
+      return scale16<halfToFloat, floatToHalf>(dst, src, n, factor);
+    case DataType::BFloat16:
+      return scale16<bf16ToFloat, floatToBf16>(dst, src, n, factor);
+  }
+  unknownType("scaleElements", type);
+}
+
+double elementAsDouble(const void* p, DataType type) {
+  using namespace collectives;
+  switch (type) {
+    case DataType::Int8:
+      return valueAs<int8_t>(p);
+    case DataType::Uint8:
+      return valueAs<uint8_t>(p);
+    case DataType::Int32:
+      return valueAs<int32_t>(p);
+    case DataType::Uint32:
+      return valueAs<uint32_t>(p);
+    case DataType::Int64:
+      return valueAs<int64_t>(p);
+    case DataType::Uint64:
+      return valueAs<uint64_t>(p);
+    case DataType::Float32:
+      return valueAs<float>(p);
+    case DataType::Float64:
+      return valueAs<double>(p);
+    case DataType::Float16:
+    case DataType::BFloat16: {
+      uint16_t bits;
+      std::memcpy(&bits, p, sizeof bits);
+      return type == DataType::Float16 ? halfToFloat(bits) : bf16ToFloat(bits);
+    }
+  }
+  unknownType("elementAsDouble", type);
 }
 
 }  // namespace strata

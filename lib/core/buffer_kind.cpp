@@ -6,12 +6,18 @@
 #include <atomic>
 #include <cstdint>
 
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
 namespace strata::core {
 namespace {
 
 // From cuda.h (the driver API's ABI, stable across versions): CUresult
 // cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr).
 using PointerGetAttribute = int (*)(void* data, int attribute, uintptr_t ptr);
+/// CUresult cuStreamSynchronize(CUstream stream).
+using StreamSynchronize = int (*)(void* stream);
 constexpr int kAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
 constexpr unsigned kMemoryTypeHost = 1;  // CU_MEMORYTYPE_HOST
@@ -19,6 +25,7 @@ constexpr unsigned kMemoryTypeDevice = 2;
 constexpr unsigned kMemoryTypeUnified = 4;
 
 std::atomic<PointerGetAttribute> gQuery{nullptr};
+std::atomic<StreamSynchronize> gSynchronize{nullptr};
 /// The process's count of shared-object loads when libcuda was last looked for and not found.
 std::atomic<unsigned long long> gMissingAt{~0ull};
 
@@ -49,6 +56,8 @@ PointerGetAttribute query() noexcept {
   }
   auto q = reinterpret_cast<PointerGetAttribute>(dlsym(lib, "cuPointerGetAttribute"));
   // The handle stays open (a reference that keeps the already loaded driver where it is).
+  gSynchronize.store(reinterpret_cast<StreamSynchronize>(dlsym(lib, "cuStreamSynchronize")),
+                     std::memory_order_relaxed);
   if (q) gQuery.store(q, std::memory_order_release);
   return q;
 }
@@ -73,4 +82,31 @@ backend::BufferKind classifyBuffer(const void* p) noexcept {
   return backend::BufferKind::Host;
 }
 
+void synchronizeStream(void* stream) {
+  if (stream == nullptr || query() == nullptr) return;
+  StreamSynchronize sync = gSynchronize.load(std::memory_order_relaxed);
+  if (sync == nullptr) return;
+  if (int rc = sync(stream); rc != 0) {
+    throw Error(ErrorCode::BackendError,
+                fmt::format("cuStreamSynchronize failed ({}) on the CUDA stream of a call on host "
+                            "memory: an earlier operation on that stream failed",
+                            rc));
+  }
+}
+
 }  // namespace strata::core
+
+namespace strata {
+
+bool isDeviceMemory(const void* p) noexcept {
+  return core::classifyBuffer(p) == backend::BufferKind::CudaDevice;
+}
+
+Stream hostOrdered(const void* buffer, Stream stream) {
+  if (stream.handle == nullptr) return stream;
+  if (core::classifyBuffer(buffer) == backend::BufferKind::CudaDevice) return stream;
+  core::synchronizeStream(stream.handle);
+  return Stream{};
+}
+
+}  // namespace strata

@@ -11,4 +11,9 @@ namespace strata::core {
 
 backend::BufferKind classifyBuffer(const void* p) noexcept;
 
+/// cuStreamSynchronize(stream) through the driver where the process has loaded it; nothing
+/// without it (no CUDA work can be pending). Throws BackendError when the stream reports an
+/// error (an earlier kernel on it failed).
+void synchronizeStream(void* stream);
+
 }  // namespace strata::core

@@ -84,6 +84,13 @@ CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t 
   r.stream = stream;
   r.sendKind = core::classifyBuffer(send);
   r.recvKind = recv == send ? r.sendKind : core::classifyBuffer(recv);
+  // Host memory on a stream: strata's host algorithms complete before they return, so the call
+  // waits for the stream's earlier work and runs without it (strata::hostOrdered).
+  if (r.stream.handle && r.sendKind != backend::BufferKind::CudaDevice &&
+      r.recvKind != backend::BufferKind::CudaDevice) {
+    core::synchronizeStream(r.stream.handle);
+    r.stream = Stream{};
+  }
   return r;
 }
 

@@ -1,6 +1,6 @@
 /* Host buffers with a stream while the CUDA driver is loaded (docs/nccl-api.md, "Memory and
  * streams"): the call first waits for the stream's earlier work. The "driver" is
- * tests/nccl/fake_cuda.c (argument 1: its path), whose cuStreamSynchronize runs the kernel the
+ * tests/harness/fake_cuda.cpp (argument 1: its path), whose cuStreamSynchronize runs the kernel the
  * test queued (it writes rank + 5 into the send buffer): the allReduce must see those values.
  * With a NULL stream nothing waits. Ranks from strata-run, the id from NCCL_COMM_ID. */
 #include <dlfcn.h>

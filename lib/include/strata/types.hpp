@@ -30,11 +30,36 @@ enum class DataType {
 /// truncating, for integer types).
 enum class ReduceOp { Sum, Prod, Min, Max, Avg };
 
-/// Where a collective runs: a cudaStream_t for device memory; ignored for host memory, where a
-/// collective completes before it returns.
+/// Where a collective runs: a cudaStream_t for device memory. On host memory a collective
+/// completes before it returns; given a stream, it first waits for the work queued on it
+/// (hostOrdered below).
 struct Stream {
   void* handle = nullptr;
 };
+
+/// What a call on `buffer` does with `stream` before host work touches the buffer: for device
+/// memory, nothing (returns the stream, which orders the device work); for host memory (plain,
+/// pinned or managed), waits for the stream through the CUDA driver where the process has
+/// loaded it (cuStreamSynchronize; nothing without the driver, where no CUDA work can be
+/// pending) and returns no stream. Throws BackendError when the stream reports an earlier
+/// failure. Every Communicator call does this; bindings that touch host buffers themselves
+/// (a pre-multiplication, a copy to self) call it first.
+STRATA_API Stream hostOrdered(const void* buffer, Stream stream);
+
+/// Whether p is CUDA device memory (not pinned or managed host memory the CPU may touch), asked
+/// of the CUDA driver where the process has loaded it; false without it.
+STRATA_API bool isDeviceMemory(const void* p) noexcept;
+
+/// dst[i] = src[i] * factor for count elements of host memory, in the type's arithmetic as
+/// NCCL's pre-multiplication does it: the factor converted to the type first, then one
+/// product per element (half and bfloat16 through fp32, rounded to nearest even). dst may be
+/// src. Throws InvalidArgument for an unknown type.
+STRATA_API void scaleElements(void* dst, const void* src, size_t count, DataType type,
+                              double factor);
+
+/// One element of type at p (host memory) as a double. Throws InvalidArgument for an unknown
+/// type.
+STRATA_API double elementAsDouble(const void* p, DataType type);
 
 /// Bytes per element (0 for a value that is not a DataType).
 STRATA_API size_t sizeOf(DataType type) noexcept;

@@ -5,6 +5,8 @@
 #define BOOST_TEST_MODULE algorithms
 #include <boost/test/unit_test.hpp>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -137,18 +139,16 @@ BOOST_AUTO_TEST_CASE(a_forced_algorithm_that_cannot_serve_the_call_is_not_suppor
   BOOST_TEST(b[3] == 1.0f);
 }
 
-BOOST_AUTO_TEST_CASE(a_stream_on_host_memory_is_not_supported_and_harmless) {
+// Host memory with a stream (strata::hostOrdered): without the CUDA driver in the process no
+// CUDA work can be pending and the call runs as on no stream.
+BOOST_AUTO_TEST_CASE(a_stream_on_host_memory_without_cuda_runs_the_call) {
   auto comm = Communicator::create(base());
   std::vector<float> a(8, 1.0f), b(8, 0.0f);
   int fakeStream = 0;
-  auto e = expectError([&] {
-    comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum,
-                    strata::Stream{&fakeStream});
-  });
-  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::NotSupported));
-  BOOST_TEST(has(e.what(), "CUDA stream"));
-  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum);
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum,
+                  strata::Stream{&fakeStream});
   BOOST_TEST(b[0] == 1.0f);
+  BOOST_TEST(strata::hostOrdered(a.data(), strata::Stream{&fakeStream}).handle == nullptr);
 }
 
 BOOST_AUTO_TEST_CASE(a_collectives_module_registers_like_a_built_in) {
@@ -240,4 +240,43 @@ BOOST_AUTO_TEST_CASE(enum_checks_are_by_value) {
   BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
   e = expectError([&] { comm->allGather(a.data(), b.data(), 1, static_cast<DataType>(42)); });
   BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::InvalidArgument));
+}
+
+// With the driver loaded (a stand-in whose cuStreamSynchronize performs the write the test
+// queued on the "stream", tests/harness/fake_cuda.cpp), a call on host memory first waits for
+// the stream: the allReduce sees the queued values, a call without a stream does not wait, and
+// a stream that reports a failure fails the call with BackendError before anything runs. Last
+// in this module: the driver stays loaded.
+BOOST_AUTO_TEST_CASE(a_stream_on_host_memory_is_waited_for_where_cuda_is_loaded) {
+  const char* path = std::getenv("STRATA_TEST_FAKE_CUDA");
+  BOOST_TEST_REQUIRE(path != nullptr, "STRATA_TEST_FAKE_CUDA (set by meson) is missing");
+  void* cuda = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  BOOST_TEST_REQUIRE(cuda != nullptr, dlerror());
+  auto pending = reinterpret_cast<void (*)(float*, size_t, float)>(dlsym(cuda, "fakeCudaPending"));
+  auto syncs = reinterpret_cast<int (*)()>(dlsym(cuda, "fakeCudaSyncs"));
+  auto failNext = reinterpret_cast<void (*)()>(dlsym(cuda, "fakeCudaFailNext"));
+  BOOST_TEST_REQUIRE((pending && syncs && failNext));
+  auto comm = Communicator::create(base());
+  std::vector<float> a(64, 0.0f), b(64, 0.0f);
+  int fakeStream = 0;
+  const strata::Stream stream{&fakeStream};
+  pending(a.data(), a.size(), 5.0f);
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum, stream);
+  BOOST_TEST(syncs() == 1);
+  BOOST_TEST(b[0] == 5.0f);
+  BOOST_TEST(b[63] == 5.0f);
+  comm->allGather(a.data(), b.data(), a.size(), DataType::Float32);
+  BOOST_TEST(syncs() == 1);
+  comm->broadcast(a.data(), b.data(), a.size(), DataType::Float32, 0, stream);
+  BOOST_TEST(syncs() == 2);
+  BOOST_TEST(strata::hostOrdered(a.data(), stream).handle == nullptr);
+  BOOST_TEST(syncs() == 3);
+  failNext();
+  auto e = expectError([&] {
+    comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum, stream);
+  });
+  BOOST_TEST(static_cast<int>(e.code()) == static_cast<int>(ErrorCode::BackendError));
+  BOOST_TEST(has(e.what(), "cuStreamSynchronize failed (700)"), e.what());
+  comm->allReduce(a.data(), b.data(), a.size(), DataType::Float32, ReduceOp::Sum, stream);
+  BOOST_TEST(syncs() == 4);
 }
