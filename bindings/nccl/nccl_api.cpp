@@ -261,46 +261,71 @@ void orFallback(ncclComm* comm, const char* what, S&& strataCall, F&& fallbackCa
 
 namespace {
 
-/// Builds the strata communicator for rank of nranks from an id (blocking, collective).
-void initFromId(ncclComm* c, int nranks, const IdRecord& id, int rank) {
+/// Builds the strata communicator for rank of nranks from its ids (blocking, collective).
+/// Several ids (ncclCommInitRankScalable): id k is the rendezvous root of NCCL's block k of
+/// ranks, served by the block's first rank, which must initialise in the process that made
+/// the id; the first id's secret authenticates every connection.
+void initFromId(ncclComm* c, int nranks, const std::vector<IdRecord>& ids, int rank) {
   Config config = ncclConfig();
   strata::ExplicitLaunch launch;
   launch.rank = rank;
   launch.size = nranks;
   localPlace(rank, nranks, &launch.localRank, &launch.localSize);
+  const IdRecord& id = ids.front();
   launch.root = id.root;
   launch.secret = id.secret;
   if (launch.secret.empty()) {
     // NCCL_COMM_ID carries no secret; a launcher's job secret (strata-run) is every rank's.
     if (const char* s = std::getenv("STRATA_SECRET")) launch.secret = s;
   }
+  // The same id given several times (NCCL_COMM_ID on every rank) is one root.
+  const bool oneRoot = std::all_of(
+      ids.begin(), ids.end(), [&](const IdRecord& i) { return std::strcmp(i.root, id.root) == 0; });
+  const int roots = oneRoot ? 1 : static_cast<int>(ids.size());
+  if (roots > 1) {
+    if (roots > nranks) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("ncclCommInitRankScalable: {} ids for {} ranks (at most one per "
+                              "rank)",
+                              roots, nranks));
+    }
+    for (const IdRecord& i : ids) launch.roots.emplace_back(i.root);
+  }
+  const int block = strata::rendezvousBlockOf(rank, nranks, roots);
+  const IdRecord& mine = ids[static_cast<size_t>(roots > 1 ? block : 0)];
   std::unique_ptr<strata::RendezvousListener> listener;
-  if (rank == 0 && nranks > 1) {
+  if (rank == strata::rendezvousBlockStart(block, nranks, roots) && nranks > 1) {
     {
       std::lock_guard lk(listenersMu);
-      auto it = listeners.find(launch.root);
+      auto it = listeners.find(mine.root);
       if (it != listeners.end()) {
         listener = std::move(it->second);
         listeners.erase(it);
       }
     }
-    if (!listener && (id.flags & kFromCommId) != 0) {
+    if (!listener && (mine.flags & kFromCommId) != 0) {
       // NCCL_COMM_ID=host:port: rank 0 listens on that port.
-      const std::string root = launch.root;
+      const std::string root = mine.root;
       const size_t colon = root.rfind(':');
       Config c = config;
       c.set("bootstrap.tcp.port", root.substr(colon + 1));
       std::string host = root.substr(0, colon);
       if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
       listener = std::make_unique<strata::RendezvousListener>(c, host);
-      launch.root = listener->address();
+      (roots > 1 ? launch.roots[static_cast<size_t>(block)] : launch.root) = listener->address();
     }
     if (!listener) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("rank 0 must initialise in the process that called ncclGetUniqueId "
-                              "for this id (its rendezvous listener on {} lives there), once; or "
-                              "set NCCL_COMM_ID=host:port on every rank",
-                              launch.root));
+      throw Error(
+          ErrorCode::InvalidArgument,
+          roots > 1
+              ? fmt::format("rank {} serves block {} of {} of ncclCommInitRankScalable's ranks "
+                            "and must initialise in the process that called ncclGetUniqueId for "
+                            "id {} (its rendezvous listener on {} lives there), once",
+                            rank, block, roots, block, mine.root)
+              : fmt::format("rank 0 must initialise in the process that called ncclGetUniqueId "
+                            "for this id (its rendezvous listener on {} lives there), once; or "
+                            "set NCCL_COMM_ID=host:port on every rank",
+                            launch.root));
     }
   }
   std::shared_ptr<strata::Bootstrap> boot =
@@ -409,43 +434,12 @@ ncclResult_t caught(ncclComm* comm) noexcept {
   }
 }
 
-/// The stream strata's call takes: the caller's for device memory, none for host memory. With
-/// the CUDA driver loaded in this process, a call on host memory given a stream first waits
-/// for that stream's earlier work (a kernel that writes the pinned buffer the call sends): the
-/// driver's cuPointerGetAttribute tells device memory (which the CUDA module orders on the stream
-/// itself) from host memory, cuStreamSynchronize waits. libcuda is never loaded here; a process
-/// without it has no streams to wait for. docs/nccl-api.md, "Memory and streams".
+/// The stream strata's call takes: the caller's for device memory, none for host memory, after
+/// waiting for the stream's earlier work where the CUDA driver is loaded (strata::hostOrdered,
+/// which every Communicator call applies too; the shim calls it first because it touches host
+/// buffers itself: pre-multiplication, copies to self). docs/nccl-api.md, "Memory and streams".
 cudaStream_t hostOrdered(const void* buf, cudaStream_t stream) {
-  if (stream == nullptr) return nullptr;
-  using GetAttribute = int (*)(void*, int, uintptr_t);
-  using Synchronize = int (*)(void*);
-  static std::atomic<GetAttribute> query{nullptr};
-  static std::atomic<Synchronize> sync{nullptr};
-  if (sync.load(std::memory_order_acquire) == nullptr) {
-    // Without the driver there is no device memory: the stream means nothing to strata.
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (lib == nullptr) return nullptr;
-    auto q = reinterpret_cast<GetAttribute>(dlsym(lib, "cuPointerGetAttribute"));
-    auto w = reinterpret_cast<Synchronize>(dlsym(lib, "cuStreamSynchronize"));
-    if (q == nullptr || w == nullptr) return nullptr;
-    query.store(q, std::memory_order_relaxed);
-    sync.store(w, std::memory_order_release);
-  }
-  unsigned type = 0;
-  uint32_t managed = 0;
-  const auto p = reinterpret_cast<uintptr_t>(buf);
-  const GetAttribute q = query.load(std::memory_order_relaxed);
-  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) = CU_MEMORYTYPE_DEVICE (2), not managed (attribute 8):
-  // device memory, which the CUDA module orders on the stream.
-  if (buf != nullptr && q(&type, 2, p) == 0 && type == 2 && !(q(&managed, 8, p) == 0 && managed)) {
-    return stream;
-  }
-  if (sync.load(std::memory_order_acquire)(static_cast<void*>(stream)) != 0) {
-    throw Error(ErrorCode::BackendError,
-                "cuStreamSynchronize failed on the stream of a call on host memory (did an earlier "
-                "kernel on it fail?)");
-  }
-  return nullptr;  // host memory: strata's host algorithms take no stream
+  return static_cast<cudaStream_t>(strata::hostOrdered(buf, Stream{stream}).handle);
 }
 
 }  // namespace strata::nccl
@@ -573,150 +567,66 @@ ncclResult_t checkBuffer(ncclComm* comm, const void* p, size_t count, const char
   return ncclSuccess;
 }
 
+/// The argument checks of one call in order, stopping at the first that fails (which recorded
+/// the last error): usable() at construction, then a chain, then one test of failed().
+class Checks {
+ public:
+  Checks(ncclComm* comm, const char* what) : comm_(comm), what_(what), r_(usable(comm, what)) {}
+  Checks& type(ncclDataType_t t, DataType* out) {
+    if (!failed()) r_ = checkType(comm_, t, out, what_);
+    return *this;
+  }
+  /// `type` by reference: the value type() above stored.
+  Checks& op(ncclRedOp_t op, const DataType& type, Reduction* out) {
+    if (!failed()) r_ = checkOp(comm_, op, type, out, what_);
+    return *this;
+  }
+  Checks& rank(int r, const char* role) {
+    if (!failed()) r_ = checkRank(comm_, r, role, what_);
+    return *this;
+  }
+  /// `needed` false: a buffer this rank does not use (the root's only, for instance).
+  Checks& buffer(const void* p, size_t count, const char* name, bool needed = true) {
+    if (!failed() && needed) r_ = checkBuffer(comm_, p, count, name, what_);
+    return *this;
+  }
+  bool failed() const { return r_ != ncclSuccess; }
+  ncclResult_t result() const { return r_; }
+
+ private:
+  ncclComm* comm_;
+  const char* what_;
+  ncclResult_t r_;
+};
+
 // ---- pre-multiply-sum on host buffers --------------------------------------------------------
 
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal
-      exp = 127 - 15 + 1;
-      while ((man & 0x400) == 0) {
-        man <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000 | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000;
-  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t man = x & 0x7fffff;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (man ? 0x200 : 0));
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    man |= 0x800000;
-    const uint32_t shift = static_cast<uint32_t>(14 - exp);
-    uint32_t h = man >> shift;
-    const uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (man >> 13);
-  const uint32_t rem = man & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // may carry into the exponent: right
-  return static_cast<uint16_t>(sign | h);
-}
-
-float bf16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7fff + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
-
-/// The scalar of a pre-mul-sum op as a double (a device-resident one is read now: on host
-/// buffers it must be memory the CPU can read).
+/// The scalar of a pre-mul-sum op: given at creation, or read from where it points when the call
+/// runs (ncclScalarDevice). A scalar in device memory is not read here: NotSupported
+/// (ncclInvalidUsage; the op is strata's, so the fallback NCCL cannot take the call).
 double scalarOf(const ncclComm::PreMulSum& p) {
   if (p.device == nullptr) return p.scalar;
-  const void* s = p.device;
-  switch (p.type) {
-    case DataType::Int8:
-      return *static_cast<const int8_t*>(s);
-    case DataType::Uint8:
-      return *static_cast<const uint8_t*>(s);
-    case DataType::Int32:
-      return *static_cast<const int32_t*>(s);
-    case DataType::Uint32:
-      return *static_cast<const uint32_t*>(s);
-    case DataType::Int64:
-      return static_cast<double>(*static_cast<const int64_t*>(s));
-    case DataType::Uint64:
-      return static_cast<double>(*static_cast<const uint64_t*>(s));
-    case DataType::Float16:
-      return halfToFloat(*static_cast<const uint16_t*>(s));
-    case DataType::BFloat16:
-      return bf16ToFloat(*static_cast<const uint16_t*>(s));
-    case DataType::Float32:
-      return *static_cast<const float*>(s);
-    case DataType::Float64:
-      return *static_cast<const double*>(s);
+  if (strata::isDeviceMemory(p.device)) {
+    throw Error(ErrorCode::NotSupported,
+                "a pre-mul-sum scalar in device memory (ncclScalarDevice) is not supported yet: "
+                "strata's pre-multiplication runs on host memory");
   }
-  return 0;
+  return strata::elementAsDouble(p.device, p.type);
 }
 
-template <typename T>
-void scaleAs(void* dst, const void* src, size_t n, double s) {
-  auto* d = static_cast<T*>(dst);
-  auto* x = static_cast<const T*>(src);
-  const T k = static_cast<T>(s);  // as NCCL: the scalar in the datatype, then a product
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(x[i] * k);
-}
-
-/// dst = src * scalar, n elements of type (NCCL's pre-multiplication, in the datatype).
-void scale(void* dst, const void* src, size_t n, DataType type, double s) {
-  switch (type) {
-    case DataType::Int8:
-      return scaleAs<int8_t>(dst, src, n, s);
-    case DataType::Uint8:
-      return scaleAs<uint8_t>(dst, src, n, s);
-    case DataType::Int32:
-      return scaleAs<int32_t>(dst, src, n, s);
-    case DataType::Uint32:
-      return scaleAs<uint32_t>(dst, src, n, s);
-    case DataType::Int64:
-      return scaleAs<int64_t>(dst, src, n, s);
-    case DataType::Uint64:
-      return scaleAs<uint64_t>(dst, src, n, s);
-    case DataType::Float32:
-      return scaleAs<float>(dst, src, n, s);
-    case DataType::Float64:
-      return scaleAs<double>(dst, src, n, s);
-    case DataType::Float16:
-    case DataType::BFloat16: {
-      const bool half = type == DataType::Float16;
-      const float k = half ? halfToFloat(floatToHalf(static_cast<float>(s)))
-                           : bf16ToFloat(floatToBf16(static_cast<float>(s)));
-      auto* d = static_cast<uint16_t*>(dst);
-      auto* x = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) {
-        const float v = (half ? halfToFloat(x[i]) : bf16ToFloat(x[i])) * k;
-        d[i] = half ? floatToHalf(v) : floatToBf16(v);
-      }
-      return;
-    }
-  }
-}
-
-/// The send buffer a reduction reads: send itself, or (pre-mul-sum) a scaled copy in scratch.
+/// The send buffer a pre-mul-sum call reduces: send * scalar in comm's scratch (host memory
+/// only), or send itself for every other op.
 const void* premultiplied(ncclComm* comm, const Reduction& red, const void* send, size_t n,
                           DataType type) {
   if (!red.preMul || n == 0) return send;
+  if (strata::isDeviceMemory(send)) {
+    throw Error(ErrorCode::NotSupported,
+                "a pre-mul-sum reduction on device memory is not supported yet (strata "
+                "pre-multiplies on the host)");
+  }
   const size_t bytes = n * strata::sizeOf(type);
   if (comm->scratch.size() < bytes) comm->scratch.resize(bytes);
-  scale(comm->scratch.data(), send, n, type, scalarOf(red.pre));
+  strata::scaleElements(comm->scratch.data(), send, n, type, scalarOf(red.pre));
   return comm->scratch.data();
 }
 
@@ -774,7 +684,7 @@ const char* kErrorStrings[] = {
 
 void destroy(ncclComm* c);
 
-ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId* ids, int nIds, int rank,
                          const ncclConfig_t* config) {
   if (out == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
   *out = nullptr;
@@ -793,11 +703,14 @@ ncclResult_t initChecked(ncclComm_t* out, int nranks, const ncclUniqueId& id, in
     if (config->blocking != NCCL_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
     if (config->commName != nullptr) name = config->commName;
   }
-  IdRecord rec;
+  std::vector<IdRecord> rec;
   try {
-    rec = decodeId(id);
+    for (int i = 0; i < nIds; ++i) rec.push_back(decodeId(ids[i]));
   } catch (const Error& e) {
-    return fail(nullptr, ncclInvalidArgument, std::string("ncclCommInitRank: ") + e.what());
+    return fail(nullptr, ncclInvalidArgument,
+                nIds == 1 ? fmt::format("ncclCommInitRank: {}", e.what())
+                          : fmt::format("ncclCommInitRankScalable: id {} of {}: {}", rec.size(),
+                                        nIds, e.what()));
   }
   auto* c = new ncclComm();
   c->name = name;
@@ -912,14 +825,14 @@ NCCL_TWIN(const char*, ncclGetLastError, (ncclComm_t comm))
 
 NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                           int rank) {
-  return initChecked(comm, nranks, commId, rank, nullptr);
+  return initChecked(comm, nranks, &commId, 1, rank, nullptr);
 }
 NCCL_TWIN(ncclResult_t, ncclCommInitRank,
           (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))
 
 NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                 int rank, ncclConfig_t* config) {
-  return initChecked(comm, nranks, commId, rank, config);
+  return initChecked(comm, nranks, &commId, 1, rank, config);
 }
 NCCL_TWIN(ncclResult_t, ncclCommInitRankConfig,
           (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config))
@@ -931,9 +844,8 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nrank
     return fail(nullptr, ncclInvalidArgument,
                 "ncclCommInitRankScalable: needs at least one id (nId >= 1, commIds not NULL)");
   }
-  // strata's tcp bootstrap has one rendezvous root: every rank uses the first id (the other
-  // roots are not used; docs/nccl-api.md).
-  return initChecked(newcomm, nranks, commIds[0], myrank, config);
+  // Each id is the rendezvous root of one block of ranks (initFromId).
+  return initChecked(newcomm, nranks, commIds, nId, myrank, config);
 }
 NCCL_TWIN(ncclResult_t, ncclCommInitRankScalable,
           (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
@@ -957,7 +869,7 @@ NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
   std::vector<std::thread> threads;
   for (int i = 0; i < ndev; ++i) {
     threads.emplace_back([&, i] {
-      results[i] = initChecked(&comms[i], ndev, id, i, nullptr);
+      results[i] = initChecked(&comms[i], ndev, &id, 1, i, nullptr);
       if (results[i] == ncclSuccess && devlist != nullptr) comms[i]->device = devlist[i];
     });
   }
@@ -1302,9 +1214,7 @@ NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
   p.live = true;
   p.type = type;
   if (residence == ncclScalarHostImmediate) {
-    ncclComm::PreMulSum probe = p;
-    probe.device = scalar;
-    p.scalar = scalarOf(probe);
+    p.scalar = strata::elementAsDouble(scalar, type);  // read now, as NCCL does
   } else {
     p.device = scalar;
   }
@@ -1345,21 +1255,19 @@ NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   const char* what = "ncclAllReduce";
   DataType type;
   Reduction red;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  Checks check(comm, what);
+  if (check.failed()) return check.result();
   auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
     return fb.allReduce(sendbuff, recvbuff, count, datatype, op, fc, stream);
   };
   if (fallbackType(comm, datatype)) {
     return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
   }
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
-    return r;
-  }
+  check.type(datatype, &type)
+      .op(op, type, &red)
+      .buffer(sendbuff, count, "sendbuff")
+      .buffer(recvbuff, count, "recvbuff");
+  if (check.failed()) return check.result();
   return submit(comm, [=] {
     const cudaStream_t st = hostOrdered(sendbuff, stream);
     const void* s = premultiplied(comm, red, sendbuff, count, type);
@@ -1379,18 +1287,13 @@ NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
   const char* what = "ncclReduce";
   DataType type;
   Reduction red;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (comm->rank == root) {
-    if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
-      return r;
-    }
-  }
+  Checks check(comm, what);
+  check.type(datatype, &type)
+      .op(op, type, &red)
+      .rank(root, "root")
+      .buffer(sendbuff, count, "sendbuff")
+      .buffer(recvbuff, count, "recvbuff", comm->rank == root);
+  if (check.failed()) return check.result();
   return submit(comm, [=] {
     // An allReduce whose result only the root keeps (the others into a scratch buffer).
     const cudaStream_t st = hostOrdered(sendbuff, stream);
@@ -1413,23 +1316,19 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
                                        cudaStream_t stream) {
   const char* what = "ncclBroadcast";
   DataType type;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  Checks check(comm, what);
+  if (check.failed()) return check.result();
   auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
     return fb.broadcast(sendbuff, recvbuff, count, datatype, root, fc, stream);
   };
   if (fallbackType(comm, datatype)) {
     return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
   }
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
-  if (comm->rank == root) {
-    if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
-      return r;
-    }
-  }
-  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
-    return r;
-  }
+  check.type(datatype, &type)
+      .rank(root, "root")
+      .buffer(sendbuff, count, "sendbuff", comm->rank == root)
+      .buffer(recvbuff, count, "recvbuff");
+  if (check.failed()) return check.result();
   return submit(comm, [=] {
     const cudaStream_t st = hostOrdered(recvbuff, stream);
     orFallback(
@@ -1456,21 +1355,19 @@ NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
   const char* what = "ncclReduceScatter";
   DataType type;
   Reduction red;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  Checks check(comm, what);
+  if (check.failed()) return check.result();
   auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
     return fb.reduceScatter(sendbuff, recvbuff, recvcount, datatype, op, fc, stream);
   };
   if (fallbackType(comm, datatype)) {
     return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
   }
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkOp(comm, op, type, &red, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, sendbuff, recvcount, "sendbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (ncclResult_t r = checkBuffer(comm, recvbuff, recvcount, "recvbuff", what); r != ncclSuccess) {
-    return r;
-  }
+  check.type(datatype, &type)
+      .op(op, type, &red)
+      .buffer(sendbuff, recvcount, "sendbuff")
+      .buffer(recvbuff, recvcount, "recvbuff");
+  if (check.failed()) return check.result();
   return submit(comm, [=] {
     const size_t n = recvcount * static_cast<size_t>(comm->size);
     const cudaStream_t st = hostOrdered(sendbuff, stream);
@@ -1494,20 +1391,18 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
                                        cudaStream_t stream) {
   const char* what = "ncclAllGather";
   DataType type;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  Checks check(comm, what);
+  if (check.failed()) return check.result();
   auto viaFallback = [=](const auto& fb, ncclComm_t fc) {
     return fb.allGather(sendbuff, recvbuff, sendcount, datatype, fc, stream);
   };
   if (fallbackType(comm, datatype)) {
     return submit(comm, [=] { runFallback(comm, what, "a datatype strata lacks", viaFallback); });
   }
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, sendbuff, sendcount, "sendbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (ncclResult_t r = checkBuffer(comm, recvbuff, sendcount, "recvbuff", what); r != ncclSuccess) {
-    return r;
-  }
+  check.type(datatype, &type)
+      .buffer(sendbuff, sendcount, "sendbuff")
+      .buffer(recvbuff, sendcount, "recvbuff");
+  if (check.failed()) return check.result();
   return submit(comm, [=] {
     const cudaStream_t st = hostOrdered(sendbuff, stream);
     orFallback(
@@ -1525,14 +1420,11 @@ NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size
                                       cudaStream_t stream) {
   const char* what = "ncclAlltoAll";
   DataType type;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
-    return r;
-  }
+  Checks check(comm, what);
+  check.type(datatype, &type)
+      .buffer(sendbuff, count, "sendbuff")
+      .buffer(recvbuff, count, "recvbuff");
+  if (check.failed()) return check.result();
   return submit(comm, [=] {
     const cudaStream_t st = hostOrdered(sendbuff, stream);
     comm->comm->allToAll(sendbuff, recvbuff, count, type, streamOf(st));
@@ -1547,17 +1439,12 @@ NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t
                                     cudaStream_t stream) {
   const char* what = "ncclGather";
   DataType type;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (comm->rank == root) {
-    if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
-      return r;
-    }
-  }
+  Checks check(comm, what);
+  check.type(datatype, &type)
+      .rank(root, "root")
+      .buffer(sendbuff, count, "sendbuff")
+      .buffer(recvbuff, count, "recvbuff", comm->rank == root);
+  if (check.failed()) return check.result();
   // Sends to the root and the root's receives (its own block too, a local copy): one batch
   // (nccl_group.cpp), so any group of them completes.
   const size_t bytes = count * strata::sizeOf(type);
@@ -1580,17 +1467,12 @@ NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_
                                      cudaStream_t stream) {
   const char* what = "ncclScatter";
   DataType type;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkRank(comm, root, "root", what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, recvbuff, count, "recvbuff", what); r != ncclSuccess) {
-    return r;
-  }
-  if (comm->rank == root) {
-    if (ncclResult_t r = checkBuffer(comm, sendbuff, count, "sendbuff", what); r != ncclSuccess) {
-      return r;
-    }
-  }
+  Checks check(comm, what);
+  check.type(datatype, &type)
+      .rank(root, "root")
+      .buffer(recvbuff, count, "recvbuff")
+      .buffer(sendbuff, count, "sendbuff", comm->rank == root);
+  if (check.failed()) return check.result();
   const size_t bytes = count * strata::sizeOf(type);
   std::vector<GroupOp> ops;
   if (comm->rank == root) {
@@ -1612,14 +1494,12 @@ ncclResult_t p2p(GroupOp::Kind kind, const void* sendbuff, void* recvbuff, size_
                  ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
   const char* what = kind == GroupOp::Send ? "ncclSend" : "ncclRecv";
   DataType type;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkType(comm, datatype, &type, what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkRank(comm, peer, "peer", what); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkBuffer(comm, kind == GroupOp::Send ? sendbuff : recvbuff, count,
-                                   kind == GroupOp::Send ? "sendbuff" : "recvbuff", what);
-      r != ncclSuccess) {
-    return r;
-  }
+  Checks check(comm, what);
+  const bool send = kind == GroupOp::Send;
+  check.type(datatype, &type)
+      .rank(peer, "peer")
+      .buffer(send ? sendbuff : recvbuff, count, send ? "sendbuff" : "recvbuff");
+  if (check.failed()) return check.result();
   return batchOrQueue(comm, {p2pOp(comm, kind, sendbuff, recvbuff, count, type, peer, stream)});
 }
 

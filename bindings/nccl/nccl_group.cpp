@@ -102,6 +102,11 @@ void runP2pBatch(ncclComm* comm, std::vector<GroupOp>& ops) {
                   fmt::format("send to self of {} bytes matched with a receive of {} bytes", bytes,
                               r.count * sizeOf(r.type)));
     }
+    if (bytes > 0 && (strata::isDeviceMemory(s.sendBuf) || strata::isDeviceMemory(r.recvBuf))) {
+      throw Error(ErrorCode::NotSupported,
+                  "a send to this rank itself on device memory is not supported yet (strata "
+                  "copies to self on the host)");
+    }
     if (bytes > 0 && s.sendBuf != r.recvBuf) std::memmove(r.recvBuf, s.sendBuf, bytes);
   }
   // Sends first (on host memory a send never waits for its receiver: slots or a buffer), then

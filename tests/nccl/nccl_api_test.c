@@ -10,6 +10,10 @@
  *                                     timeout with ncclRemoteError)
  *   nccl_api_test --single K         one process, K ranks: ncclCommInitAll, a group of inits,
  *                                     grouped collectives over the K communicators
+ *   nccl_api_test --scalable K ID_FILE
+ *                                     ncclCommInitRankScalable with K ids, id k made by the
+ *                                     first rank of NCCL's block k and written to ID_FILE.k;
+ *                                     then every reduction and the point-to-point checks
  */
 #define _DEFAULT_SOURCE
 #include <nccl.h>
@@ -661,6 +665,77 @@ static int die(ncclComm_t comm) {
   return failures ? 1 : 0;
 }
 
+/* Writes id to path atomically (a rename), or reads it, waiting up to 60 s for the file. */
+static int writeId(const ncclUniqueId* id, const char* path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE* f = fopen(tmp, "wb");
+  if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "FAIL rank %d: cannot write %s\n", rank_, path);
+    return 1;
+  }
+  return 0;
+}
+static int readId(ncclUniqueId* id, const char* path) {
+  double until = now() + 60;
+  FILE* f = NULL;
+  while (!(f = fopen(path, "rb")) && now() < until) usleep(10000);
+  if (!f || fread(id, sizeof *id, 1, f) != 1) {
+    fprintf(stderr, "FAIL rank %d: no id in %s\n", rank_, path);
+    if (f) fclose(f);
+    return 1;
+  }
+  fclose(f);
+  return 0;
+}
+
+/* NCCL's blocks: k * (n / K) + min(k, n % K) is the first rank of block k. */
+static int blockStart(int k, int n, int roots) {
+  return k * (n / roots) + (k < n % roots ? k : n % roots);
+}
+
+static int scalable(int roots, const char* prefix) {
+  ncclUniqueId* ids = calloc((size_t)roots, sizeof *ids);
+  char path[4096];
+  for (int k = 0; k < roots; ++k) {
+    if (rank_ != blockStart(k, size_, roots)) continue;
+    snprintf(path, sizeof path, "%s.%d", prefix, k);
+    NCCL_OK(ncclGetUniqueId(&ids[k]));
+    if (writeId(&ids[k], path)) return 1;
+  }
+  for (int k = 0; k < roots; ++k) {
+    snprintf(path, sizeof path, "%s.%d", prefix, k);
+    if (readId(&ids[k], path)) return 1;
+  }
+  /* More ids than ranks, and no ids, are refused before any rendezvous. */
+  ncclComm_t comm = NULL;
+  ncclUniqueId* many = calloc((size_t)size_ + 1, sizeof *many);
+  for (int i = 0; i <= size_; ++i) NCCL_OK(ncclGetUniqueId(&many[i]));
+  ncclResult_t r = ncclCommInitRankScalable(&comm, size_, rank_, size_ + 1, many, NULL);
+  CHECK(r == ncclInvalidArgument && comm == NULL &&
+            strstr(ncclGetLastError(NULL), "at most one per rank") != NULL,
+        "%d ids for %d ranks: %d: %s", size_ + 1, size_, (int)r, ncclGetLastError(NULL));
+  free(many);
+  r = ncclCommInitRankScalable(&comm, size_, rank_, 0, ids, NULL);
+  CHECK(r == ncclInvalidArgument && comm == NULL, "no ids: %d", (int)r);
+
+  double t0 = now();
+  NCCL_OK(ncclCommInitRankScalable(&comm, size_, rank_, roots, ids, NULL));
+  if (!comm) return 1;
+  int got = -1, count = -1;
+  NCCL_OK(ncclCommUserRank(comm, &got));
+  NCCL_OK(ncclCommCount(comm, &count));
+  CHECK(got == rank_ && count == size_, "scalable init: rank %d of %d", got, count);
+  reductions(comm);
+  pointToPoint(comm);
+  NCCL_OK(ncclCommFinalize(comm));
+  NCCL_OK(ncclCommDestroy(comm));
+  free(ids);
+  printf("%s scalable rank %d of %d, %d roots (init %.3f s)\n", failures ? "FAIL" : "PASS", rank_,
+         size_, roots, now() - t0);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "--single") == 0) return single(atoi(argv[2]));
   const int dieMode = argc >= 2 && strcmp(argv[1], "--die") == 0;
@@ -671,27 +746,15 @@ int main(int argc, char** argv) {
   rank_ = envInt("STRATA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", 0);
   size_ = envInt("STRATA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", 1);
   ncclUniqueId id;
+  if (argc >= 4 && strcmp(argv[1], "--scalable") == 0) return scalable(atoi(argv[2]), argv[3]);
   const char* idFile = argc >= 2 ? argv[1] : NULL;
   if (getenv("NCCL_COMM_ID") || !idFile) {
     NCCL_OK(ncclGetUniqueId(&id)); /* every rank computes the same id */
   } else if (rank_ == 0) {
     NCCL_OK(ncclGetUniqueId(&id));
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", idFile);
-    FILE* f = fopen(tmp, "wb");
-    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, idFile) != 0) {
-      fprintf(stderr, "FAIL rank 0: cannot write %s\n", idFile);
-      return 1;
-    }
-  } else {
-    double until = now() + 60;
-    FILE* f = NULL;
-    while (!(f = fopen(idFile, "rb")) && now() < until) usleep(10000);
-    if (!f || fread(&id, sizeof id, 1, f) != 1) {
-      fprintf(stderr, "FAIL rank %d: no id in %s\n", rank_, idFile);
-      return 1;
-    }
-    fclose(f);
+    if (writeId(&id, idFile)) return 1;
+  } else if (readId(&id, idFile)) {
+    return 1;
   }
   ncclComm_t comm = NULL;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

@@ -1,7 +1,8 @@
 #!/bin/bash
-# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id|die: the NCCL API test at N ranks, the id
-# passed through a file rank 0 writes, or through NCCL_COMM_ID (a free port on 127.0.0.1); die:
-# rank 1 is killed after init and the others must fail cleanly (strata-run only). LAUNCHER is
+# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id|die|scalable:K: the NCCL API test at N ranks,
+# the id passed through a file rank 0 writes, or through NCCL_COMM_ID (a free port on
+# 127.0.0.1); die: rank 1 is killed after init and the others must fail cleanly (strata-run
+# only); scalable:K: ncclCommInitRankScalable with K ids, each written by its block's first rank. LAUNCHER is
 # strata-run's path, or srun or mpirun (through tests/harness/run-srun.sh and run-mpirun.sh,
 # which exit 77 when there is no local Slurm or no mpirun).
 set -euo pipefail
@@ -24,6 +25,17 @@ if [ "$mode" = die ]; then
   passed=$(grep -c 'PASS survivor' "$dir/out" || true)
   echo "run_nccl_test: strata-run exited $rc; $passed of $((n - 1)) survivors passed"
   [ "$rc" = 137 ] && [ "$passed" = $((n - 1)) ]
+  exit
+fi
+if [ "${mode%%:*}" = scalable ]; then
+  # The bootstrap's debug line says which root each rank used: every block must appear.
+  k=${mode#scalable:}
+  STRATA_LOG_LEVEL=debug "${cmd[@]}" --scalable "$k" "$dir/id" 2>&1 | tee "$dir/out"
+  [ "${PIPESTATUS[0]}" = 0 ]
+  for ((b = 0; b < k; ++b)); do
+    grep -q "rendezvous of $n ranks over $k roots took .* (block $b: " "$dir/out" ||
+      { echo "run_nccl_test: no rank used rendezvous root $b"; exit 1; }
+  done
   exit
 fi
 if [ "$mode" = comm-id ]; then
