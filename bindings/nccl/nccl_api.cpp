@@ -1085,6 +1085,7 @@ NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
       std::shared_ptr<strata::Bootstrap> boot =
           strata::createTcpBootstrap(launch, config, listener.get());
       c->comm = Communicator::create(std::move(boot), config);
+      initFallback(c);  // the fallback NCCL's communicator of this group, as at init
     });
     c->initState.store(res, std::memory_order_release);
   };
