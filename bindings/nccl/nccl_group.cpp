@@ -1,7 +1,7 @@
 // NCCL groups over strata: ncclGroupStart/End nest; calls between them are queued and run when
 // the outermost group ends. Inits of one group run at once (threads); sends and receives run as
-// batches per communicator that complete whatever their order on each rank (host sends never
-// wait for their receiver), and a batch that is an all-to-all runs as one allToAll.
+// batches per communicator (Communicator::sendRecv) that complete whatever their order on each
+// rank, and a batch that is an all-to-all runs as one allToAll.
 
 #include <algorithm>
 #include <cstring>
@@ -109,20 +109,33 @@ void runP2pBatch(ncclComm* comm, std::vector<GroupOp>& ops) {
     }
     if (bytes > 0 && s.sendBuf != r.recvBuf) std::memmove(r.recvBuf, s.sendBuf, bytes);
   }
-  // Sends first (on host memory a send never waits for its receiver: slots or a buffer), then
-  // receives: every rank's batch completes whatever the order it was written in.
-  for (GroupOp& op : ops) {
-    if (op.kind == GroupOp::Send && op.peer != comm->rank) {
-      comm->comm->send(op.sendBuf, op.count, op.type, op.peer,
-                       Stream{static_cast<void*>(op.stream)});
+  // The rest as one batch: strata completes it whatever the order of each rank's items (on
+  // device memory it cuts the messages into one-round pieces and interleaves them).
+  std::vector<PointToPoint> batch;
+  cudaStream_t stream = nullptr;
+  bool streamSet = false;
+  for (const GroupOp& op : ops) {
+    if (op.peer == comm->rank) continue;
+    // Host items were ordered above (their stream is now null); device items keep theirs.
+    const bool device =
+        op.count > 0 &&
+        strata::isDeviceMemory(op.kind == GroupOp::Send ? op.sendBuf
+                                                        : static_cast<const void*>(op.recvBuf));
+    if (device && streamSet && op.stream != stream) {
+      throw Error(ErrorCode::NotSupported,
+                  "a group's sends and receives on device memory use several streams; strata "
+                  "runs a group's point-to-point calls on one stream (pass the same stream to "
+                  "each, as PyTorch and nccl-tests do)");
     }
-  }
-  for (GroupOp& op : ops) {
-    if (op.kind == GroupOp::Recv && op.peer != comm->rank) {
-      comm->comm->recv(op.recvBuf, op.count, op.type, op.peer,
-                       Stream{static_cast<void*>(op.stream)});
+    if (device) {
+      stream = op.stream;
+      streamSet = true;
     }
+    batch.push_back(op.kind == GroupOp::Send
+                        ? PointToPoint::sendTo(op.sendBuf, op.count, op.type, op.peer)
+                        : PointToPoint::recvFrom(op.recvBuf, op.count, op.type, op.peer));
   }
+  comm->comm->sendRecv(batch, Stream{static_cast<void*>(stream)});
 }
 
 }  // namespace strata::nccl

@@ -147,7 +147,7 @@ class CudaAlgorithm final : public Algorithm {
     }
     return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
             CollectiveOp::Broadcast, CollectiveOp::AllToAll,  CollectiveOp::Send,
-            CollectiveOp::Recv};
+            CollectiveOp::Recv,      CollectiveOp::SendRecv};
   }
   std::string describe() const override;
   std::string describeFamily(const Tuning& t) const;
@@ -172,6 +172,7 @@ class CudaAlgorithm final : public Algorithm {
       case CollectiveOp::AllToAll:
         return packets ? KernelId::AllToAllPackets : KernelId::AllToAllDirect;
       case CollectiveOp::Send:
+      case CollectiveOp::SendRecv:  // pieces of Send and Recv (CudaBackend::launchBatch)
         return KernelId::Send;
       case CollectiveOp::Recv:
         return KernelId::Recv;
@@ -200,8 +201,11 @@ class CudaBackend final : public backend::CollectivesBackend {
   const Tuning& tuning() const { return tuning_; }
   const ScratchLayout& layout() const { return base_.layout; }
   int size() const { return size_; }
-  /// Enqueues the kernel; returns the launch shape.
-  std::string launch(KernelId id, const CollectiveRequest& r);
+  /// Enqueues the kernel (with `shape`, or the one shapeFor gives); returns the launch shape.
+  std::string launch(KernelId id, const CollectiveRequest& r,
+                     std::optional<Shape> shape = std::nullopt);
+  /// Enqueues a batch of sends and receives as one-round pieces in p2pSchedule's order.
+  std::string launchBatch(const CollectiveRequest& r);
   /// Records an event after a launch on stream (not while the stream is being captured into a
   /// graph: a graph's launches are the user's to finish before destroying the communicator).
   void trackLaunch(cudaStream_t stream);
@@ -321,7 +325,7 @@ bool CudaAlgorithm::prefers(const CollectiveRequest& r) const {
 }
 
 void CudaAlgorithm::run(const CollectiveRequest& r) {
-  shape_ = be_.launch(kernelFor(r.op), r);
+  shape_ = r.op == CollectiveOp::SendRecv ? be_.launchBatch(r) : be_.launch(kernelFor(r.op), r);
 }
 
 CudaBackend::CudaBackend(const backend::CollectivesInit& init)
@@ -680,7 +684,40 @@ std::optional<Error> CudaBackend::asyncError() const {
                peer);
 }
 
-std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r) {
+std::string CudaBackend::launchBatch(const CollectiveRequest& r) {
+  if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
+  std::vector<P2pItem> items;
+  for (const PointToPoint& p : r.batch) {
+    P2pItem it;
+    it.send = p.kind == PointToPoint::Kind::Send;
+    it.peer = p.peer;
+    it.src = static_cast<const char*>(p.send);
+    it.dst = static_cast<char*>(p.recv);
+    it.bytes = p.count * sizeOf(p.type);
+    items.push_back(it);
+  }
+  Shape shape;
+  shape.blocks = p2pBatchBlocks(tuning_);
+  shape.threads = std::clamp<uint32_t>(tuning_.threads, 32, kMaxThreads);
+  const std::vector<P2pItem> pieces =
+      p2pSchedule(items, size_, p2pPieceBytes(tuning_, base_.layout));
+  for (const P2pItem& piece : pieces) {
+    CollectiveRequest one;
+    one.op = piece.send ? CollectiveOp::Send : CollectiveOp::Recv;
+    one.send = piece.src;
+    one.recv = piece.dst;
+    one.count = piece.bytes;  // pieces in bytes: a round need not hold whole elements of type
+    one.type = DataType::Uint8;
+    one.peer = piece.peer;
+    one.stream = r.stream;
+    launch(piece.send ? KernelId::Send : KernelId::Recv, one, shape);
+  }
+  return fmt::format("{} piece(s) of send-direct/recv-direct grid {} block {}", pieces.size(),
+                     shape.blocks, shape.threads);
+}
+
+std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r,
+                                std::optional<Shape> shape) {
   if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
   if (r.count == 0) return {};
   KernelArgs a = base_;
@@ -690,7 +727,7 @@ std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r) {
   a.count = r.count;
   a.elemSize = sizeOf(r.type);
   a.peer = r.op == CollectiveOp::Broadcast ? r.root : r.peer;
-  const Shape s = shapeFor(id, r.bytes(), size_, tuning_, base_.layout);
+  const Shape s = shape ? *shape : shapeFor(id, r.bytes(), size_, tuning_, base_.layout);
   DeviceGuard guard(device_);
   const int e =
       launchKernel(id, static_cast<ElemType>(static_cast<int>(r.type)), a, s, r.stream.handle);

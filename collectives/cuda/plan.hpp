@@ -124,6 +124,62 @@ inline Shape shapeFor(KernelId id, uint64_t bytes, int nranks, const Tuning& t,
   return s;
 }
 
+/// One send or receive of a batch (Communicator::sendRecv), in bytes.
+struct P2pItem {
+  bool send = true;
+  int peer = -1;
+  const char* src = nullptr;  ///< a send's data
+  char* dst = nullptr;        ///< a receive's buffer
+  uint64_t bytes = 0;
+};
+
+/// Batch launches: every piece runs with this many blocks (both sides of a pair must cut the
+/// same rounds), so that a piece of p2pPieceBytes is exactly one round.
+inline uint32_t p2pBatchBlocks(const Tuning& t) {
+  return std::clamp<uint32_t>(t.maxBlocks, 1, kMaxBlocks);
+}
+inline uint64_t p2pPieceBytes(const Tuning& t, const ScratchLayout& l) {
+  return p2pBatchBlocks(t) * l.p2pPartBytes();
+}
+
+/// The launches of a batch in stream order, each a piece of at most one round of an item (a
+/// send kernel of one round returns once its data is staged; the next one to that peer waits
+/// until the peer has read it). The items to each peer form one sequence of pieces per
+/// direction (messages in order, each cut into rounds), and step k launches piece k of every
+/// peer's send sequence, then piece k of every receive sequence. No rank waits for ever: by
+/// induction on k, once every rank has finished step k-1, step k's sends wait only for reads
+/// of step k-1 (done), and its receives only for the peers' step-k sends, which come before
+/// their own step-k receives. Launching whole messages (all sends, then all receives) instead
+/// deadlocks as soon as a message is larger than one round and the pattern has a cycle (the
+/// emulation shows it: tests/cuda-emu, batch_*).
+inline std::vector<P2pItem> p2pSchedule(const std::vector<P2pItem>& items, int nranks,
+                                        uint64_t pieceBytes) {
+  const size_t n = static_cast<size_t>(nranks);
+  std::vector<std::vector<P2pItem>> sends(n), recvs(n);
+  size_t steps = 0;
+  for (const P2pItem& it : items) {
+    if (it.bytes == 0 || it.peer < 0 || static_cast<size_t>(it.peer) >= n) continue;
+    auto& seq = (it.send ? sends : recvs)[static_cast<size_t>(it.peer)];
+    for (uint64_t off = 0; off < it.bytes; off += pieceBytes) {
+      P2pItem piece = it;
+      piece.bytes = std::min(pieceBytes, it.bytes - off);
+      if (it.send) piece.src = it.src + off;
+      if (!it.send) piece.dst = it.dst + off;
+      seq.push_back(piece);
+    }
+    steps = std::max(steps, seq.size());
+  }
+  std::vector<P2pItem> out;
+  for (size_t k = 0; k < steps; ++k) {
+    for (const auto* dir : {&sends, &recvs}) {
+      for (const auto& seq : *dir) {
+        if (k < seq.size()) out.push_back(seq[k]);
+      }
+    }
+  }
+  return out;
+}
+
 inline std::string toString(KernelId id) {
   switch (id) {
     case KernelId::AllReduceOneShot:

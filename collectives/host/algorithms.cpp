@@ -32,6 +32,7 @@ OpKind kindOf(CollectiveOp op) {
       return OpKind::AllToAll;
     case CollectiveOp::Send:
     case CollectiveOp::Recv:
+    case CollectiveOp::SendRecv:
       return OpKind::SendRecv;
   }
   throw Error(ErrorCode::Internal,
@@ -359,6 +360,28 @@ void send(Engine& e, const CollectiveRequest& call) {
   if (call.count == 0) return;
   e.queueSend(call.peer, call.send, call.bytes(), signatureOf(call));
   e.flushSendsOrBuffer(call.peer);
+}
+
+void sendRecv(Engine& e, const CollectiveRequest& call) {
+  // Sends never wait for their receiver (slots, or a buffer when they are full), so every
+  // rank's sends go first and its receives after them: each rank's batch completes whatever
+  // the order of its items.
+  auto one = [&](const PointToPoint& p) {
+    CollectiveRequest r;
+    r.op = p.kind == PointToPoint::Kind::Send ? CollectiveOp::Send : CollectiveOp::Recv;
+    r.send = p.send;
+    r.recv = p.recv;
+    r.count = p.count;
+    r.type = p.type;
+    r.peer = p.peer;
+    return r;
+  };
+  for (const PointToPoint& p : call.batch) {
+    if (p.kind == PointToPoint::Kind::Send) send(e, one(p));
+  }
+  for (const PointToPoint& p : call.batch) {
+    if (p.kind == PointToPoint::Kind::Recv) recv(e, one(p));
+  }
 }
 
 void recv(Engine& e, const CollectiveRequest& call) {

@@ -31,6 +31,8 @@ void allToAll(Engine& e, const CollectiveRequest& call);
 /// send (call.send to call.peer) and recv (call.recv from call.peer).
 void send(Engine& e, const CollectiveRequest& call);
 void recv(Engine& e, const CollectiveRequest& call);
+/// call.batch: its sends, then its receives.
+void sendRecv(Engine& e, const CollectiveRequest& call);
 
 // --- single copy (single_copy.cpp): readers copy straight from the owners' buffers ----------
 //

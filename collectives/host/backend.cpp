@@ -102,6 +102,7 @@ void runGatherLike(Engine& e, const CollectiveRequest& r, const char* name) {
     case CollectiveOp::AllReduce:
     case CollectiveOp::Send:
     case CollectiveOp::Recv:
+    case CollectiveOp::SendRecv:
       break;
   }
   throw Error(ErrorCode::Internal,
@@ -288,11 +289,13 @@ class Direct final : public HostAlgorithm {
   explicit Direct(Shared& s) : HostAlgorithm(s, "direct") {}
   std::vector<CollectiveOp> ops() const override {
     return {CollectiveOp::AllGather, CollectiveOp::ReduceScatter, CollectiveOp::Broadcast,
-            CollectiveOp::AllToAll,  CollectiveOp::Send,          CollectiveOp::Recv};
+            CollectiveOp::AllToAll,  CollectiveOp::Send,          CollectiveOp::Recv,
+            CollectiveOp::SendRecv};
   }
   std::string describe() const override {
     return "every rank sends each peer what it needs through the shared slots (pipelined "
-           "chunks); host memory, any layout; auto's choice where single copy is not taken";
+           "chunks); host memory, any layout; auto's choice where single copy is not taken; "
+           "send/recv and their batches (sends first: a send never waits for its receiver)";
   }
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest&) const override { return true; }
@@ -300,6 +303,7 @@ class Direct final : public HostAlgorithm {
     s_.guarded([&](Engine& e) {
       if (r.op == CollectiveOp::Send) return send(e, r);
       if (r.op == CollectiveOp::Recv) return recv(e, r);
+      if (r.op == CollectiveOp::SendRecv) return sendRecv(e, r);
       runGatherLike(e, r, "host/direct");
     });
   }

@@ -279,6 +279,7 @@ void singleCopy(Engine& e, const CollectiveRequest& call, const Descriptors& d) 
     }
     case CollectiveOp::Send:
     case CollectiveOp::Recv:
+    case CollectiveOp::SendRecv:
       break;
   }
   throw Error(ErrorCode::Internal,

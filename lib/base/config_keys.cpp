@@ -140,7 +140,8 @@ constexpr KeyInfo kKeys[] = {
     {"collectives.alltoall.algorithm", Type::String, "", "",
      "Algorithm forced for allToAll (overrides collectives.algorithm; empty: that key).", true},
     {"collectives.sendrecv.algorithm", Type::String, "", "",
-     "Algorithm forced for send and recv (overrides collectives.algorithm; empty: that key).",
+     "Algorithm forced for send, recv and sendRecv batches (overrides collectives.algorithm; "
+     "empty: that key).",
      true},
     {"collectives.modules", Type::String, "auto", "",
      "Collectives modules to load after the built-in host backend, comma-separated "

@@ -348,4 +348,41 @@ void Communicator::recv(void* buf, size_t count, DataType type, int peer, Stream
   impl_->run(r, what);
 }
 
+void Communicator::sendRecv(std::span<const PointToPoint> ops, Stream stream) {
+  const char* what = "sendRecv";
+  CollectiveRequest r;
+  r.op = CollectiveOp::SendRecv;
+  r.stream = stream;
+  r.batch = ops;
+  bool any = false, device = false, host = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PointToPoint& p = ops[i];
+    const std::string item = fmt::format("sendRecv item {}", i);
+    if (p.kind != PointToPoint::Kind::Send && p.kind != PointToPoint::Kind::Recv) {
+      invalid(item.c_str(), fmt::format("unknown kind {}", static_cast<int>(p.kind)));
+    }
+    const bool isSend = p.kind == PointToPoint::Kind::Send;
+    const void* buf = isSend ? p.send : p.recv;
+    checkPointToPoint(fmt::format("{} ({})", item, isSend ? "send" : "recv").c_str(), buf, p.count,
+                      p.type, p.peer, impl_->rank, impl_->size);
+    if (p.count == 0) continue;
+    const BufferKind kind = core::classifyBuffer(buf);
+    (kind == BufferKind::CudaDevice ? device : host) = true;
+    if (!any) r.sendKind = r.recvKind = kind;
+    if (kind != r.sendKind) r.recvKind = kind;
+    any = true;
+  }
+  if (!any) return;  // nothing moves (the peers' matching items are empty too)
+  if (device && host) {
+    throw Error(ErrorCode::NotSupported,
+                "sendRecv: the batch mixes CUDA device memory with host memory; issue the "
+                "device items and the host items as two batches");
+  }
+  if (!device && r.stream.handle) {
+    core::synchronizeStream(r.stream.handle);  // as request(): host work is ordered after it
+    r.stream = Stream{};
+  }
+  impl_->run(r, what);
+}
+
 }  // namespace strata

@@ -41,7 +41,7 @@ struct OpTable {
 };
 
 /// Op tables, indexed by CollectiveOp's value.
-inline constexpr size_t kOpSlots = 8;
+inline constexpr size_t kOpSlots = 9;
 
 }  // namespace core
 

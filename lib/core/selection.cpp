@@ -29,7 +29,7 @@ namespace {
 constexpr CollectiveOp kOps[] = {CollectiveOp::AllReduce,     CollectiveOp::AllGather,
                                  CollectiveOp::ReduceScatter, CollectiveOp::Broadcast,
                                  CollectiveOp::AllToAll,      CollectiveOp::Send,
-                                 CollectiveOp::Recv};
+                                 CollectiveOp::Recv,          CollectiveOp::SendRecv};
 
 /// The per-op key that forces an algorithm ("collectives.allreduce.algorithm").
 std::string_view opKey(CollectiveOp op) {
@@ -46,6 +46,7 @@ std::string_view opKey(CollectiveOp op) {
       return "collectives.alltoall.algorithm";
     case CollectiveOp::Send:
     case CollectiveOp::Recv:
+    case CollectiveOp::SendRecv:
       return "collectives.sendrecv.algorithm";
   }
   return "collectives.algorithm";
@@ -197,6 +198,10 @@ const Candidate& Communicator::Impl::select(const CollectiveRequest& r, const ch
                           backend::toString(r.recvKind));
     } else if (!r.recv) {
       kinds = backend::toString(r.sendKind);
+    }
+    if (r.op == CollectiveOp::SendRecv) {
+      return fmt::format("{} ({} sends and receives, {} memory{})", what, r.batch.size(), kinds,
+                         r.stream.handle ? ", on a CUDA stream" : "");
     }
     return fmt::format("{} ({} elements of {}, {} memory{})", what, r.count, toString(r.type),
                        kinds, r.stream.handle ? ", on a CUDA stream" : "");

@@ -654,6 +654,72 @@ BOOST_AUTO_TEST_CASE(send_recv_order) {
   }
 }
 
+// sendRecv: every rank sends two messages to each peer (sizes from nothing to kLarge bytes,
+// different per pair and direction) and receives the peers', its items in an order of its own
+// (receives first on some ranks): the batch completes and every message lands.
+BOOST_AUTO_TEST_CASE(send_recv_batch) {
+  RANK_SCOPE();
+  auto& c = comm();
+  const int n = c.size(), me = c.rank();
+  REQUIRE_RANKS(2);
+  const size_t sizes[] = {0, 1, 4093, 65536, 1 << 20, kLarge};
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t salt = nextSalt();
+    auto bytesOf = [&](int from, int to, int m) {
+      return sizes[(from * 7 + to * 3 + m + round) % std::size(sizes)];
+    };
+    std::vector<std::unique_ptr<Buffer>> bufs;
+    std::vector<strata::PointToPoint> items;
+    std::vector<std::tuple<int, int, Buffer*>> expect;  // from, message, buffer
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      for (int m = 0; m < 2; ++m) {
+        size_t b = bytesOf(me, q, m);
+        bufs.push_back(std::make_unique<Buffer>(b, Mem::Malloc, DataType::Uint8));
+        fillPattern(bufs.back()->data(), b, seedOf(salt, me * 1000 + q, m));
+        items.push_back(strata::PointToPoint::sendTo(bufs.back()->data(), b, DataType::Uint8, q));
+        b = bytesOf(q, me, m);
+        bufs.push_back(std::make_unique<Buffer>(b, Mem::Malloc, DataType::Uint8));
+        items.push_back(strata::PointToPoint::recvFrom(bufs.back()->data(), b, DataType::Uint8, q));
+        expect.emplace_back(q, m, bufs.back().get());
+      }
+    }
+    // Receives before sends on odd ranks (and in reverse peer order on round 1).
+    std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
+      const bool ra = a.kind == strata::PointToPoint::Kind::Recv;
+      const bool rb = b.kind == strata::PointToPoint::Kind::Recv;
+      if (ra != rb) return (me % 2 == 1) ? ra : rb;
+      return round == 1 && a.peer > b.peer;
+    });
+    c.sendRecv(items);
+    for (auto& [from, m, buf] : expect) {
+      const size_t b = bytesOf(from, me, m);
+      size_t at = checkPattern(buf->data(), b, seedOf(salt, from * 1000 + me, m));
+      BOOST_TEST(at == b, "batch round " << round << ": message " << m << " from rank " << from
+                                         << " (" << b << " B) wrong from byte " << at);
+      BOOST_TEST(buf->guardsIntact(), "batch: wrote outside a receive buffer");
+    }
+  }
+  checkStillUsable("sendRecv");
+  // Bad items: every rank the same, so every rank throws before anything moves.
+  std::vector<float> a(8, 1.0f);
+  const int next = (me + 1) % n;
+  using P = strata::PointToPoint;
+  auto batchOf = [&](P p) { return [&c, p] { c.sendRecv(std::span<const P>(&p, 1)); }; };
+  expectInvalid("sendRecv to self", batchOf(P::sendTo(a.data(), 8, DataType::Float32, me)));
+  expectInvalid("sendRecv to N", batchOf(P::sendTo(a.data(), 8, DataType::Float32, n)));
+  expectInvalid("sendRecv from -1", batchOf(P::recvFrom(a.data(), 8, DataType::Float32, -1)));
+  expectInvalid("sendRecv null send", batchOf(P::sendTo(nullptr, 8, DataType::Float32, next)));
+  expectInvalid("sendRecv bad type",
+                batchOf(P::sendTo(a.data(), 8, static_cast<DataType>(99), next)));
+  P bad = P::sendTo(a.data(), 8, DataType::Float32, next);
+  bad.kind = static_cast<P::Kind>(7);
+  expectInvalid("sendRecv bad kind", batchOf(bad));
+  BOOST_TEST(!catchError([&] { c.sendRecv({}); }).has_value(), "an empty batch");
+  BOOST_TEST(!catchError(batchOf(P::sendTo(nullptr, 0, DataType::Float32, next))).has_value(),
+             "a batch of empty items");
+}
+
 // Bad arguments: the same on every rank, so every rank throws before anything is sent and no
 // rank hangs; after each, the communicator still works.
 BOOST_AUTO_TEST_CASE(bad_arguments) {

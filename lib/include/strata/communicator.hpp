@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,10 +114,19 @@ class STRATA_API Communicator {
                 Stream stream = {});
   /// Point to point: matched in order with the peer's recv of the same count and type. On device
   /// memory the send's kernel waits on its stream until the peer's recv has read the data (as
-  /// an ungrouped NCCL send), so a ring where every rank sends before it receives waits until
-  /// transport.timeout; on host memory that pattern works.
+  /// an ungrouped NCCL send), so a ring of messages larger than one round of the P2P slots
+  /// where every rank sends before it receives waits until transport.timeout (sendRecv below
+  /// completes it); on host memory that pattern works.
   void send(const void* buf, size_t count, DataType type, int peer, Stream stream = {});
   void recv(void* buf, size_t count, DataType type, int peer, Stream stream = {});
+  /// Sends and receives issued together, as an NCCL group of ncclSend/ncclRecv or torch's
+  /// batch_isend_irecv: the batch completes whatever the order of its items on each rank (rings,
+  /// halo exchanges, all-to-alls with any sizes), as long as the peers' batches match it (the
+  /// k-th send to a peer pairs with that peer's k-th receive from this rank, same count and
+  /// type). Peers other than this rank; every item's memory of one kind (device or host). On
+  /// device memory every item runs on `stream`; on host memory the call completes before it
+  /// returns. An empty batch, or one whose items are all empty, does nothing.
+  void sendRecv(std::span<const PointToPoint> ops, Stream stream = {});
 
   struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);

@@ -37,6 +37,24 @@ struct Stream {
   void* handle = nullptr;
 };
 
+/// One send or receive of Communicator::sendRecv (a batch issued together, as an NCCL group of
+/// ncclSend/ncclRecv or torch's batch_isend_irecv).
+struct PointToPoint {
+  enum class Kind : unsigned char { Send, Recv };
+  Kind kind = Kind::Send;
+  const void* send = nullptr;  ///< Send: count elements to the peer
+  void* recv = nullptr;        ///< Recv: where count elements from the peer land
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  int peer = -1;
+  static PointToPoint sendTo(const void* buf, size_t count, DataType type, int peer) {
+    return {Kind::Send, buf, nullptr, count, type, peer};
+  }
+  static PointToPoint recvFrom(void* buf, size_t count, DataType type, int peer) {
+    return {Kind::Recv, nullptr, buf, count, type, peer};
+  }
+};
+
 /// What a call on `buffer` does with `stream` before host work touches the buffer: for device
 /// memory, nothing (returns the stream, which orders the device work); for host memory (plain,
 /// pinned or managed), waits for the stream through the CUDA driver where the process has

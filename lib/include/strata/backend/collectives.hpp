@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,9 +40,11 @@ enum class CollectiveOp : uint16_t {
   AllToAll = 5,
   Send = 6,
   Recv = 7,
+  SendRecv = 8,  ///< a batch of sends and receives (CollectiveRequest::batch)
 };
 
-/// "allReduce", "allGather", "reduceScatter", "broadcast", "allToAll", "send", "recv".
+/// "allReduce", "allGather", "reduceScatter", "broadcast", "allToAll", "send", "recv",
+/// "sendRecv".
 constexpr std::string_view toString(CollectiveOp op) noexcept {
   switch (op) {
     case CollectiveOp::AllReduce:
@@ -58,6 +61,8 @@ constexpr std::string_view toString(CollectiveOp op) noexcept {
       return "send";
     case CollectiveOp::Recv:
       return "recv";
+    case CollectiveOp::SendRecv:
+      return "sendRecv";
   }
   return "unknown";
 }
@@ -97,6 +102,11 @@ struct CollectiveRequest {
   BufferKind sendKind = BufferKind::Host;
   BufferKind recvKind = BufferKind::Host;
   Stream stream;
+  /// sendRecv only: the batch, validated (peers other than this rank, buffers of one kind, which
+  /// sendKind and recvKind give; count and type above are unused). Every rank's batch must
+  /// complete whatever the order of its items, as long as the peers' batches match it (the
+  /// k-th send to a peer pairs with that peer's k-th receive from this rank, same size).
+  std::span<const PointToPoint> batch;
   /// The bytes one rank contributes (count * element size).
   size_t bytes() const noexcept { return count * sizeOf(type); }
 };
