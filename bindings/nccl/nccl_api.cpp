@@ -1270,7 +1270,8 @@ NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
       .buffer(recvbuff, count, "recvbuff");
   if (check.failed()) return check.result();
   return submit(comm, [=] {
-    const cudaStream_t st = hostOrdered(sendbuff, stream);
+    // The core orders host buffers on the stream; a pre-multiplication reads sendbuff first.
+    const cudaStream_t st = red.preMul ? hostOrdered(sendbuff, stream) : stream;
     const void* s = premultiplied(comm, red, sendbuff, count, type);
     if (red.preMul) return comm->comm->allReduce(s, recvbuff, count, type, red.op, streamOf(st));
     orFallback(
@@ -1297,7 +1298,7 @@ NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
   if (check.failed()) return check.result();
   return submit(comm, [=] {
     // An allReduce whose result only the root keeps (the others into a scratch buffer).
-    const cudaStream_t st = hostOrdered(sendbuff, stream);
+    const cudaStream_t st = red.preMul ? hostOrdered(sendbuff, stream) : stream;
     const void* s = premultiplied(comm, red, sendbuff, count, type);
     void* dst = recvbuff;
     std::vector<char> own;
@@ -1331,10 +1332,9 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
       .buffer(recvbuff, count, "recvbuff");
   if (check.failed()) return check.result();
   return submit(comm, [=] {
-    const cudaStream_t st = hostOrdered(recvbuff, stream);
     orFallback(
         comm, what,
-        [&] { comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(st)); },
+        [&] { comm->comm->broadcast(sendbuff, recvbuff, count, type, root, streamOf(stream)); },
         viaFallback);
   });
 }
@@ -1371,7 +1371,7 @@ NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
   if (check.failed()) return check.result();
   return submit(comm, [=] {
     const size_t n = recvcount * static_cast<size_t>(comm->size);
-    const cudaStream_t st = hostOrdered(sendbuff, stream);
+    const cudaStream_t st = red.preMul ? hostOrdered(sendbuff, stream) : stream;
     const void* s = premultiplied(comm, red, sendbuff, n, type);
     // In place stays in place only when the send buffer is the user's.
     if (red.preMul) {
@@ -1405,10 +1405,9 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
       .buffer(recvbuff, sendcount, "recvbuff");
   if (check.failed()) return check.result();
   return submit(comm, [=] {
-    const cudaStream_t st = hostOrdered(sendbuff, stream);
     orFallback(
         comm, what,
-        [&] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(st)); },
+        [&] { comm->comm->allGather(sendbuff, recvbuff, sendcount, type, streamOf(stream)); },
         viaFallback);
   });
 }
@@ -1426,10 +1425,8 @@ NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size
       .buffer(sendbuff, count, "sendbuff")
       .buffer(recvbuff, count, "recvbuff");
   if (check.failed()) return check.result();
-  return submit(comm, [=] {
-    const cudaStream_t st = hostOrdered(sendbuff, stream);
-    comm->comm->allToAll(sendbuff, recvbuff, count, type, streamOf(st));
-  });
+  return submit(comm,
+                [=] { comm->comm->allToAll(sendbuff, recvbuff, count, type, streamOf(stream)); });
 }
 NCCL_TWIN(ncclResult_t, ncclAlltoAll,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
