@@ -290,6 +290,7 @@ void initFromId(ncclComm* c, int nranks, const std::vector<IdRecord>& ids, int r
                               roots, nranks));
     }
     for (const IdRecord& i : ids) launch.roots.emplace_back(i.root);
+    launch.root.clear();  // roots[0] is rank 0's
   }
   const int block = strata::rendezvousBlockOf(rank, nranks, roots);
   const IdRecord& mine = ids[static_cast<size_t>(roots > 1 ? block : 0)];

@@ -99,6 +99,12 @@ std::unique_ptr<Bootstrap> createTcpBootstrap(const ExplicitLaunch& launch, cons
       }
     }
   }
+  if (roots > 1 && !launch.root.empty() && launch.root != launch.roots.front()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("createTcpBootstrap: root {} and roots[0] {} disagree (with several "
+                            "roots, roots[0] is rank 0's: leave root empty or the same)",
+                            launch.root, launch.roots.front()));
+  }
   const std::string root = roots > 1 ? launch.roots.front() : launch.root;
   const int block = rendezvousBlockOf(launch.rank, launch.size, roots);
   const bool serves =

@@ -53,7 +53,8 @@ struct ExplicitLaunch {
   /// Several rendezvous roots sharing the start-up load (ncclCommInitRankScalable), the same
   /// list on every rank; empty or one entry: `root` alone. roots[k] is the listener address of
   /// rank rendezvousBlockStart(k, ...), which serves the ranks of block k; roots[0] replaces
-  /// `root`. Each root collects its block's addresses and checks in at roots[0] with them.
+  /// `root` (which must then be empty or the same: InvalidArgument otherwise). Each root
+  /// collects its block's addresses and checks in at roots[0] with them.
   std::vector<std::string> roots;
 };
 

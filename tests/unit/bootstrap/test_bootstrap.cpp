@@ -224,6 +224,8 @@ BOOST_AUTO_TEST_CASE(multi_root_launches_are_checked) {
   BOOST_TEST(
       (code({2, 4, 0, 1, "", "", two}) == ErrorCode::InvalidArgument));  // serves, no listener
   BOOST_TEST((code({1, 4, 0, 1, "", "", {"127.0.0.1:1", ""}}) == ErrorCode::InvalidArgument));
+  BOOST_TEST((code({1, 4, 0, 1, "127.0.0.1:9", "", two}) ==
+              ErrorCode::InvalidArgument));  // root is not roots[0]
 }
 
 // Without bootstrap.tcp.interface, the host hint picks the interface (torch's MASTER_ADDR).
