@@ -71,7 +71,7 @@ std::string stateLine(const Answer& a, int rank) {
       return head +
              "  NOT ANSWERING (stopped by a signal or a debugger, swapping, or starved of CPU)";
     case Answer::Kind::Exited:
-      return head + "  EXITED (its status port refuses connections)";
+      return head + "  EXITED or LEFT (its status port refuses connections)";
     case Answer::Kind::Unreachable:
       return head + "  UNREACHABLE: " + a.error;
     case Answer::Kind::Failed:
@@ -163,7 +163,9 @@ Analysis analyse(const std::vector<Answer>& answers, const CallReport& ref, int 
         break;
       case Answer::Kind::Exited:
         r.kind = CulpritKind::Exited;
-        r.why = "has exited (its status port refuses connections)";
+        r.why =
+            "has exited or destroyed its end of this communicator (its status port refuses "
+            "connections)";
         break;
       case Answer::Kind::Unreachable:
         r.kind = CulpritKind::Unreachable;

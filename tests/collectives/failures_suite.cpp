@@ -191,6 +191,111 @@ BOOST_AUTO_TEST_CASE(mismatched_counts) {
   }
 }
 
+// 2b. Every other field of a call's signature (issue 27, item 7): rank 0 calls with one type,
+// reduce op, count or root, the others with another, through the slots and through single copy.
+// Every rank throws ProtocolError naming a peer and both calls, well within transport.timeout,
+// and returns no data. Except a broadcast whose ranks disagree on the root: a rank that thinks
+// itself the root only sends, and ranks that agree with one root take its data without waiting
+// for the others, so the call may return (no rank can know without hearing from every rank,
+// which a broadcast does not do); the stray data is caught by the next call, which fails on every
+// rank that received it, naming the broadcast.
+BOOST_AUTO_TEST_CASE(mismatched_signatures) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(2);
+  const int me = launchEnv().rank, n = launchEnv().size;
+  struct Variant {
+    std::string name;
+    std::function<void(Communicator&, bool)> call;  ///< (comm, this rank is the odd one)
+    std::vector<std::string> mention;               ///< words the error must contain
+    bool rootMismatch = false;
+  };
+  const size_t big = 40000;  // 160 KB of floats: single copy where it is on
+  std::vector<Variant> variants;
+  for (size_t count : {size_t{1000}, big}) {
+    const std::string at = " (" + std::to_string(count) + " elements)";
+    variants.push_back({"allReduce float vs int32" + at,
+                        [count](Communicator& c, bool odd) {
+                          std::vector<int32_t> a(count, 1), b(count, 0);
+                          c.allReduce(a.data(), b.data(), count, odd ? DataType::Int32 : kFloat,
+                                      kSum);
+                        },
+                        {"int32", "float"}});
+    variants.push_back({"allReduce max vs sum" + at,
+                        [count](Communicator& c, bool odd) {
+                          std::vector<float> a(count, 1.0f), b(count, 0.0f);
+                          c.allReduce(a.data(), b.data(), count, kFloat,
+                                      odd ? ReduceOp::Max : kSum);
+                        },
+                        {"max", "sum"}});
+    variants.push_back({"reduceScatter count off by one" + at,
+                        [count, n](Communicator& c, bool odd) {
+                          const size_t k = count + (odd ? 1 : 0);
+                          std::vector<float> a((count + 1) * n, 1.0f), b(count + 1, 0.0f);
+                          c.reduceScatter(a.data(), b.data(), k, kFloat, kSum);
+                        },
+                        {std::to_string(count), std::to_string(count + 1)}});
+    variants.push_back({"allGather count off by one" + at,
+                        [count, n](Communicator& c, bool odd) {
+                          const size_t k = count + (odd ? 1 : 0);
+                          std::vector<float> a(count + 1, 1.0f), b((count + 1) * n, 0.0f);
+                          c.allGather(a.data(), b.data(), k, kFloat);
+                        },
+                        {std::to_string(count), std::to_string(count + 1)}});
+    variants.push_back({"allToAll count off by one" + at,
+                        [count, n](Communicator& c, bool odd) {
+                          const size_t k = count / 4 + (odd ? 1 : 0);
+                          std::vector<float> a((count / 4 + 1) * n, 1.0f),
+                              b((count / 4 + 1) * n, 0.0f);
+                          c.allToAll(a.data(), b.data(), k, kFloat);
+                        },
+                        {std::to_string(count / 4), std::to_string(count / 4 + 1)}});
+    // Rank 0 thinks it is the root; the others that rank 1 is: rank 0 only sends.
+    variants.push_back({"broadcast root 0 vs 1" + at,
+                        [count](Communicator& c, bool odd) {
+                          std::vector<float> a(count, 1.0f);
+                          c.broadcast(a.data(), a.data(), count, kFloat, odd ? 0 : 1);
+                        },
+                        {"root 0", "root 1"},
+                        true});  // rootMismatch
+  }
+  for (const char* singleCopy : {"auto", "off"}) {
+    for (const Variant& v : variants) {
+      const std::string what = v.name + ", single copy " + singleCopy;
+      BOOST_TEST_INFO_SCOPE(what);
+      auto comm = makeComm({{"transport.timeout", "5"}, {"collectives.single_copy", singleCopy}});
+      auto o = timed([&] { v.call(*comm, me == 0); });
+      if (v.rootMismatch && !o.error) {
+        BOOST_TEST_MESSAGE("rank " << me << ": " << what << ": returned after " << o.seconds
+                                   << " s");
+        // The next call: every rank fails (or finds the communicator broken), none hangs; a rank
+        // that received stray broadcast data names it.
+        std::vector<float> a(16, 1.0f), b(16, 0.0f);
+        auto next = timed([&] { comm->allReduce(a.data(), b.data(), 16, kFloat, kSum); });
+        BOOST_TEST_MESSAGE("rank " << me << ": the call after it: " << errText(next.error)
+                                   << " after " << next.seconds << " s");
+        BOOST_TEST(next.error.has_value(), what << ": the call after it returned normally");
+        BOOST_TEST(next.seconds < 15.0, what << ": the call after it took " << next.seconds);
+        if (next.error && me != 1) {
+          BOOST_TEST((next.error->code() == ErrorCode::ProtocolError), errText(next.error));
+          BOOST_TEST(std::string(next.error->what()).find("broadcast") != std::string::npos,
+                     "the error does not name the broadcast: " << next.error->what());
+        }
+      } else {
+        checkProtocolError(o, me, n, what.c_str());
+        if (o.error) {
+          const std::string msg = o.error->what();
+          for (const std::string& word : v.mention) {
+            BOOST_TEST(msg.find(word) != std::string::npos,
+                       "the message lacks \"" << word << "\": " << msg);
+          }
+          BOOST_TEST(o.seconds < 5.0, "detected after " << o.seconds << " s");
+        }
+      }
+      destroy(comm, 30.0, what.c_str());
+    }
+  }
+}
+
 // 3. The last rank never calls allReduce (it waits in a bootstrap barrier): the others throw
 // Timeout after transport.timeout (2 s), naming the last rank; then everyone meets at the barrier.
 BOOST_AUTO_TEST_CASE(missing_rank) {
