@@ -47,6 +47,7 @@
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
 #include "launch.hpp"
+#include "teardown.hpp"
 
 namespace strata::cuda {
 namespace {
@@ -439,56 +440,39 @@ void CudaBackend::teardown() noexcept {
     return;
   }
   DeviceGuard guard(device_);
-  // 1. This communicator's work: done normally within transport.timeout, else stopped (a peer
-  //    that never comes, or one already dead: the kernels see the stop word within a few
-  //    hundred spins).
-  const bool lost = __atomic_load_n(&host_->stop, __ATOMIC_ACQUIRE) != 0;
-  if (lost || !waitPending(timeoutSeconds_ > 0 ? timeoutSeconds_ : 30)) {
-    raiseStop(kDestroyed, -1);
-    if (!waitPending(5)) {
+  // The order is teardownSequence's (teardown.hpp), which the emulation runs too.
+  struct Api {
+    CudaBackend& be;
+    bool stopped() const { return __atomic_load_n(&be.host_->stop, __ATOMIC_ACQUIRE) != 0; }
+    bool peerLost() const { return be.host_->stopReason == kPeerLost; }
+    bool waitPending(double seconds) { return be.waitPending(seconds); }
+    void raiseStop() { be.raiseStop(kDestroyed, -1); }
+    void workDone() {
+      be.stopMonitor();
+      for (cudaEvent_t ev : be.spareEvents_) cudaEventDestroy(ev);
+      be.spareEvents_.clear();
+    }
+    void barrier() { be.context_->bootstrap().barrier(); }
+    void unmapPeers() { be.peers_.clear(); }
+    void leak() {
       STRATA_LOG(Error, kLog,
                  "destroying the communicator: {} cuda collective launch(es) still run 5 s after "
                  "the stop; their memory is not freed (leaked) so that they cannot fault",
-                 pending_.size());
-      stopMonitor();
+                 be.pending_.size());
+      be.stopMonitor();
       // Leaked, with the scratch, the state and the mappings: a running kernel may still use
       // them (kept reachable for the process's life, so that leak checkers stay quiet).
       static auto* graveyard = new std::vector<RegisteredMemory>();
-      graveyard->push_back(std::move(scratch_));
-      for (auto& p : peers_) graveyard->push_back(std::move(p));
-      peers_.clear();
-      host_ = nullptr;
-      abortHost_ = nullptr;
-      state_ = nullptr;
-      return;
+      graveyard->push_back(std::move(be.scratch_));
+      for (auto& p : be.peers_) graveyard->push_back(std::move(p));
+      be.peers_.clear();
+      be.host_ = nullptr;
+      be.abortHost_ = nullptr;
+      be.state_ = nullptr;
     }
-  }
-  stopMonitor();
-  for (cudaEvent_t ev : spareEvents_) cudaEventDestroy(ev);
-  spareEvents_.clear();
-  // 2. No peer still reads or writes this rank's scratch once every rank is here; then unmap
-  //    the peers' scratch, and free ours only when no peer maps it any more. Skipped when a
-  //    peer is lost (it cannot come) or the bootstrap fails (bounded by its own timeout).
-  const bool peerLost = host_->stopReason == kPeerLost;
-  bool barriers = !peerLost && size_ > 1;
-  if (barriers) {
-    try {
-      context_->bootstrap().barrier();
-    } catch (const std::exception& e) {
-      STRATA_LOG(Warn, kLog, "destroying the communicator: barrier before unmapping failed: {}",
-                 e.what());
-      barriers = false;
-    }
-  }
-  peers_.clear();
-  if (barriers) {
-    try {
-      context_->bootstrap().barrier();
-    } catch (const std::exception& e) {
-      STRATA_LOG(Warn, kLog, "destroying the communicator: barrier after unmapping failed: {}",
-                 e.what());
-    }
-  }
+    void warn(const std::string& text) { STRATA_LOG(Warn, kLog, "{}", text); }
+  } api{*this};
+  teardownSequence(api, size_, timeoutSeconds_);
 }
 
 void CudaBackend::release() noexcept {

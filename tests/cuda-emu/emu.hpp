@@ -436,6 +436,12 @@ class World {
   }
   /// One call on every rank (launches[r]: rank r's; those without run set sit out).
   void launch(std::vector<Launch>& launches, int slowRank = -1) { run({&launches}, slowRank); }
+  /// Rank r alone runs its launches of `calls` on one stream (after its delayStart), as its host
+  /// enqueued them, and returns when they are done: for tests that drive each rank's host side
+  /// themselves (teardown), one thread per rank.
+  void runRank(int r, const std::vector<std::vector<Launch>*>& calls) {
+    runStream(r, 0, calls, -1, seed_ + 7919 * r);
+  }
 
  private:
   void runStream(int r, int stream, const std::vector<std::vector<Launch>*>& calls, int slowRank,

@@ -14,10 +14,14 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Counts the kernels' byte-wise loads and stores (kernel_common.hpp: the narrowest path).
@@ -29,6 +33,7 @@ inline std::atomic<uint64_t> emuByteAccesses{0};
 #include <strata/backend/device_guard.hpp>
 
 #include "collectives/cuda/plan.hpp"
+#include "collectives/cuda/teardown.hpp"
 #include "tests/cuda-emu/emu.hpp"
 #include "tests/harness/reference_fold.hpp"
 
@@ -1262,4 +1267,197 @@ BOOST_AUTO_TEST_CASE(p2p_schedule_interleaves_pieces_by_step) {
   const std::vector<std::string> want = {"s1:10@0",  "r2:10@0", "s1:10@10",
                                          "r2:10@10", "s1:5@0",  "r2:5@20"};
   BOOST_CHECK_EQUAL_COLLECTIONS(got.begin(), got.end(), want.begin(), want.end());
+}
+
+// ---- teardown: the module's sequence (teardown.hpp) with poisoned frees (issue 25, defect 3) --
+
+namespace {
+
+/// The bootstrap's barrier between the ranks' host threads: throws when a rank does not come
+/// within `seconds`.
+class HostBarrier {
+ public:
+  explicit HostBarrier(int n) : n_(n) {}
+  void arrive(double seconds) {
+    std::unique_lock lk(mu_);
+    const uint64_t gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    if (!cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return gen_ != gen; })) {
+      --count_;
+      throw std::runtime_error("a rank did not reach the barrier");
+    }
+  }
+
+ private:
+  int n_, count_ = 0;
+  uint64_t gen_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+/// Rank r's host side: its launches run on a thread (its stream); teardown waits for them
+/// (streamDone), barriers with the others (none: the sequence without its barriers, which the
+/// fix added) and frees its scratch by poisoning every byte.
+struct EmuTeardown {
+  EmuTeardown(World& world, int rank, std::atomic<bool>& done, HostBarrier* bar = nullptr,
+              double seconds = 5, bool lost = false)
+      : w(world),
+        r(rank),
+        streamDone(done),
+        hostBarrier(bar),
+        barrierSeconds(seconds),
+        lostPeer(lost) {}
+  World& w;
+  int r;
+  std::atomic<bool>& streamDone;
+  HostBarrier* hostBarrier = nullptr;  ///< null: barrier() does nothing
+  double barrierSeconds = 5;
+  bool lostPeer = false;
+  int barriers = 0;
+  bool leaked = false;
+  std::vector<std::string> warnings;
+
+  bool stopped() const { return __atomic_load_n(&w.rank(r).stop, __ATOMIC_ACQUIRE) != 0; }
+  bool peerLost() const { return lostPeer; }
+  bool waitPending(double seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!streamDone.load()) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+  void raiseStop() { w.stop(r); }
+  void workDone() {}
+  void barrier() {
+    ++barriers;
+    if (hostBarrier != nullptr) hostBarrier->arrive(barrierSeconds);
+  }
+  void unmapPeers() {}
+  void leak() { leaked = true; }
+  void warn(const std::string& text) { warnings.push_back(text); }
+};
+
+/// The emulation with its weak memory model off (a host memset of a scratch, the poisoning
+/// free, does not go through the model's per-thread buffers).
+struct PlainMemory {
+  PlainMemory() : saved(std::getenv("STRATA_EMU_WEAK_MEMORY")) {
+    if (saved) value = *saved;
+    setenv("STRATA_EMU_WEAK_MEMORY", "0", 1);
+  }
+  ~PlainMemory() {
+    if (saved)
+      setenv("STRATA_EMU_WEAK_MEMORY", value.c_str(), 1);
+    else
+      unsetenv("STRATA_EMU_WEAK_MEMORY");
+  }
+  const char* saved;
+  std::string value;
+};
+
+/// Rank 0 sends one round (eager: its kernel ends once the data is staged in its own scratch)
+/// and destroys its end at once; rank 1 reaches its receive 300 ms later, then destroys. Returns
+/// whether rank 1 got rank 0's data.
+bool sendThenDestroy(bool withBarriers, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::unique_ptr<World> w;
+  {
+    PlainMemory plain;
+    w = std::make_unique<World>(2, smallLayout(2), kTimeoutNs, seed);
+  }
+  w->preload();
+  w->delayStart(1, std::chrono::milliseconds(300));
+  const size_t bytes = roundBytes(*w, 2);
+  std::vector<char> data = randomData(rng, ElemType::Uint8, bytes);
+  std::vector<char> got(bytes, 0);
+  std::vector<Launch> call(2);
+  call[0] = p2pLaunch(*w, 0, 1, true, data.data(), nullptr, bytes, 2);
+  call[1] = p2pLaunch(*w, 1, 0, false, nullptr, got.data(), bytes, 2);
+  std::vector<std::vector<Launch>*> seq{&call};
+  HostBarrier bar(2);
+  std::atomic<bool> done[2] = {false, false};
+  bool warned[2] = {false, false}, leaked[2] = {false, false};  // checked after the joins
+  std::vector<std::thread> hosts;
+  for (int r = 0; r < 2; ++r) {
+    hosts.emplace_back([&, r] {
+      std::thread stream([&] {
+        w->runRank(r, seq);
+        done[r] = true;
+      });
+      EmuTeardown api{*w, r, done[r], withBarriers ? &bar : nullptr};
+      if (teardownSequence(api, 2, 10.0)) {
+        std::memset(w->rank(r).scratch, 0xA5, w->layout().total());  // freed
+      }
+      stream.join();
+      warned[r] = !api.warnings.empty();
+      leaked[r] = api.leaked;
+    });
+  }
+  for (auto& t : hosts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    BOOST_CHECK_MESSAGE(!warned[r], "rank " << r << ": a barrier failed");
+    BOOST_CHECK_MESSAGE(!leaked[r], "rank " << r << ": leaked");
+  }
+  expectNoAbort(*w, "send, then destroy");
+  return got == data;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(destroy_waits_for_a_peer_still_reading_this_ranks_memory) {
+  // Rank 0's send kernel is over when rank 1 has not read its data yet: rank 0's teardown must
+  // not free (poison) its scratch until rank 1's work is done. Without the barriers (the old
+  // teardown) rank 1 reads the poison.
+  BOOST_CHECK_MESSAGE(sendThenDestroy(true, 51), "rank 1 read freed memory");
+#if defined(__SANITIZE_THREAD__)
+  return;  // the old order is a data race by design (a read of memory being poisoned)
+#endif
+  BOOST_CHECK_MESSAGE(!sendThenDestroy(false, 52),
+                      "without the barriers rank 1 should have read the poison (the test cannot "
+                      "see the hazard)");
+}
+
+BOOST_AUTO_TEST_CASE(destroy_is_bounded_when_a_peer_is_dead_or_never_comes) {
+  // Rank 0 waits in a receive from rank 1, which never launches. Dead (the monitor set the stop
+  // word for a lost peer): teardown stops the kernel and frees without a barrier, at once. Alive
+  // but absent: teardown waits for its work for the timeout, stops it, and the barrier gives up
+  // at its deadline with a warning; bounded either way, never a leak.
+  for (bool dead : {true, false}) {
+    std::unique_ptr<World> w;
+    {
+      PlainMemory plain;
+      w = std::make_unique<World>(2, smallLayout(2), kTimeoutNs, 60 + dead);
+    }
+    w->preload();
+    std::vector<char> got(100, 0);
+    std::vector<Launch> call(2);
+    call[0] = p2pLaunch(*w, 0, 1, false, nullptr, got.data(), got.size(), 2);
+    std::vector<std::vector<Launch>*> seq{&call};
+    std::atomic<bool> done{false};
+    std::thread stream([&] {
+      w->runRank(0, seq);
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    HostBarrier bar(2);  // rank 1 never arrives
+    EmuTeardown api{*w, 0, done, &bar, 1.0, dead};
+    if (dead) w->stop(0);  // what the monitor does when the peer's process is gone
+    const auto start = std::chrono::steady_clock::now();
+    const bool freed = teardownSequence(api, 2, 0.5);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stream.join();
+    BOOST_TEST_INFO_SCOPE((dead ? "dead peer" : "absent peer") << ", " << s << " s");
+    BOOST_CHECK(freed);
+    BOOST_CHECK(done.load());
+    BOOST_CHECK_EQUAL(api.barriers, dead ? 0 : 1);  // the first one fails: no second
+    BOOST_CHECK_EQUAL(api.warnings.size(), dead ? 0u : 1u);
+    BOOST_CHECK_LT(s, dead ? 1.0 : 4.0);
+    BOOST_CHECK_EQUAL(w->rank(0).abort.code, AbortRecord::Stopped);
+  }
 }
