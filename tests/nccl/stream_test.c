@@ -3,7 +3,8 @@
  * tests/harness/fake_cuda.cpp (argument 1: its path), whose cuStreamSynchronize runs the kernel the
  * test queued (it writes rank + 5 into the send buffer): the allReduce must see those values.
  * With a NULL stream nothing waits. Then what the shim would do on the host with device memory
- * is refused with an error. Ranks from strata-run, the id from NCCL_COMM_ID. */
+ * is refused with an error, as is a group whose device sends and receives use two streams. Ranks
+ * from strata-run, the id from NCCL_COMM_ID. */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -80,6 +81,19 @@ int main(int argc, char** argv) {
     fprintf(stderr, "FAIL rank %d: a send to self from device memory: %d: %s\n", rank, (int)r,
             ncclGetLastError(comm));
     ++failures;
+  }
+  /* A group's sends and receives on device memory run on one stream: two are refused. */
+  if (size > 1) {
+    int peer = (rank + 1) % size, from = (rank + size - 1) % size;
+    ncclGroupStart();
+    ncclSend(device, 8, ncclFloat32, peer, comm, (cudaStream_t)0x1);
+    ncclRecv(device + 32, 8, ncclFloat32, from, comm, (cudaStream_t)0x2);
+    r = ncclGroupEnd();
+    if (r != ncclInvalidUsage || !strstr(ncclGetLastError(comm), "several streams")) {
+      fprintf(stderr, "FAIL rank %d: grouped device send/recv on two streams: %d: %s\n", rank,
+              (int)r, ncclGetLastError(comm));
+      ++failures;
+    }
   }
   /* Refused before anything moved: the communicator still works on host memory. */
   deviceRange(NULL, 0);
