@@ -26,8 +26,10 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,6 +49,7 @@
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
 #include "launch.hpp"
+#include "stall.hpp"
 #include "teardown.hpp"
 
 namespace strata::cuda {
@@ -239,17 +242,41 @@ class CudaBackend final : public backend::CollectivesBackend {
   /// the host's stop word (with why it was set).
   struct HostWords {
     AbortRecord abort;
-    uint64_t stop;        ///< non-zero: every wait of this rank's kernels gives up
-    int64_t stopPeer;     ///< the lost peer (-1: none)
-    uint64_t stopReason;  ///< StopReason
+    uint64_t stop;                 ///< non-zero: every wait of this rank's kernels gives up
+    int64_t stopPeer;              ///< the lost peer (-1: none)
+    uint64_t stopReason;           ///< StopReason
+    uint64_t started[kCallSlots];  ///< the kernels' KernelArgs::started: calls that began
   };
-  enum StopReason : uint64_t { kNoStop = 0, kPeerLost = 1, kDestroyed = 2 };
+  enum StopReason : uint64_t { kNoStop = 0, kPeerLost = 1, kDestroyed = 2, kJudged = 3 };
   HostWords* host_ = nullptr;
   AbortRecord* abortHost_ = nullptr;  ///< &host_->abort
   double waitLimitSeconds_ = 600;
   /// Events recorded after launches not yet known complete (teardown waits for them).
   std::vector<cudaEvent_t> pending_;
   std::vector<cudaEvent_t> spareEvents_;
+  // The stall monitor (stall.hpp): every rank's board of device collectives, and this rank's
+  // calls in flight, each with an event after its kernel.
+  RegisteredMemory board_;  ///< this rank's LaunchBoard (host memory)
+  std::vector<RegisteredMemory> peerBoards_;
+  std::vector<const LaunchBoard*> boards_;  ///< every rank's, mapped; empty: not monitored
+  uint64_t calls_ = 0;                      ///< device collectives issued (the calling thread)
+  struct InFlight {
+    uint64_t call;
+    cudaEvent_t done;
+  };
+  mutable std::mutex flightMu_;
+  std::deque<InFlight> inflight_;         ///< under flightMu_
+  std::vector<cudaEvent_t> flightSpare_;  ///< under flightMu_
+  StallVerdict verdict_;                  ///< under flightMu_: set once, by the monitor
+  // The monitor thread's own.
+  uint64_t checkedCall_ = 0, runningCall_ = 0;
+  std::chrono::steady_clock::time_point runningSince_;
+  /// Publishes call r (not on a capturing stream); returns its number, 0 when not tracked.
+  uint64_t publish(const CollectiveRequest& r);
+  /// After a tracked launch: an event the monitor polls.
+  void trackCall(uint64_t call, cudaStream_t stream);
+  /// The monitor's turn: completions, mismatches, stalls.
+  void checkCalls();
   // The monitor: checks the peers' processes while the backend lives.
   std::thread monitor_;
   std::mutex monitorMu_;
@@ -390,6 +417,9 @@ void CudaBackend::startMonitor() {
           return;  // nothing more to watch: the communicator is broken
         }
       }
+      lk.unlock();
+      checkCalls();
+      lk.lock();
     }
   });
 }
@@ -451,9 +481,18 @@ void CudaBackend::teardown() noexcept {
       be.stopMonitor();
       for (cudaEvent_t ev : be.spareEvents_) cudaEventDestroy(ev);
       be.spareEvents_.clear();
+      std::lock_guard lk(be.flightMu_);
+      for (const InFlight& f : be.inflight_) cudaEventDestroy(f.done);
+      for (cudaEvent_t ev : be.flightSpare_) cudaEventDestroy(ev);
+      be.inflight_.clear();
+      be.flightSpare_.clear();
     }
     void barrier() { be.context_->bootstrap().barrier(); }
-    void unmapPeers() { be.peers_.clear(); }
+    void unmapPeers() {
+      be.peers_.clear();
+      be.boards_.clear();
+      be.peerBoards_.clear();
+    }
     void leak() {
       STRATA_LOG(Error, kLog,
                  "destroying the communicator: {} cuda collective launch(es) still run 5 s after "
@@ -477,6 +516,9 @@ void CudaBackend::teardown() noexcept {
 
 void CudaBackend::release() noexcept {
   peers_.clear();
+  boards_.clear();
+  peerBoards_.clear();
+  board_ = RegisteredMemory();
   scratch_ = RegisteredMemory();
   if (state_ != nullptr) cudaFree(state_);
   if (host_ != nullptr) cudaFreeHost(host_);
@@ -592,6 +634,9 @@ std::string CudaBackend::allocate() {
     if (e != cudaSuccess) return cudaWhy("mapping the abort record", e);
     base_.abort = &static_cast<HostWords*>(dev)->abort;
     base_.stop = &static_cast<HostWords*>(dev)->stop;
+    base_.started = static_cast<HostWords*>(dev)->started;
+    board_ = context_->allocate(sizeof(LaunchBoard));
+    new (board_.data()) LaunchBoard();
     base_.state = state_->blocks;
     base_.abortClaim = &state_->abortClaim;
     base_.rank = rank_;
@@ -615,6 +660,25 @@ std::string CudaBackend::exchange() {
   std::copy(mine.begin(), mine.end(), all.begin() + most * rank_);
   context_->bootstrap().allGather(all.data(), most);
   try {
+    // The boards of the stall monitor: host memory every rank of the host maps.
+    std::vector<int> others;
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) others.push_back(q);
+    }
+    peerBoards_ = context_->exchange(board_, others);
+    boards_.assign(static_cast<size_t>(size_), nullptr);
+    boards_[rank_] = static_cast<const LaunchBoard*>(board_.data());
+    for (size_t i = 0; i < others.size(); ++i) {
+      boards_[others[i]] = static_cast<const LaunchBoard*>(peerBoards_[i].hostPointer());
+      if (boards_[others[i]] == nullptr) {
+        return fmt::format("rank {}'s launch board is not mapped into this process", others[i]);
+      }
+    }
+  } catch (const Error& e) {
+    boards_.clear();
+    return fmt::format("mapping the peers' launch boards: {}", e.what());
+  }
+  try {
     peers_.resize(static_cast<size_t>(size_));
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
@@ -636,6 +700,16 @@ std::string CudaBackend::exchange() {
 }
 
 std::optional<Error> CudaBackend::asyncError() const {
+  {
+    std::lock_guard lk(flightMu_);
+    if (verdict_.kind != StallVerdict::None) {
+      return Error(
+          verdict_.kind == StallVerdict::Mismatch ? ErrorCode::ProtocolError : ErrorCode::Timeout,
+          fmt::format("cuda collectives: {}; this communicator cannot be used any more",
+                      verdict_.text),
+          verdict_.peer);
+    }
+  }
   if (abortHost_ == nullptr || __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == 0) {
     return std::nullopt;
   }
@@ -713,6 +787,8 @@ std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r,
   a.peer = r.op == CollectiveOp::Broadcast ? r.root : r.peer;
   const Shape s = shape ? *shape : shapeFor(id, r.bytes(), size_, tuning_, base_.layout);
   DeviceGuard guard(device_);
+  a.call = publish(r);
+  if (a.call == 0) a.started = nullptr;
   const int e =
       launchKernel(id, static_cast<ElemType>(static_cast<int>(r.type)), a, s, r.stream.handle);
   if (e != 0) {
@@ -721,7 +797,97 @@ std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r,
                                                static_cast<cudaError_t>(e)));
   }
   trackLaunch(static_cast<cudaStream_t>(r.stream.handle));
+  if (a.call != 0) trackCall(a.call, static_cast<cudaStream_t>(r.stream.handle));
   return fmt::format("{} grid {} block {}", toString(id), s.blocks, s.threads);
+}
+
+uint64_t CudaBackend::publish(const CollectiveRequest& r) {
+  if (boards_.empty() || r.op == CollectiveOp::Send || r.op == CollectiveOp::Recv) return 0;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(r.stream.handle), &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return 0;  // a graph's launches run later, as often as the user replays them
+  }
+  const CallSignature sig =
+      CallSignature::of(static_cast<int>(r.op), static_cast<int>(r.type),
+                        r.op == CollectiveOp::AllReduce || r.op == CollectiveOp::ReduceScatter
+                            ? static_cast<int>(r.redop)
+                            : 0,
+                        r.op == CollectiveOp::Broadcast ? r.root : -1, r.count);
+  publishCall(static_cast<LaunchBoard*>(board_.data()), ++calls_, sig);
+  return calls_;
+}
+
+void CudaBackend::trackCall(uint64_t call, cudaStream_t stream) {
+  std::lock_guard lk(flightMu_);
+  cudaEvent_t ev = nullptr;
+  if (!flightSpare_.empty()) {
+    ev = flightSpare_.back();
+    flightSpare_.pop_back();
+  } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+    return;  // untracked: the call never counts as completed, so no stall is judged after it
+  }
+  if (cudaEventRecord(ev, stream) != cudaSuccess) {
+    flightSpare_.push_back(ev);
+    return;
+  }
+  inflight_.push_back({call, ev});
+}
+
+void CudaBackend::checkCalls() {
+  if (boards_.empty() || host_ == nullptr) return;
+  auto* mine = static_cast<LaunchBoard*>(board_.data());
+  uint64_t oldest = 0;
+  {
+    DeviceGuard guard(device_);
+    std::lock_guard lk(flightMu_);
+    if (verdict_.kind != StallVerdict::None) return;  // judged once
+    uint64_t completed = 0;
+    while (!inflight_.empty() && cudaEventQuery(inflight_.front().done) != cudaErrorNotReady) {
+      completed = inflight_.front().call;
+      flightSpare_.push_back(inflight_.front().done);
+      inflight_.pop_front();
+    }
+    if (completed != 0) __atomic_store_n(&mine->completed, completed, __ATOMIC_RELEASE);
+    if (!inflight_.empty()) oldest = inflight_.front().call;
+    // The calls in flight whose kernels began (the kernels' words).
+    for (const InFlight& f : inflight_) {
+      if (__atomic_load_n(&host_->started[f.call % kCallSlots], __ATOMIC_ACQUIRE) == f.call) {
+        markBegun(mine, f.call);
+      }
+    }
+  }
+  std::vector<BoardView> views;
+  views.reserve(boards_.size());
+  for (const LaunchBoard* b : boards_) views.push_back(readBoard(b));
+  // Every call all ranks have published, once: a mismatch whether or not its kernels ended.
+  StallVerdict v;
+  for (uint64_t k = checkedCall_ + 1; k <= views[rank_].issued && v.kind == StallVerdict::None;
+       ++k) {
+    bool known = true;
+    for (const BoardView& b : views) known = known && b.issued >= k;
+    if (!known) break;
+    v = judgeStall(rank_, views, k, -1, 0);
+    checkedCall_ = k;
+  }
+  // This rank's oldest call in flight: how long its kernel has run.
+  if (v.kind == StallVerdict::None && oldest != 0 && views[rank_].begun(oldest) &&
+      timeoutSeconds_ > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (runningCall_ != oldest) {
+      runningCall_ = oldest;
+      runningSince_ = now;
+    }
+    v = judgeStall(rank_, views, oldest, std::chrono::duration<double>(now - runningSince_).count(),
+                   timeoutSeconds_);
+  }
+  if (v.kind == StallVerdict::None) return;
+  STRATA_LOG(Error, kLog, "stopping this rank's cuda collectives: {}", v.text);
+  {
+    std::lock_guard lk(flightMu_);
+    verdict_ = v;
+  }
+  raiseStop(kJudged, v.peer);
 }
 
 void CudaBackend::trackLaunch(cudaStream_t stream) {

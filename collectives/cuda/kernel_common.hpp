@@ -36,6 +36,8 @@ using device::EpochFlag;
 /// Ranks of one host a kernel serves, and blocks a launch may use (sizes of the state arrays).
 constexpr int kMaxRanks = 8;
 constexpr int kMaxBlocks = 32;
+/// Calls the stall monitor remembers per rank (KernelArgs::started, LaunchBoard).
+constexpr uint64_t kCallSlots = 64;
 /// Threads per block at most (the kernels' register budget: __launch_bounds__).
 constexpr int kMaxThreads = 512;
 
@@ -129,6 +131,11 @@ struct KernelArgs {
   /// Mapped host memory the host sets to non-zero to stop every wait of this rank's kernels (a
   /// peer lost, the communicator aborted or destroyed); null: no host stop.
   const uint64_t* stop = nullptr;
+  /// Mapped host memory of kCallSlots words: block 0's thread 0 stores `call` at
+  /// [call % kCallSlots] when the kernel begins (the stall monitor, stall.hpp); null: not
+  /// tracked (send/recv).
+  uint64_t* started = nullptr;
+  uint64_t call = 0;
   ScratchLayout layout;
 
   STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }

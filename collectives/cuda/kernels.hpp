@@ -42,6 +42,9 @@ constexpr bool usesPackets(KernelId id) {
 
 template <KernelId Id, class T, class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void runKernel(Ctx& ctx, const KernelArgs& a) {
+  if (a.started != nullptr && ctx.block() == 0 && ctx.thread() == 0) {
+    device::storeRelease(a.started + a.call % kCallSlots, a.call);  // the monitor: it began
+  }
   if constexpr (Id == KernelId::AllReduceOneShot) allReduceOneShot<T>(ctx, a);
   if constexpr (Id == KernelId::AllReduceTwoShot) allReduceTwoShot<T>(ctx, a);
   if constexpr (Id == KernelId::AllReduceDirect) allReduceDirect<T>(ctx, a);

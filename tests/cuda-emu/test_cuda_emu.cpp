@@ -33,6 +33,7 @@ inline std::atomic<uint64_t> emuByteAccesses{0};
 #include <strata/backend/device_guard.hpp>
 
 #include "collectives/cuda/plan.hpp"
+#include "collectives/cuda/stall.hpp"
 #include "collectives/cuda/teardown.hpp"
 #include "tests/cuda-emu/emu.hpp"
 #include "tests/harness/reference_fold.hpp"
@@ -1460,4 +1461,123 @@ BOOST_AUTO_TEST_CASE(destroy_is_bounded_when_a_peer_is_dead_or_never_comes) {
     BOOST_CHECK_LT(s, dead ? 1.0 : 4.0);
     BOOST_CHECK_EQUAL(w->rank(0).abort.code, AbortRecord::Stopped);
   }
+}
+
+// ---- the stall monitor's judgement (stall.hpp; issue 25, defect 2) ----------------------------
+
+namespace {
+
+/// Boards of n ranks that all issued calls 1..issued of `sig`, started `started`, completed
+/// `completed`.
+std::vector<BoardView> boardsOf(int n, uint64_t issued, uint64_t started, uint64_t completed,
+                                CallSignature sig) {
+  std::vector<BoardView> out;
+  for (int r = 0; r < n; ++r) {
+    LaunchBoard b;
+    for (uint64_t k = 1; k <= issued; ++k) {
+      publishCall(&b, k, sig);
+      if (k <= started) markBegun(&b, k);
+    }
+    b.completed = completed;
+    out.push_back(readBoard(&b));
+  }
+  return out;
+}
+
+/// Rank r's board in v says call k has not begun.
+void unbegin(BoardView& v, uint64_t k) {
+  v.calls[k % LaunchBoard::kHistory].begun = 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stall_judgement_tells_late_from_stuck_and_mismatched) {
+  const auto sum1000 = CallSignature::of(1, 8, 0, -1, 1000);  // allReduce(1000, float, sum)
+  // Everyone in call 5, kernels running 31 s, none finished: a stall naming another rank.
+  auto boards = boardsOf(4, 5, 5, 4, sum1000);
+  StallVerdict v = judgeStall(2, boards, 5, 31, 30);
+  BOOST_CHECK_EQUAL(v.kind, StallVerdict::Stall);
+  BOOST_CHECK_EQUAL(v.peer, 0);
+  BOOST_CHECK_MESSAGE(v.text.find("allReduce(count 1000, float, sum)") != std::string::npos,
+                      v.text);
+  // The same before the timeout: nothing.
+  BOOST_CHECK_EQUAL(judgeStall(2, boards, 5, 29, 30).kind, StallVerdict::None);
+  // Rank 3 has not begun call 5 (late: checkpointing): nothing, however long.
+  unbegin(boards[3], 5);
+  BOOST_CHECK_EQUAL(judgeStall(2, boards, 5, 3600, 30).kind, StallVerdict::None);
+  boards[3].calls[5].call = 0;  // not even enqueued it
+  boards[3].issued = 4;
+  BOOST_CHECK_EQUAL(judgeStall(2, boards, 5, 3600, 30).kind, StallVerdict::None);
+  // Rank 1 finished call 5 (a broadcast root leaves early): not every rank is stuck.
+  boards = boardsOf(4, 5, 5, 4, sum1000);
+  boards[1].completed = 5;
+  BOOST_CHECK_EQUAL(judgeStall(2, boards, 5, 3600, 30).kind, StallVerdict::None);
+  // Rank 3's call 5 is another: a mismatch at once, naming it and both calls.
+  for (const CallSignature& other :
+       {CallSignature::of(1, 8, 0, -1, 1001), CallSignature::of(1, 2, 0, -1, 1000),
+        CallSignature::of(1, 8, 3, -1, 1000), CallSignature::of(2, 8, 0, -1, 1000),
+        CallSignature::of(4, 8, 0, 1, 1000)}) {
+    boards = boardsOf(4, 5, 5, 4, sum1000);
+    LaunchBoard b;
+    for (uint64_t k = 1; k <= 4; ++k) publishCall(&b, k, sum1000);
+    publishCall(&b, 5, other);
+    boards[3] = readBoard(&b);
+    v = judgeStall(0, boards, 5, 0, 30);
+    BOOST_CHECK_EQUAL(v.kind, StallVerdict::Mismatch);
+    BOOST_CHECK_EQUAL(v.peer, 3);
+    BOOST_CHECK_MESSAGE(v.text.find(describe(other)) != std::string::npos &&
+                            v.text.find(describe(sum1000)) != std::string::npos,
+                        v.text);
+  }
+  BOOST_CHECK_EQUAL(describe(CallSignature::of(4, 2, 0, 1, 8)),
+                    "broadcast(count 8, int32, root 1)");
+  // A call a peer published more than kHistory calls ago is forgotten, not a mismatch.
+  boards = boardsOf(2, 5 + LaunchBoard::kHistory, 5, 4, sum1000);
+  boards[0] = boardsOf(1, 5, 5, 4, CallSignature::of(1, 8, 1, -1, 1000))[0];
+  BOOST_CHECK_EQUAL(judgeStall(0, boards, 5, 0, 30).kind, StallVerdict::None);
+}
+
+BOOST_AUTO_TEST_CASE(kernels_say_which_call_began) {
+  // The monitor learns that call k's kernel began from the word block 0 stores (a queued
+  // launch behind the user's long kernels has not begun and is no stall).
+  World w(2, smallLayout(2), kTimeoutNs, 70);
+  w.preload();
+  std::vector<float> in(64, 1.0f);
+  std::vector<std::vector<float>> out;
+  auto launches = onesAllReduce(w, KernelId::AllReduceOneShot, in, out, 2);
+  std::vector<uint64_t> started[2] = {std::vector<uint64_t>(kCallSlots, 0),
+                                      std::vector<uint64_t>(kCallSlots, 0)};
+  for (int r = 0; r < 2; ++r) {
+    launches[r].args.started = started[r].data();
+    launches[r].args.call = 41 + 64 * r;  // slot 41 on both
+  }
+  w.launch(launches);
+  expectNoAbort(w, "allReduce with a started word");
+  BOOST_CHECK_EQUAL(started[0][41], 41u);
+  BOOST_CHECK_EQUAL(started[1][41], 105u);
+}
+
+BOOST_AUTO_TEST_CASE(a_board_read_while_it_is_rewritten_never_mixes_two_calls) {
+  // The owner publishes call after call (count = the call's number) while a peer reads: every
+  // entry the reader accepts is whole (a torn one would be a false mismatch that stops a
+  // healthy job).
+  LaunchBoard b;
+  std::atomic<bool> quit{false};
+  const uint64_t calls = quick() ? 20000 : 200000;
+  std::thread owner([&] {
+    for (uint64_t k = 1; k <= calls; ++k) publishCall(&b, k, CallSignature::of(1, 8, 0, -1, k));
+    quit = true;
+  });
+  uint64_t accepted = 0, torn = 0;
+  while (!quit.load()) {
+    const BoardView v = readBoard(&b);
+    for (const auto& e : v.calls) {
+      if (e.call == 0) continue;
+      ++accepted;
+      if (e.sig.count != e.call) ++torn;
+    }
+  }
+  owner.join();
+  BOOST_CHECK_EQUAL(torn, 0u);
+  BOOST_TEST_MESSAGE(accepted << " entries read while they were rewritten");
 }
