@@ -357,14 +357,17 @@ void Communicator::sendRecv(std::span<const PointToPoint> ops, Stream stream) {
   bool any = false, device = false, host = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     const PointToPoint& p = ops[i];
-    const std::string item = fmt::format("sendRecv item {}", i);
     if (p.kind != PointToPoint::Kind::Send && p.kind != PointToPoint::Kind::Recv) {
-      invalid(item.c_str(), fmt::format("unknown kind {}", static_cast<int>(p.kind)));
+      invalid(what, fmt::format("item {}: unknown kind {}", i, static_cast<int>(p.kind)));
     }
     const bool isSend = p.kind == PointToPoint::Kind::Send;
     const void* buf = isSend ? p.send : p.recv;
-    checkPointToPoint(fmt::format("{} ({})", item, isSend ? "send" : "recv").c_str(), buf, p.count,
-                      p.type, p.peer, impl_->rank, impl_->size);
+    try {
+      checkPointToPoint(isSend ? "a send" : "a receive", buf, p.count, p.type, p.peer, impl_->rank,
+                        impl_->size);
+    } catch (const Error& e) {
+      invalid(what, fmt::format("item {} ({})", i, e.what()));
+    }
     if (p.count == 0) continue;
     const BufferKind kind = core::classifyBuffer(buf);
     (kind == BufferKind::CudaDevice ? device : host) = true;
