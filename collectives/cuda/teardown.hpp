@@ -39,25 +39,19 @@ bool teardownSequence(Api& api, int size, double timeoutSeconds) {
     }
   }
   api.workDone();
-  bool barriers = !api.peerLost() && size > 1;
-  if (barriers) {
+  auto barrier = [&api](const char* when) {
     try {
       api.barrier();
+      return true;
     } catch (const std::exception& e) {
-      api.warn(std::string("destroying the communicator: barrier before unmapping failed: ") +
-               e.what());
-      barriers = false;
+      api.warn(std::string("destroying the communicator: barrier ") + when +
+               " unmapping failed: " + e.what());
+      return false;
     }
-  }
+  };
+  const bool barriers = !api.peerLost() && size > 1 && barrier("before");
   api.unmapPeers();
-  if (barriers) {
-    try {
-      api.barrier();
-    } catch (const std::exception& e) {
-      api.warn(std::string("destroying the communicator: barrier after unmapping failed: ") +
-               e.what());
-    }
-  }
+  if (barriers) barrier("after");
   return true;
 }
 

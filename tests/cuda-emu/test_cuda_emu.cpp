@@ -1111,10 +1111,18 @@ std::vector<std::vector<Launch>> batchLaunches(World& w,
 /// A batch test: rank r sends bytes[r][q] to q (0: nothing) as `messages` messages per peer, in
 /// an order of its own (seeded), and receives what every peer sends it.
 struct BatchCase {
-  int n = 2;
+  explicit BatchCase(int ranks) : n(ranks), bytes(ranks, std::vector<size_t>(ranks, 0)) {}
+  int n;
   std::vector<std::vector<size_t>> bytes;  ///< [sender][receiver]
   int messages = 1;
 };
+
+/// Bytes of one round of a batch with `blocks` blocks at n ranks (smallLayout).
+size_t batchRound(uint32_t blocks, int n) {
+  Tuning t;
+  t.maxBlocks = blocks;
+  return p2pPieceBytes(t, smallLayout(n));
+}
 
 void runBatch(const BatchCase& c, uint32_t blocks, bool scheduled, uint64_t timeoutNs,
               std::mt19937_64& rng, bool expectDone) {
@@ -1193,14 +1201,10 @@ BOOST_AUTO_TEST_CASE(batch_rings_of_messages_of_several_rounds_complete_in_any_o
   std::mt19937_64 rng(41);
   for (int n : {2, 3, 4}) {
     const uint32_t blocks = 2;
-    Tuning t;
-    t.maxBlocks = blocks;
-    const size_t round = p2pPieceBytes(t, smallLayout(n));
+    const size_t round = batchRound(blocks, n);
     for (int trial = 0; trial < (quick() ? 1 : 3); ++trial) {
-      BatchCase c;
-      c.n = n;
+      BatchCase c(n);
       c.messages = 2;
-      c.bytes.assign(n, std::vector<size_t>(n, 0));
       for (int r = 0; r < n; ++r) c.bytes[r][(r + 1) % n] = round * 2 + round / 2 + 3 + trial;
       runBatch(c, blocks, true, kTimeoutNs, rng, true);
     }
@@ -1212,13 +1216,9 @@ BOOST_AUTO_TEST_CASE(batch_all_to_all_of_uneven_sizes) {
   std::mt19937_64 rng(42);
   const int n = 4;
   const uint32_t blocks = 3;
-  Tuning t;
-  t.maxBlocks = blocks;
-  const size_t round = p2pPieceBytes(t, smallLayout(n));
+  const size_t round = batchRound(blocks, n);
   for (int trial = 0; trial < (quick() ? 1 : 3); ++trial) {
-    BatchCase c;
-    c.n = n;
-    c.bytes.assign(n, std::vector<size_t>(n, 0));
+    BatchCase c(n);
     for (int s = 0; s < n; ++s) {
       for (int q = 0; q < n; ++q) c.bytes[s][q] = rng() % (3 * round + 1);
     }
@@ -1232,11 +1232,8 @@ BOOST_AUTO_TEST_CASE(batch_of_whole_messages_sends_first_deadlocks) {
   // receive, queued behind its own send, never makes. The kernels give up at the limit.
   std::mt19937_64 rng(43);
   const uint32_t blocks = 2;
-  Tuning t;
-  t.maxBlocks = blocks;
-  BatchCase c;
-  c.n = 2;
-  const size_t round = p2pPieceBytes(t, smallLayout(2));
+  BatchCase c(2);
+  const size_t round = batchRound(blocks, 2);
   c.bytes = {{0, 2 * round}, {2 * round, 0}};
   runBatch(c, blocks, false, 300'000'000ull, rng, false);
 }
