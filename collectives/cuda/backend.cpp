@@ -703,11 +703,22 @@ std::optional<Error> CudaBackend::asyncError() const {
   {
     std::lock_guard lk(flightMu_);
     if (verdict_.kind != StallVerdict::None) {
+      // A stall names the rank a kernel waited for once the stopped waits have written the
+      // record (within microseconds of the stop word); until then, the lowest other rank.
+      int peer = verdict_.peer;
+      std::string waited;
+      if (verdict_.kind == StallVerdict::Stall && abortHost_ != nullptr &&
+          __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == AbortRecord::Stopped &&
+          abortHost_->peer >= 0 && abortHost_->peer < size_) {
+        peer = static_cast<int>(abortHost_->peer);
+        waited = fmt::format("; a kernel of rank {} (block {}) waited for rank {}", rank_,
+                             abortHost_->block, peer);
+      }
       return Error(
           verdict_.kind == StallVerdict::Mismatch ? ErrorCode::ProtocolError : ErrorCode::Timeout,
-          fmt::format("cuda collectives: {}; this communicator cannot be used any more",
-                      verdict_.text),
-          verdict_.peer);
+          fmt::format("cuda collectives: {}{}; this communicator cannot be used any more",
+                      verdict_.text, waited),
+          peer);
     }
   }
   if (abortHost_ == nullptr || __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == 0) {
