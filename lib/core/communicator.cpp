@@ -73,6 +73,16 @@ bool overlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   return x < y + bBytes && y < x + aBytes;
 }
 
+/// Host memory on a stream: strata's host algorithms complete before they return, so the call
+/// waits for the stream's earlier work and runs without it (strata::hostOrdered).
+void orderHostWork(CollectiveRequest& r) {
+  if (r.stream.handle && r.sendKind != BufferKind::CudaDevice &&
+      r.recvKind != BufferKind::CudaDevice) {
+    core::synchronizeStream(r.stream.handle);
+    r.stream = Stream{};
+  }
+}
+
 CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t count,
                           DataType type, Stream stream) {
   CollectiveRequest r;
@@ -84,13 +94,7 @@ CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t 
   r.stream = stream;
   r.sendKind = core::classifyBuffer(send);
   r.recvKind = recv == send ? r.sendKind : core::classifyBuffer(recv);
-  // Host memory on a stream: strata's host algorithms complete before they return, so the call
-  // waits for the stream's earlier work and runs without it (strata::hostOrdered).
-  if (r.stream.handle && r.sendKind != backend::BufferKind::CudaDevice &&
-      r.recvKind != backend::BufferKind::CudaDevice) {
-    core::synchronizeStream(r.stream.handle);
-    r.stream = Stream{};
-  }
+  orderHostWork(r);
   return r;
 }
 
@@ -381,10 +385,7 @@ void Communicator::sendRecv(std::span<const PointToPoint> ops, Stream stream) {
                 "sendRecv: the batch mixes CUDA device memory with host memory; issue the "
                 "device items and the host items as two batches");
   }
-  if (!device && r.stream.handle) {
-    core::synchronizeStream(r.stream.handle);  // as request(): host work is ordered after it
-    r.stream = Stream{};
-  }
+  orderHostWork(r);
   impl_->run(r, what);
 }
 

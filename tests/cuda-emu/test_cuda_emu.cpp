@@ -1003,6 +1003,25 @@ struct Sparse {
 
 }  // namespace
 
+namespace {
+
+/// A world whose weak memory model is off: what the model tracks per 16-byte access would not
+/// fit a 2^31-element test, and a host memset of a scratch (teardown's poisoning free) does not
+/// go through the model's per-thread buffers. STRATA_EMU_WEAK_MEMORY is restored after.
+std::unique_ptr<World> plainWorld(int n, ScratchLayout layout, uint64_t timeoutNs, uint64_t seed) {
+  const char* weak = std::getenv("STRATA_EMU_WEAK_MEMORY");
+  const std::string saved = weak ? weak : "";
+  setenv("STRATA_EMU_WEAK_MEMORY", "0", 1);
+  auto w = std::make_unique<World>(n, layout, timeoutNs, seed);
+  if (weak)
+    setenv("STRATA_EMU_WEAK_MEMORY", saved.c_str(), 1);
+  else
+    unsetenv("STRATA_EMU_WEAK_MEMORY");
+  return w;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(counts_past_2_to_the_31_on_sparse_buffers) {
   // Send/recv and broadcast of 2^31 + 13 int8 elements (more than a signed 32-bit count or
   // offset holds) between 2 ranks, on sparse buffers: the sender writes a few windows (the
@@ -1015,16 +1034,10 @@ BOOST_AUTO_TEST_CASE(counts_past_2_to_the_31_on_sparse_buffers) {
   return;
 #endif
   if (quick()) return;
-  const char* weak = std::getenv("STRATA_EMU_WEAK_MEMORY");
-  const std::string saved = weak ? weak : "";
-  setenv("STRATA_EMU_WEAK_MEMORY", "0", 1);
   Tuning t;
   t.staging = 16 << 20;
-  World w(2, layoutFor(t, 2), kTimeoutNs, 700);
-  if (weak)
-    setenv("STRATA_EMU_WEAK_MEMORY", saved.c_str(), 1);
-  else
-    unsetenv("STRATA_EMU_WEAK_MEMORY");
+  const std::unique_ptr<World> plain = plainWorld(2, layoutFor(t, 2), kTimeoutNs, 700);
+  World& w = *plain;
   w.preload();
   const size_t count = (size_t{1} << 31) + 13;
   const size_t windows[] = {0, (size_t{1} << 31) - 4096, count - 4096};
@@ -1341,33 +1354,12 @@ struct EmuTeardown {
   void warn(const std::string& text) { warnings.push_back(text); }
 };
 
-/// The emulation with its weak memory model off (a host memset of a scratch, the poisoning
-/// free, does not go through the model's per-thread buffers).
-struct PlainMemory {
-  PlainMemory() : saved(std::getenv("STRATA_EMU_WEAK_MEMORY")) {
-    if (saved) value = *saved;
-    setenv("STRATA_EMU_WEAK_MEMORY", "0", 1);
-  }
-  ~PlainMemory() {
-    if (saved)
-      setenv("STRATA_EMU_WEAK_MEMORY", value.c_str(), 1);
-    else
-      unsetenv("STRATA_EMU_WEAK_MEMORY");
-  }
-  const char* saved;
-  std::string value;
-};
-
 /// Rank 0 sends one round (eager: its kernel ends once the data is staged in its own scratch)
 /// and destroys its end at once; rank 1 reaches its receive 300 ms later, then destroys. Returns
 /// whether rank 1 got rank 0's data.
 bool sendThenDestroy(bool withBarriers, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::unique_ptr<World> w;
-  {
-    PlainMemory plain;
-    w = std::make_unique<World>(2, smallLayout(2), kTimeoutNs, seed);
-  }
+  std::unique_ptr<World> w = plainWorld(2, smallLayout(2), kTimeoutNs, seed);
   w->preload();
   w->delayStart(1, std::chrono::milliseconds(300));
   const size_t bytes = roundBytes(*w, 2);
@@ -1426,11 +1418,7 @@ BOOST_AUTO_TEST_CASE(destroy_is_bounded_when_a_peer_is_dead_or_never_comes) {
   // but absent: teardown waits for its work for the timeout, stops it, and the barrier gives up
   // at its deadline with a warning; bounded either way, never a leak.
   for (bool dead : {true, false}) {
-    std::unique_ptr<World> w;
-    {
-      PlainMemory plain;
-      w = std::make_unique<World>(2, smallLayout(2), kTimeoutNs, 60 + dead);
-    }
+    std::unique_ptr<World> w = plainWorld(2, smallLayout(2), kTimeoutNs, 60 + dead);
     w->preload();
     std::vector<char> got(100, 0);
     std::vector<Launch> call(2);
