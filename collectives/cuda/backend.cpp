@@ -247,7 +247,13 @@ class CudaBackend final : public backend::CollectivesBackend {
     uint64_t stopReason;           ///< StopReason
     uint64_t started[kCallSlots];  ///< the kernels' KernelArgs::started: calls that began
   };
-  enum StopReason : uint64_t { kNoStop = 0, kPeerLost = 1, kDestroyed = 2, kJudged = 3 };
+  enum StopReason : uint64_t {
+    kNoStop = 0,
+    kPeerLost = 1,
+    kDestroyed = 2,
+    kJudged = 3,
+    kRevoked = 4,  ///< Context::revoke (Communicator::revoke, this rank's or a peer's)
+  };
   HostWords* host_ = nullptr;
   AbortRecord* abortHost_ = nullptr;  ///< &host_->abort
   double waitLimitSeconds_ = 600;
@@ -407,6 +413,10 @@ void CudaBackend::startMonitor() {
     while (!monitorQuit_) {
       monitorCv_.wait_for(lk, std::chrono::milliseconds(50));
       if (monitorQuit_) break;
+      if (context_->revoked()) {
+        raiseStop(kRevoked, -1);  // the kernels' waits give up at their next abort-word poll
+        return;
+      }
       for (int q = 0; q < size_; ++q) {
         if (q == rank_) continue;
         const int32_t pid = context_->pid(q);
@@ -474,7 +484,12 @@ void CudaBackend::teardown() noexcept {
   struct Api {
     CudaBackend& be;
     bool stopped() const { return __atomic_load_n(&be.host_->stop, __ATOMIC_ACQUIRE) != 0; }
-    bool peerLost() const { return be.host_->stopReason == kPeerLost; }
+    // A revoked communicator's peers may be dead or stopped (shrink goes on without them): no
+    // barrier with them either.
+    bool peerLost() const {
+      return be.host_->stopReason == kPeerLost || be.host_->stopReason == kRevoked ||
+             be.context_->revoked().has_value();
+    }
     bool waitPending(double seconds) { return be.waitPending(seconds); }
     void raiseStop() { be.raiseStop(kDestroyed, -1); }
     void workDone() {
@@ -726,6 +741,9 @@ std::optional<Error> CudaBackend::asyncError() const {
   }
   const int peer = static_cast<int>(abortHost_->peer);
   if (abortHost_->code == AbortRecord::Stopped) {
+    if (host_->stopReason == kRevoked) {
+      if (auto revoked = context_->revoked()) return revoked;
+    }
     const int lost = static_cast<int>(host_->stopPeer);
     if (host_->stopReason == kPeerLost && lost >= 0 && lost < size_) {
       return Error(ErrorCode::PeerLost,

@@ -33,8 +33,11 @@ Engine::~Engine() {
   cv_.notify_all();
   if (delivery_.joinable()) delivery_.join();
   if (proxy_) proxy_->stop();
-  // What the proxy wrote must land before this process may exit.
-  for (Link& link : links_) link.flushAtExit(timeout_);
+  // What the proxy wrote must land before this process may exit (not once revoked: nobody
+  // reads it any more, and the peers may be dead).
+  if (!context_->revoked()) {
+    for (Link& link : links_) link.flushAtExit(timeout_);
+  }
 }
 
 bool Engine::anyPending() const {
@@ -50,7 +53,7 @@ void Engine::drainOnExit() noexcept {
   // receivers have taken every chunk into their slots and acknowledged it. Acks are sent as
   // soon as a chunk is consumed, so this waits only for peers still in the matching call.
   std::unique_lock<std::mutex> lock(mu_);
-  if (deliveryError_ || abandoned_) return;
+  if (deliveryError_ || abandoned_ || context_->revoked()) return;
   auto waitingFor = [this](const Link& link) {
     return link.peer() >= 0 && !link.gone() &&
            (!out_[link.peer()].empty() || link.acked() < link.sent());

@@ -146,6 +146,8 @@ bool Engine::needs(const Plan& plan, const std::vector<size_t>& idx, const Link&
 }
 
 void Engine::checkNeededPeers(const Plan& plan, const std::vector<size_t>& idx, const char* what) {
+  // A revoked communicator (this rank's or a peer's Communicator::revoke) stops every wait.
+  if (auto revoked = context_->revoked()) throw *revoked;
   for (Link& link : links_) {
     if (link.peer() < 0 || !needs(plan, idx, link)) continue;
     try {

@@ -166,6 +166,12 @@ constexpr KeyInfo kKeys[] = {
      "on one host and can map the others' memory (same user; /proc/<pid>/fd readable). off: "
      "such buffers are treated as any other memory.",
      true},
+    {"collectives.revoke_on_error", Type::Bool, "true", "",
+     "A rank whose collective fails with PeerLost, or with a Timeout the watch diagnosed, revokes "
+     "the communicator (Communicator::revoke) so that the other ranks' calls fail at once with "
+     "Aborted naming it and the cause, instead of each waiting for its own timeout "
+     "(docs/fault-tolerance.md).",
+     false},
     {"collectives.zero_copy_min_bytes", Type::Bytes, "256K", "",
      "Smallest call (bytes per rank) of allReduce, allGather, reduceScatter, broadcast and "
      "allToAll that auto gives to the zerocopy algorithm: it first exchanges buffer descriptors "

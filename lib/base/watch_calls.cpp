@@ -41,6 +41,47 @@ std::string Scope::nextDomain() {
   return fmt::format("communicator {}", communicators_++);
 }
 
+void Scope::listenRevoke(const std::string& domain, RevokeListener listener) {
+  std::unique_lock lk(revokeMu_);
+  auto it = revoked_.find(domain);
+  if (it != revoked_.end()) {
+    Revoke r = it->second;
+    lk.unlock();
+    listener(r);
+    return;
+  }
+  revokeListeners_[domain] = std::move(listener);
+}
+
+void Scope::unlistenRevoke(const std::string& domain) noexcept {
+  std::lock_guard lk(revokeMu_);
+  revokeListeners_.erase(domain);
+}
+
+bool Scope::deliverRevoke(const std::string& domain, const Revoke& revoke) {
+  RevokeListener listener;
+  {
+    std::lock_guard lk(revokeMu_);
+    if (!revoked_.emplace(domain, revoke).second) return false;
+    auto it = revokeListeners_.find(domain);
+    if (it != revokeListeners_.end()) {
+      listener = std::move(it->second);
+      revokeListeners_.erase(it);
+    }
+  }
+  if (listener) listener(revoke);
+  return true;
+}
+
+std::optional<Scope::Revoke> Scope::revokeOf(const std::string& domain) const {
+  std::lock_guard lk(revokeMu_);
+  auto it = revoked_.find(domain);
+  if (it == revoked_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Scope::broadcastRevoke(const std::string&, const Revoke&) noexcept {}
+
 Verdict Scope::findCulprits(const CallRecord&) noexcept {
   return {};
 }

@@ -13,6 +13,7 @@
 #include <strata/error.hpp>
 #include <strata/transport.hpp>
 
+#include "base/config_keys.hpp"
 #include "bootstrap/watched.hpp"
 #include "buffer_kind.hpp"
 #include "communicator_impl.hpp"
@@ -102,6 +103,9 @@ CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t 
 
 void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   std::lock_guard<std::mutex> lock(mu);
+  if (auto revoked = context->revoked()) {
+    throw Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()), revoked->peer());
+  }
   for (size_t i = 0; i < backends.size() && !broken; ++i) broken = backends[i]->asyncError();
   if (broken) {
     throw Error(broken->code(),
@@ -115,11 +119,19 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   try {
     c.algorithm->run(r);
   } catch (const Error& e) {
+    if (auto revoked = context->revoked()) {
+      // Revoked while it ran (by this rank's other thread or a peer): that is the error, with
+      // nothing to diagnose.
+      broken = Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()),
+                     revoked->peer());
+      throw *broken;
+    }
     // A timeout, or a chunk of another operation: ask the other ranks what they are doing and
     // name the one at fault first (bounded by watch.query_timeout). A lost peer is the cause
     // itself, or left a note saying what was (explain).
     broken = explain(e.code() == ErrorCode::PeerLost ? e : watch::diagnose(e));
     leaveNote(*broken);
+    afterFailure(*broken);
     throw *broken;
   } catch (const std::exception& e) {
     broken = Error(ErrorCode::Internal, e.what());
@@ -156,9 +168,14 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
     throw;
   }
   impl->resolveForced(config);
+  impl->config = config;
+  impl->revokeOnError = config::getBool(config, "collectives.revoke_on_error");
+  impl->fault->context = impl->context;
   if (auto scope = bootstrap::scopeOf(impl->bootstrap.get())) {
-    std::string domain = scope->nextDomain();
-    impl->slot = std::make_unique<watch::Slot>(std::move(scope), std::move(domain));
+    impl->scope = scope;
+    impl->domain = scope->nextDomain();
+    impl->slot = std::make_unique<watch::Slot>(std::move(scope), impl->domain);
+    impl->listenRevokes();
   }
   return std::make_unique<Communicator>(std::move(impl));
 }
@@ -187,9 +204,11 @@ std::optional<Error> Communicator::asyncError() const {
   for (const auto& be : impl_->backends) {
     if (auto e = be->asyncError()) {
       impl_->broken = e;
+      if (!impl_->context->revoked()) impl_->afterFailure(*e);
       return e;
     }
   }
+  if (auto revoked = impl_->context->revoked()) return revoked;
   return std::nullopt;
 }
 

@@ -11,6 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,8 @@
 
 namespace strata {
 namespace core {
+
+struct FaultState;
 
 /// One algorithm of one backend that can run an op.
 struct Candidate {
@@ -45,7 +49,16 @@ inline constexpr size_t kOpSlots = 9;
 
 }  // namespace core
 
+/// What a revoke touches: shared with the watch's listener, which may outlive the Impl.
+struct core::FaultState {
+  std::weak_ptr<Context> context;
+  mutable std::mutex mu;
+  std::set<int> lost;  ///< under mu: ranks found lost or stuck (lostRanks())
+  void addLost(std::span<const int> ranks, int size);
+};
+
 struct Communicator::Impl {
+  ~Impl();
   std::shared_ptr<Bootstrap> bootstrap;
   std::shared_ptr<Context> context;
   int rank = 0;
@@ -65,6 +78,13 @@ struct Communicator::Impl {
   /// count.
   std::unique_ptr<watch::Slot> slot;
   uint64_t calls = 0;
+  // Fault tolerance (fault_tolerance.cpp).
+  Config config;                              ///< what it was created with (shrink's too)
+  std::shared_ptr<watch::Scope> scope;        ///< the bootstrap's watch scope, or null
+  std::string domain;                         ///< "communicator 0": its name in that scope
+  std::shared_ptr<core::FaultState> fault = std::make_shared<core::FaultState>();
+  bool revokeOnError = true;                  ///< collectives.revoke_on_error
+  int shrinks = 0;                            ///< shrink() calls so far (their tags differ)
 
   // selection.cpp
   void loadBackends(const Config& config);
@@ -75,6 +95,14 @@ struct Communicator::Impl {
   // failure_note.cpp
   void leaveNote(const Error& e) const noexcept;
   Error explain(const Error& e) const;
+  // fault_tolerance.cpp
+  /// Listens for the peers' revokes of this communicator (after create).
+  void listenRevokes();
+  /// Revokes from this rank: locally and, through the watch, on every other rank.
+  void revokeHere(const std::string& reason, std::vector<int> suspects) noexcept;
+  /// After a call failed with `e`: record the lost rank, and revoke when collectives.revoke_on_error
+  /// says so (PeerLost, a diagnosed Timeout).
+  void afterFailure(const Error& e) noexcept;
 };
 
 }  // namespace strata

@@ -13,6 +13,7 @@ int Connection::peer() const noexcept { return impl_->peer; }
 std::string_view Connection::transport() const noexcept { return impl_->transportName; }
 
 void Connection::Impl::checkLost() {
+  if (revocation) revocation->check();
   if (lost) throw Error(ErrorCode::PeerLost, lostMessage, peer);
 }
 

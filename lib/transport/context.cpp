@@ -128,6 +128,25 @@ void SlotPool::release(uint32_t slot) noexcept {
 Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Context::~Context() = default;
 
+void Context::revoke(const Error& reason) noexcept {
+  auto& r = *impl_->revocation;
+  std::lock_guard lk(r.mu);
+  if (r.raised.load(std::memory_order_relaxed)) return;
+  try {
+    r.error = reason;
+  } catch (...) {
+    return;  // out of memory for the message: the connections keep going as before
+  }
+  r.raised.store(true, std::memory_order_release);
+}
+
+std::optional<Error> Context::revoked() const {
+  auto& r = *impl_->revocation;
+  if (!r.raised.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard lk(r.mu);
+  return r.error;
+}
+
 std::shared_ptr<backend::Transport> Context::Impl::find(std::string_view name) const {
   for (const auto& t : transports) {
     if (t.name == name) return t.transport;
@@ -514,6 +533,7 @@ std::vector<std::shared_ptr<Connection>> Context::connect(std::span<const int> p
     impl->transport = I.find(names[i]);
     impl->timeout = I.timeout;
     impl->scope = bootstrap::scopeOf(I.bootstrap.get());
+    impl->revocation = I.revocation;
     impl->conn = impl->transport->connect(I.peerInfo(p), c.endpoint);
     impl->localArena = I.pool(names[i], *this)->arena;
     impl->peerArena = transport::deserializeWith(*this, c.arena, p, names[i]);

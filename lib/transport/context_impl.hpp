@@ -46,6 +46,7 @@ struct Context::Impl {
   std::map<std::string, std::string> failures;  ///< transport -> why it is not usable here
   std::mutex mu;
   std::map<std::string, std::shared_ptr<transport::SlotPool>> pools;
+  std::shared_ptr<transport::Revocation> revocation = std::make_shared<transport::Revocation>();
 
   std::shared_ptr<backend::Transport> find(std::string_view name) const;
   backend::PeerInfo peerInfo(int peer) const;

@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <strata/backend/transport.hpp>
+#include <strata/error.hpp>
 #include <strata/transport.hpp>
 
 #include "base/watch_calls.hpp"
@@ -32,6 +34,20 @@ inline constexpr uint16_t kKindReady = 82;
 inline constexpr uint16_t kKindSemaphore = 83;
 inline constexpr uint16_t kKindHost = 84;
 inline constexpr size_t kMaxRecord = 64 * 1024;
+
+/// A context's revocation (Context::revoke): set once, read by every call on its connections and
+/// semaphores. The flag is read without the lock on every call; the error under it.
+struct Revocation {
+  std::atomic<bool> raised{false};
+  std::mutex mu;
+  std::optional<Error> error;
+  /// Throws the revocation's error when raised.
+  void check() {
+    if (!raised.load(std::memory_order_acquire)) return;
+    std::lock_guard lk(mu);
+    throw *error;
+  }
+};
 
 struct HostRecord {
   int rank = -1;
@@ -109,7 +125,9 @@ struct Connection::Impl {
   RegisteredMemory localArena;
   /// The watch scope of the context's bootstrap (base/watch_calls.hpp), or null.
   std::shared_ptr<watch::Scope> scope;
-  /// Rethrows PeerLost for every call once the peer was lost.
+  /// The context's revocation (null for connections made outside a context, in tests).
+  std::shared_ptr<transport::Revocation> revocation;
+  /// Rethrows the context's revocation, then PeerLost for every call once the peer was lost.
   void checkLost();
   template <typename F>
   void guarded(F&& fn);

@@ -44,12 +44,13 @@ bool sameHostProcessGone(const std::string& host, int32_t pid) {
 
 }  // namespace
 
-std::vector<Answer> collect(ServedScope& scope, double seconds) {
+std::vector<Answer> askEach(ServedScope& scope, const std::vector<int>& peers,
+                            const std::vector<uint8_t>& request, double seconds,
+                            const TakeReply& take) {
   const Deadline deadline = Deadline::after(seconds);
   const Deadline connectDeadline = Deadline::after(std::min(0.5, seconds / 2));
   std::vector<Answer> out(static_cast<size_t>(scope.size()));
   out[static_cast<size_t>(scope.rank())].kind = Answer::Kind::Self;
-  out[static_cast<size_t>(scope.rank())].report = report(scope);
   struct Query {
     int peer = -1;
     std::optional<handshake::ConnectSide> cs;
@@ -58,9 +59,8 @@ std::vector<Answer> collect(ServedScope& scope, double seconds) {
     bool done = false;
   };
   std::vector<Query> qs;
-  const auto request = encodeRequest({RequestType::Status, scope.jobId()});
-  for (int p = 0; p < scope.size(); ++p) {
-    if (p == scope.rank()) continue;
+  for (int p : peers) {
+    if (p == scope.rank() || p < 0 || p >= scope.size()) continue;
     Answer& a = out[static_cast<size_t>(p)];
     a.report.rank = p;
     a.report.host = scope.peers[static_cast<size_t>(p)].host;
@@ -145,17 +145,11 @@ std::vector<Answer> collect(ServedScope& scope, double seconds) {
       try {
         if (q.reader.step(q.fd.get(), "status reply")) {
           Reply rep = decodeReply(q.reader.record());
-          Answer& a = out[static_cast<size_t>(q.peer)];
-          if (!rep.error.empty() || rep.reports.empty()) {
-            finish(q, Answer::Kind::Failed, rep.error.empty() ? "an empty reply" : rep.error);
-          } else if (rep.reports.front().rank != q.peer ||
-                     rep.reports.front().jobId != scope.jobId()) {
-            finish(q, Answer::Kind::Failed,
-                   fmt::format("it answered as rank {} of job {:016x}", rep.reports.front().rank,
-                               rep.reports.front().jobId));
-          } else {
-            a.report = std::move(rep.reports.front());
+          std::string why = take(q.peer, rep, out[static_cast<size_t>(q.peer)]);
+          if (why.empty()) {
             finish(q, Answer::Kind::Answered, {});
+          } else {
+            finish(q, Answer::Kind::Failed, std::move(why));
           }
         }
       } catch (const Error& e) {
@@ -164,6 +158,26 @@ std::vector<Answer> collect(ServedScope& scope, double seconds) {
       }
     }
   }
+  return out;
+}
+
+std::vector<Answer> collect(ServedScope& scope, double seconds) {
+  std::vector<int> peers;
+  for (int p = 0; p < scope.size(); ++p) peers.push_back(p);
+  auto out = askEach(
+      scope, peers, encodeRequest(makeRequest(RequestType::Status, scope.jobId())), seconds,
+      [&](int peer, Reply& rep, Answer& a) -> std::string {
+        if (!rep.error.empty() || rep.reports.empty()) {
+          return rep.error.empty() ? "an empty reply" : rep.error;
+        }
+        if (rep.reports.front().rank != peer || rep.reports.front().jobId != scope.jobId()) {
+          return fmt::format("it answered as rank {} of job {:016x}", rep.reports.front().rank,
+                             rep.reports.front().jobId);
+        }
+        a.report = std::move(rep.reports.front());
+        return {};
+      });
+  out[static_cast<size_t>(scope.rank())].report = report(scope);
   return out;
 }
 

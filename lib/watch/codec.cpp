@@ -12,6 +12,12 @@ namespace strata::watch {
 std::vector<uint8_t> encodeRequest(const Request& r) {
   wire::Writer w;
   w.u8(static_cast<uint8_t>(r.type)).u64(r.jobId);
+  if (r.type == RequestType::Revoke) {
+    w.str(r.domain.substr(0, kMaxDomain)).i32(r.origin).str(r.reason.substr(0, kMaxRevokeReason));
+    const size_t n = std::min(r.suspects.size(), kMaxRevokeSuspects);
+    w.u32(static_cast<uint32_t>(n));
+    for (size_t i = 0; i < n; ++i) w.i32(r.suspects[i]);
+  }
   return wire::encodeRecord(kRequestKind, kWatchVersion, w.data());
 }
 
@@ -20,11 +26,23 @@ Request decodeRequest(std::span<const uint8_t> record) {
   wire::Reader r(d.body, "status request");
   Request q;
   uint8_t t = r.u8("type");
-  if (t < 1 || t > 3) {
+  if (t < 1 || t > 4) {
     throw Error(ErrorCode::ProtocolError, fmt::format("status request: unknown type {}", t));
   }
   q.type = static_cast<RequestType>(t);
   q.jobId = r.u64("job id");
+  if (q.type == RequestType::Revoke) {
+    q.domain = r.str(kMaxDomain, "domain");
+    q.origin = r.i32("origin");
+    q.reason = r.str(kMaxRevokeReason, "reason");
+    const uint32_t n = r.u32("suspect count");
+    if (n > kMaxRevokeSuspects) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("status request: {} suspects (at most {})", n, kMaxRevokeSuspects));
+    }
+    q.suspects.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) q.suspects.push_back(r.i32("suspect"));
+  }
   r.expectEnd();
   return q;
 }

@@ -131,6 +131,9 @@ std::shared_ptr<Scope> open(const OpenOptions& o, const AllGather& allGather) {
 }
 
 void close(const Scope& scope) noexcept {
+  if (auto* served = dynamic_cast<const ServedScope*>(&scope)) {
+    served->closed.store(true, std::memory_order_release);
+  }
   try {
     stopServing(&scope);
   } catch (...) {

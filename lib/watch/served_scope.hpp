@@ -3,7 +3,10 @@
 // Private to lib/watch: the scope the status service serves, and how asking the peers went.
 // The nouns (scope, call, report, answer, culprit, verdict) are defined in base/watch_calls.hpp.
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,13 +19,15 @@ namespace strata::watch {
 
 /// A scope with a status service: its own listener, the peers' addresses and the secret they
 /// take (open() in scope.cpp fills it in after the exchange).
-class ServedScope final : public Scope {
+class ServedScope final : public Scope, public std::enable_shared_from_this<ServedScope> {
  public:
   ServedScope(int rank, int size, std::string host, int32_t pid)
       : Scope(rank, size, std::move(host), pid) {}
 
   /// Asks every peer (collect) and analyses the answers for the failing call.
   Verdict findCulprits(const CallRecord& failing) noexcept override;
+  /// Tells the peers on a thread of its own (revoke.cpp).
+  void broadcastRevoke(const std::string& domain, const Revoke& revoke) noexcept override;
 
   void setJob(uint64_t id) noexcept { setJobId(id); }
 
@@ -30,6 +35,8 @@ class ServedScope final : public Scope {
   double queryTimeout = 1.0;
   std::vector<PeerInfo> peers;
   net::Fd listener;  ///< the status port (invalid when it could not be opened)
+  /// Set by close(): background work for the scope (revoke deliveries) stops.
+  mutable std::atomic<bool> closed{false};
 };
 
 /// This rank's report of a scope: every call it is in, and per domain the last that failed
@@ -41,6 +48,15 @@ CallReport report(const CallRecord& call);
 /// Asks every rank of the scope (bounded by `seconds`); the own rank's entry is Kind::Self
 /// (ask.cpp).
 std::vector<Answer> collect(ServedScope& scope, double seconds);
+/// What a reply to one peer means: empty when it is the answer wanted (and `a` filled in from
+/// it), else why not.
+using TakeReply = std::function<std::string(int peer, Reply& reply, Answer& a)>;
+/// Sends `request` to each of `peers` (other ranks; this rank and ranks out of range are left
+/// out) at once and reads one reply from each, bounded by `seconds`; the entry of a peer not
+/// asked keeps Kind::Failed, this rank's is Kind::Self with no report (ask.cpp).
+std::vector<Answer> askEach(ServedScope& scope, const std::vector<int>& peers,
+                            const std::vector<uint8_t>& request, double seconds,
+                            const TakeReply& take);
 /// The analysis of a set of answers as text lines (culprits first), for tools (analysis.cpp).
 std::string describeJob(const ServedScope& scope, const std::vector<Answer>& answers);
 
@@ -48,6 +64,10 @@ std::string describeJob(const ServedScope& scope, const std::vector<Answer>& ans
 /// socket) from add() until remove().
 void serve(const std::shared_ptr<ServedScope>& scope);
 void stopServing(const Scope* scope);
+
+/// A revoke request from a peer or a tool (service.cpp): checked against the scope and delivered;
+/// empty, or why it was refused.
+std::string takeRevoke(ServedScope& scope, const Request& request);
 
 /// The abstract unix socket name of process `pid`'s status service.
 std::string socketName(int32_t pid);

@@ -220,6 +220,8 @@ void Service::serve(Conn& c, const Request& q) {
     rep.error = fmt::format("this process (pid {}) has no job {:016x}", ::getpid(), q.jobId);
   } else if (q.type == RequestType::Status) {
     rep.reports.push_back(report(*scope));
+  } else if (q.type == RequestType::Revoke) {
+    rep.error = takeRevoke(*scope, q);
   } else {
     // Dump: ask every rank, which takes up to watch.query_timeout; not on this thread.
     net::Fd fd = c.local ? std::move(c.fd) : c.hs->takeFd();

@@ -271,9 +271,11 @@ void watchSeeds() {
   auto seed = [](const std::string& name, uint8_t which, uint8_t rank, const Bytes& record) {
     put("watch", name, cat(Bytes{which, rank}, record));
   };
-  seed("request-status", 0, 0, w::encodeRequest({w::RequestType::Status, 0x5eed0123456789abull}));
-  seed("request-list", 0, 0, w::encodeRequest({w::RequestType::List, 0}));
-  seed("request-dump", 0, 0, w::encodeRequest({w::RequestType::Dump, 0x5eed0123456789abull}));
+  seed("request-status", 0, 0,
+       w::encodeRequest(w::makeRequest(w::RequestType::Status, 0x5eed0123456789abull)));
+  seed("request-list", 0, 0, w::encodeRequest(w::makeRequest(w::RequestType::List, 0)));
+  seed("request-dump", 0, 0,
+       w::encodeRequest(w::makeRequest(w::RequestType::Dump, 0x5eed0123456789abull)));
   w::RankReport stalled;
   stalled.rank = 1;
   stalled.size = 4;

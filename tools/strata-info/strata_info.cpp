@@ -215,7 +215,8 @@ int askJob(int32_t pid, const std::string& address, double seconds) {
                           "bootstrap.secret_file as the job had it (or ask a process of this "
                           "host with --pid)");
     }
-    printDump(w::askRemote(address, secret, {w::RequestType::Dump, 0}, seconds), address);
+    printDump(w::askRemote(address, secret, w::makeRequest(w::RequestType::Dump, 0), seconds),
+              address);
     return 0;
   }
   std::vector<int32_t> pids;
@@ -246,7 +247,7 @@ int askJob(int32_t pid, const std::string& address, double seconds) {
   std::string lastError;
   for (int32_t p : pids) {
     try {
-      auto list = w::askLocal(p, {w::RequestType::List, 0}, seconds);
+      auto list = w::askLocal(p, w::makeRequest(w::RequestType::List, 0), seconds);
       for (const auto& s : list.reports) jobs.emplace(s.jobId, p);
     } catch (const strata::Error& e) {
       lastError = e.what();
@@ -261,7 +262,8 @@ int askJob(int32_t pid, const std::string& address, double seconds) {
   for (const auto& [job, p] : jobs) {
     if (!first) std::printf("\n");
     first = false;
-    printDump(w::askLocal(p, {w::RequestType::Dump, job}, seconds), "process " + std::to_string(p));
+    printDump(w::askLocal(p, w::makeRequest(w::RequestType::Dump, job), seconds),
+              "process " + std::to_string(p));
   }
   return 0;
 }

@@ -127,6 +127,7 @@ class Job {
   Clock::time_point phaseDeadline_{};
   std::optional<Clock::time_point> timeoutDeadline_;
   std::optional<int> exitStatus_;  // decided by the first failure, timeout or launch error
+  int lost_ = 0;                   // ranks killed by a signal under --keep-going
   int launchStatus_ = 0;
   bool interrupted_ = false;  // a terminating signal was forwarded
 };
@@ -381,6 +382,12 @@ void Job::rankEnded(Rank& rank, int status) {
   // Ranks that end because strata-run (or its user) signalled them are expected to fail; only
   // failures of their own are worth a line by default.
   bool ownFailure = !interrupted_ && (phase_ == Phase::Running || phase_ == Phase::Grace);
+  if (options_.keepGoing && phase_ == Phase::Running && WIFSIGNALED(status)) {
+    // Lost, not failed: the survivors go on without it (--keep-going).
+    say(line + "; --keep-going: the other ranks run on");
+    ++lost_;
+    return;
+  }
   if (ownFailure || options_.verbose) say(line);
   if (!exitStatus_) exitStatus_ = exitStatusOf(status);
   if (phase_ == Phase::Running) startTeardown(Phase::Grace);
@@ -491,6 +498,8 @@ int Job::run() {
     relayStream(rank.index, rank.out, true);
     relayStream(rank.index, rank.err, true);
   }
+  // --keep-going with every rank killed: nobody finished the job.
+  if (!exitStatus_ && lost_ == options_.np) return 128 + SIGKILL;
   return exitStatus_.value_or(0);
 }
 

@@ -28,6 +28,9 @@ struct Options {
   /// --torch: also set the variables torch.distributed's env:// init method reads (RANK,
   /// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); --env values win.
   bool torch = false;
+  /// --keep-going: a rank killed by a signal does not end the job (fault-tolerant programs that
+  /// shrink and go on); the job ends when every rank has ended.
+  bool keepGoing = false;
   std::vector<std::string> command;  ///< PROGRAM and its arguments
 };
 

@@ -70,6 +70,10 @@ std::optional<int> parseCommandLine(int argc, char** argv, Options& options) {
                  "SIGTERM and SIGKILL")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_flag("--keep-going", options.keepGoing,
+               "a rank killed by a signal does not end the job: the others run on (programs that "
+               "shrink their communicator, docs/fault-tolerance.md); the exit status is that of "
+               "the first rank that exited non-zero, else 0 when a rank exited 0");
   double timeout = 0;
   auto* timeoutOpt =
       app.add_option("--timeout", timeout, "end the job after this many seconds (exit 124)")

@@ -29,7 +29,8 @@ class Context;
 /// strata's allocator) is complete when the call returns. Arguments are checked before anything
 /// is sent: a null buffer with count > 0, a bad root or peer, or buffers that overlap other
 /// than in place throw InvalidArgument and leave the communicator usable. Errors while data
-/// moves (Timeout, PeerLost) name the peer; after one the communicator should be destroyed.
+/// moves (Timeout, PeerLost) name the peer; after one the communicator should be destroyed, or
+/// shrunk (below) to go on without the lost ranks (docs/fault-tolerance.md).
 ///
 /// Each call is run by an algorithm of a collectives backend (<strata/backend/collectives.hpp>):
 /// the built-in host backend serves host memory (and CUDA pinned or managed memory, which the
@@ -127,6 +128,41 @@ class STRATA_API Communicator {
   /// device memory every item runs on `stream`; on host memory the call completes before it
   /// returns. An empty batch, or one whose items are all empty, does nothing.
   void sendRecv(std::span<const PointToPoint> ops, Stream stream = {});
+
+  // ---- Fault tolerance (docs/fault-tolerance.md) -----------------------------------------------
+
+  /// Revokes this communicator on every rank (MPI ULFM's MPIX_Comm_revoke, ncclCommRevoke):
+  /// every rank's current and later calls on it fail with Aborted naming this rank and `reason`
+  /// (a call waiting in a host collective within milliseconds; a device collective's kernels at
+  /// their next abort-word poll, its error from asyncError() and the next call). The other ranks
+  /// learn it through their status services (the watch: watch.enabled, the default), also while
+  /// they compute or sit in no call; a stopped rank learns it once it runs again. Not collective;
+  /// never blocks; thread-safe (another thread may be in a call). Idempotent: the first revoke
+  /// (this rank's or a peer's) is the one reported. A rank whose call fails with PeerLost or a
+  /// diagnosed Timeout revokes by itself (collectives.revoke_on_error).
+  void revoke(std::string_view reason);
+  /// The error calls on this communicator fail with since it was revoked (by any rank), or
+  /// nullopt. Never blocks.
+  std::optional<Error> revoked() const;
+  /// The ranks this rank knows to be lost or stuck, ascending: those its own calls failed on
+  /// (PeerLost, the rank a Timeout's diagnosis named) and those named by the revokes it received.
+  /// What shrink() excludes.
+  std::vector<int> lostRanks() const;
+  /// A new communicator of the ranks not excluded (ULFM's MPIX_Comm_shrink, ncclCommShrink),
+  /// built without any participation of the excluded ranks, dead, stopped or alive. Collective
+  /// over the survivors only. Revokes this communicator first (calls still running on it fail),
+  /// then the survivors agree on the excluded set: `exclude`, this rank's lostRanks(), every
+  /// other survivor's, and any rank found dead or silent (bootstrap.timeout) during the
+  /// agreement, which repeats until every survivor holds the same set. Survivors keep their
+  /// relative order: rank r's new rank is the number of survivors below r. The new communicator
+  /// talks over this one's bootstrap connections between the survivors (no new rendezvous, no
+  /// dependence on rank 0) and has its own transports and watch scope. InvalidArgument when
+  /// `exclude` names this rank or no rank of this communicator; Aborted when the others
+  /// excluded this rank; the error of the last attempt when no agreement holds within a few
+  /// attempts. This communicator stays revoked; destroy it (its destruction waits for no peer).
+  std::unique_ptr<Communicator> shrink(std::span<const int> exclude);
+  /// shrink(lostRanks()).
+  std::unique_ptr<Communicator> shrink();
 
   struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@
 
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
+#include <strata/error.hpp>
 #include <strata/export.hpp>
 #include <strata/memory.hpp>
 
@@ -48,7 +50,8 @@ class STRATA_API Connection {
   /// Lets transports that need the caller's help make progress (fabric providers with manual
   /// progress). Never blocks.
   void progress();
-  /// Throws PeerLost if the transport knows that the peer is gone.
+  /// Throws PeerLost if the transport knows that the peer is gone, or the context's revocation
+  /// (Context::revoke) once it is revoked.
   void checkPeer();
 
   struct Impl;
@@ -145,6 +148,15 @@ class STRATA_API Context {
   /// them must call it with its connection to this rank).
   std::vector<std::shared_ptr<HostSemaphore>> createSemaphores(
       std::span<const std::shared_ptr<Connection>> connections);
+
+  /// Stops this context's work for good (Communicator::revoke): every later call on its
+  /// connections and semaphores throws `reason`, and so does every wait in progress at its next
+  /// liveness check (transports check every few milliseconds). The first reason stays; later
+  /// ones are ignored. Thread-safe; never blocks. Collectives backends poll revoked() in their
+  /// own waits (kernels: the abort word).
+  void revoke(const Error& reason) noexcept;
+  /// The error revoke() was given, or nullopt. Never blocks; cheap while not revoked.
+  std::optional<Error> revoked() const;
 
   struct Impl;
   explicit Context(std::unique_ptr<Impl> impl);

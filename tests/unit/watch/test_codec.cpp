@@ -80,7 +80,7 @@ void writeReport(wire::Writer& w, uint16_t calls, uint8_t failed = 0,
 
 BOOST_AUTO_TEST_CASE(request_round_trip_each_type) {
   for (auto type : {RequestType::Status, RequestType::List, RequestType::Dump}) {
-    Request q{type, 0x0123456789abcdefull};
+    Request q = makeRequest(type, 0x0123456789abcdefull);
     Bytes rec = encodeRequest(q);
     BOOST_TEST(rec.size() == wire::kRecordHeaderSize + 9);
     BOOST_TEST(wire::loadLe<uint16_t>(rec.data() + 6) == kRequestKind);
@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(request_round_trip_each_type) {
 }
 
 BOOST_AUTO_TEST_CASE(request_rejections) {
-  const Bytes rec = encodeRequest({RequestType::Status, 42});
+  const Bytes rec = encodeRequest(makeRequest(RequestType::Status, 42));
   for (size_t n = 0; n < rec.size(); ++n) {
     expectError([&] { decodeRequest(std::span(rec).first(n)); }, ErrorCode::ProtocolError,
                 "status request");

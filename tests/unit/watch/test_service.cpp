@@ -80,11 +80,11 @@ BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
   uint64_t jobId = 0;
   int seenWaiting = 0;  // answers caught while the worker waited (the racy moments)
   for (int i = 0; i < 200; ++i) {
-    Reply list = askLocal(pid, {RequestType::List, 0}, 5);
+    Reply list = askLocal(pid, makeRequest(RequestType::List, 0), 5);
     BOOST_REQUIRE(list.error.empty());
     BOOST_REQUIRE(!list.reports.empty());
     jobId = list.reports.front().jobId;
-    Reply st = askLocal(pid, {RequestType::Status, jobId}, 5);
+    Reply st = askLocal(pid, makeRequest(RequestType::Status, jobId), 5);
     BOOST_REQUIRE(st.reports.size() == 1u);
     BOOST_TEST(st.reports.front().rank == 0);
     for (const auto& c : st.reports.front().calls) {
@@ -93,10 +93,10 @@ BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
       if (c.waitingFor == 1) ++seenWaiting;
     }
   }
-  Reply dump = askLocal(pid, {RequestType::Dump, jobId}, 10);
+  Reply dump = askLocal(pid, makeRequest(RequestType::Dump, jobId), 10);
   BOOST_TEST(dump.error.empty(), dump.error);
   BOOST_TEST(dump.text.find("2 ranks, asked from rank 0") != std::string::npos, dump.text);
-  Reply none = askLocal(pid, {RequestType::Status, jobId + 1}, 5);
+  Reply none = askLocal(pid, makeRequest(RequestType::Status, jobId + 1), 5);
   BOOST_TEST(none.error.find("has no job") != std::string::npos, none.error);
   stop = true;
   worker.join();
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
   BOOST_TEST_MESSAGE("worker calls " << calls << ", answers showing a wait " << seenWaiting);
   opened.reset();
   // The last scope closed: the service thread and its socket are gone.
-  BOOST_CHECK_THROW(askLocal(pid, {RequestType::List, 0}, 1), Error);
+  BOOST_CHECK_THROW(askLocal(pid, makeRequest(RequestType::List, 0), 1), Error);
 }
 
 // A process that forks while its status service runs (a PyTorch DataLoader worker, a test
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
     int rc = 0;
     try {
       OpenScope own(2);
-      Reply r = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
+      Reply r = askLocal(static_cast<int32_t>(::getpid()), makeRequest(RequestType::List, 0), 5);
       if (r.reports.size() != 1) rc = 2;
       own.reset();
       parent.reset();  // inherited: must not wait for the parent's thread
@@ -138,6 +138,6 @@ BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "child status " << status);
-  Reply mine = askLocal(static_cast<int32_t>(::getpid()), {RequestType::List, 0}, 5);
+  Reply mine = askLocal(static_cast<int32_t>(::getpid()), makeRequest(RequestType::List, 0), 5);
   BOOST_TEST(mine.reports.size() == 1u);
 }

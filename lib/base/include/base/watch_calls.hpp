@@ -26,9 +26,11 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,6 +112,31 @@ class STRATA_API Scope {
   /// throws. A scope nobody serves finds nothing.
   virtual Verdict findCulprits(const CallRecord& failing) noexcept;
 
+  /// A revoke of one domain of this scope (Communicator::revoke): the rank that revoked, why,
+  /// and the ranks it found lost or stuck (what shrink() without arguments excludes).
+  struct Revoke {
+    int origin = -1;
+    std::string reason;
+    std::vector<int> suspects;
+  };
+  using RevokeListener = std::function<void(const Revoke&)>;
+  /// Calls `listener` for the first revoke of `domain` (on the status service's thread; at once,
+  /// on this thread, when it has already arrived). One listener per domain; a later one
+  /// replaces it. The listener must not block.
+  void listenRevoke(const std::string& domain, RevokeListener listener);
+  /// Stops calling the listener of `domain` (a call in progress may still finish).
+  void unlistenRevoke(const std::string& domain) noexcept;
+  /// A revoke of `domain` arrived (from the status service, or this rank's own revoke). Only
+  /// the first one per domain counts: false for later ones.
+  bool deliverRevoke(const std::string& domain, const Revoke& revoke);
+  /// The first revoke of `domain`, if one arrived.
+  std::optional<Revoke> revokeOf(const std::string& domain) const;
+  /// The hook lib/watch fills in: tells every other rank of the scope that `domain` is revoked,
+  /// through their status services, in the background (ranks that do not answer are tried
+  /// again until they do, have exited, or the scope closes). Never blocks, never throws. A
+  /// scope nobody serves tells nobody.
+  virtual void broadcastRevoke(const std::string& domain, const Revoke& revoke) noexcept;
+
  protected:
   void setJobId(uint64_t id) noexcept { jobId_.store(id, std::memory_order_relaxed); }
 
@@ -132,6 +159,9 @@ class STRATA_API Scope {
   /// that failed and went on (into a barrier, or its own code) still reports that it was in
   /// that call, so that a slower peer's analysis does not take it for a rank elsewhere.
   std::map<std::string, std::shared_ptr<CallRecord>> failed_;
+  mutable std::mutex revokeMu_;
+  std::map<std::string, RevokeListener> revokeListeners_;  ///< under revokeMu_
+  std::map<std::string, Revoke> revoked_;                  ///< under revokeMu_: first per domain
 };
 
 /// While alive, the calling thread is in this call (calls nest). A null scope records nothing.

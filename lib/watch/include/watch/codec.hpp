@@ -57,8 +57,13 @@ inline constexpr uint16_t kAnswerKind = 91;
 inline constexpr uint16_t kExchangeKind = 92;
 inline constexpr uint16_t kWatchVersion = 1;
 
-/// A request record's body (its limit; a request body is 9 bytes).
-inline constexpr size_t kMaxRequest = 64;
+/// A request record's body (its limit; a status, list or dump request body is 9 bytes, a revoke
+/// request's at most 9 + 4 + 64 + 4 + 4 + 1024 + 4 + 4 x 1024).
+inline constexpr size_t kMaxRequest = 8192;
+/// A revoke request's reason (bytes: the encoder cuts it, the decoder refuses longer) and
+/// suspects (the encoder writes the first 1024, the decoder refuses more).
+inline constexpr size_t kMaxRevokeReason = 1024;
+inline constexpr size_t kMaxRevokeSuspects = 1024;
 /// A whole reply record's body: a dump of a job of 100k ranks (about 200 bytes of report and of
 /// text per rank) fits.
 inline constexpr size_t kMaxReply = 64u << 20;
@@ -85,13 +90,27 @@ inline constexpr size_t kMaxExchangeSecret = 128;
 inline constexpr size_t kMaxExchangeAddress = 128;
 inline constexpr size_t kExchangeHost = 200;
 
-enum class RequestType : uint8_t { Status = 1, List = 2, Dump = 3 };
+enum class RequestType : uint8_t { Status = 1, List = 2, Dump = 3, Revoke = 4 };
 struct Request {
   RequestType type = RequestType::Status;
   uint64_t jobId = 0;  ///< 0: any (List, or a process with one scope)
+  // Revoke only (Communicator::revoke): the communicator's domain ("communicator 0"), the rank
+  // that revoked it, why, and the ranks it found lost or stuck. Answered with an empty reply.
+  std::string domain;
+  int32_t origin = -1;
+  std::string reason;
+  std::vector<int32_t> suspects;
 };
+/// A status, list or dump request.
+inline Request makeRequest(RequestType type, uint64_t jobId) {
+  Request r;
+  r.type = type;
+  r.jobId = jobId;
+  return r;
+}
 STRATA_API std::vector<uint8_t> encodeRequest(const Request& r);
-/// A whole record; refuses an unknown type.
+/// A whole record; refuses an unknown type, and for a revoke a domain, reason or suspect list
+/// over its limit (the origin and suspects are checked against the scope by the service).
 STRATA_API Request decodeRequest(std::span<const uint8_t> record);
 
 /// An answer: the reports of the scopes asked for (Status: one; List: every scope, no calls),

@@ -1,0 +1,311 @@
+// Fault tolerance (docs/fault-tolerance.md): revoke, and shrink with the survivors' agreement on
+// whom to exclude. A revoke travels through the watch's status services (Scope::broadcastRevoke),
+// so that a rank learns it whatever it is doing; it stops the context (Context::revoke), whose
+// connections and collectives backends then fail every call and wait. Shrink agrees over this
+// communicator's bootstrap, point to point between the survivors, and builds the new communicator
+// on a subset of that bootstrap (bootstrap/subset.hpp): no rendezvous, nothing through a rank that
+// may be dead.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/communicator.hpp>
+#include <strata/error.hpp>
+
+#include "base/log.hpp"
+#include "bootstrap/subset.hpp"
+#include "communicator_impl.hpp"
+
+namespace strata {
+
+namespace {
+
+// Bootstrap tags of shrink (lib/transport's records use 0x5354xxxx, failure notes 0x5343xxxx):
+// the agreement's rounds, and the subset each attempt builds. Both carry the shrink's number
+// (mod 256) and the attempt, so that nothing of an earlier one is taken for a later one.
+constexpr int kTagAgree = 0x53460000;
+constexpr int kTagSubset = 0x53450000;
+constexpr int kMaxAttempts = 8;
+constexpr int kRounds = 2;
+
+int agreeTag(int shrink, int attempt, int round) {
+  return kTagAgree + ((shrink & 0xff) << 8) + (attempt << 2) + round;
+}
+int subsetTag(int shrink, int attempt) {
+  return kTagSubset + ((shrink & 0xff) << 8) + attempt;
+}
+
+/// A set of ranks of a communicator of n ranks as a bitmap, (n + 7) / 8 bytes.
+std::vector<uint8_t> toBits(const std::set<int>& ranks, int n) {
+  std::vector<uint8_t> bits(static_cast<size_t>(n + 7) / 8, 0);
+  for (int r : ranks) bits[static_cast<size_t>(r) / 8] |= static_cast<uint8_t>(1u << (r % 8));
+  return bits;
+}
+
+std::set<int> fromBits(const std::vector<uint8_t>& bits, int n, int from) {
+  std::set<int> out;
+  for (int r = 0; r < static_cast<int>(bits.size()) * 8; ++r) {
+    if (!(bits[static_cast<size_t>(r) / 8] & (1u << (r % 8)))) continue;
+    if (r >= n) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("shrink: rank {} sent an excluded set with rank {} of a "
+                              "communicator of {} ranks",
+                              from, r, n),
+                  from);
+    }
+    out.insert(r);
+  }
+  return out;
+}
+
+std::string listText(const std::set<int>& ranks) {
+  if (ranks.empty()) return "none";
+  std::string s;
+  for (int r : ranks) s += fmt::format("{}{}", s.empty() ? "" : ", ", r);
+  return s;
+}
+
+/// Errors that mean "that rank is gone, stuck or has given up on this exchange".
+bool peerFailure(const Error& e) {
+  return e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Timeout ||
+         e.code() == ErrorCode::Aborted || e.code() == ErrorCode::ProtocolError;
+}
+
+}  // namespace
+
+void core::FaultState::addLost(std::span<const int> ranks, int size) {
+  std::lock_guard lk(mu);
+  for (int r : ranks) {
+    if (r >= 0 && r < size) lost.insert(r);
+  }
+}
+
+Communicator::Impl::~Impl() {
+  if (scope && !domain.empty()) scope->unlistenRevoke(domain);
+}
+
+void Communicator::Impl::listenRevokes() {
+  const int n = size;
+  scope->listenRevoke(domain, [weak = std::weak_ptr<core::FaultState>(fault), d = domain,
+                               n](const watch::Scope::Revoke& r) {
+    auto f = weak.lock();
+    if (!f) return;
+    f->addLost(r.suspects, n);
+    if (auto ctx = f->context.lock()) {
+      ctx->revoke(Error(ErrorCode::Aborted,
+                        fmt::format("{} was revoked by rank {}: {}", d, r.origin, r.reason),
+                        r.origin));
+    }
+  });
+}
+
+void Communicator::Impl::revokeHere(const std::string& reason, std::vector<int> suspects) noexcept {
+  try {
+    fault->addLost(suspects, size);
+    const std::string name = domain.empty() ? std::string("the communicator") : domain;
+    context->revoke(
+        Error(ErrorCode::Aborted,
+              fmt::format("{} was revoked by rank {} (this rank): {}", name, rank, reason), rank));
+    if (scope && !domain.empty()) {
+      watch::Scope::Revoke r{rank, reason, std::move(suspects)};
+      scope->deliverRevoke(domain, r);
+      scope->broadcastRevoke(domain, r);
+    }
+  } catch (const std::exception& e) {
+    STRATA_LOG(Warn, "core", "revoke: {}", e.what());
+  }
+}
+
+void Communicator::Impl::afterFailure(const Error& e) noexcept {
+  std::vector<int> suspects;
+  if (e.code() == ErrorCode::PeerLost && e.peer() >= 0) suspects.push_back(e.peer());
+  if (e.code() == ErrorCode::Timeout) {
+    const int culprit = watch::lastVerdict().culprit;
+    if (culprit >= 0 && culprit != rank) suspects.push_back(culprit);
+  }
+  if (suspects.empty()) return;  // not a peer's failure that anyone can act on
+  fault->addLost(suspects, size);
+  if (revokeOnError && !context->revoked()) {
+    revokeHere(fmt::format("its call failed: {}", e.what()), suspects);
+  }
+}
+
+void Communicator::revoke(std::string_view reason) {
+  impl_->revokeHere(std::string(reason), {});
+}
+
+std::optional<Error> Communicator::revoked() const {
+  return impl_->context->revoked();
+}
+
+std::vector<int> Communicator::lostRanks() const {
+  std::lock_guard lk(impl_->fault->mu);
+  return {impl_->fault->lost.begin(), impl_->fault->lost.end()};
+}
+
+std::unique_ptr<Communicator> Communicator::shrink() {
+  std::vector<int> lost = lostRanks();
+  return shrink(lost);
+}
+
+std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude) {
+  Impl& I = *impl_;
+  const int n = I.size, me = I.rank;
+  std::set<int> out;
+  for (int r : exclude) {
+    if (r < 0 || r >= n) {
+      throw Error(
+          ErrorCode::InvalidArgument,
+          fmt::format("shrink: rank {} is not a rank of this communicator (0..{})", r, n - 1));
+    }
+    if (r == me) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("shrink: rank {} excludes itself (excluded ranks do not call "
+                              "shrink)",
+                              me));
+    }
+    out.insert(r);
+  }
+  for (int r : lostRanks()) {
+    if (r != me) out.insert(r);
+  }
+  // Calls still running on this communicator (this rank's other threads, the peers') must end.
+  if (!I.context->revoked()) {
+    I.revokeHere(fmt::format("rank {} shrinks the communicator (excluding {})", me, listText(out)),
+                 {out.begin(), out.end()});
+  }
+  const int shrink = I.shrinks++;
+  Bootstrap& boot = *I.bootstrap;
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<Error> last;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    // The agreement: every survivor sends its excluded set to every other survivor it knows of,
+    // and takes the union of what it receives; a rank that does not answer (dead, or silent for
+    // bootstrap.timeout) is excluded too. Two rounds, so that what one survivor learnt in the
+    // first reaches every other.
+    for (int round = 0; round < kRounds; ++round) {
+      const int tag = agreeTag(shrink, attempt, round);
+      std::vector<int> others;
+      for (int p = 0; p < n; ++p) {
+        if (p != me && !out.count(p)) others.push_back(p);
+      }
+      const std::vector<uint8_t> bits = toBits(out, n);
+      std::set<int> failed;
+      for (int p : others) {
+        try {
+          boot.send(p, tag, bits.data(), bits.size());
+        } catch (const Error& e) {
+          if (!peerFailure(e)) throw;
+          failed.insert(p);
+        }
+      }
+      std::vector<uint8_t> theirs(bits.size());
+      for (int p : others) {
+        if (failed.count(p)) continue;
+        try {
+          boot.recv(p, tag, theirs.data(), theirs.size());
+        } catch (const Error& e) {
+          if (!peerFailure(e)) throw;
+          STRATA_LOG(Info, "core", "shrink: rank {} excluded (agreement round {}): {}", p, round,
+                     e.what());
+          failed.insert(p);
+          continue;
+        }
+        std::set<int> got = fromBits(theirs, n, p);
+        if (got.count(me)) {
+          throw Error(ErrorCode::Aborted,
+                      fmt::format("shrink: rank {} excluded this rank {} (it found it lost or "
+                                  "stuck); this rank is not part of the shrunk communicator",
+                                  p, me),
+                      p);
+        }
+        out.insert(got.begin(), got.end());
+      }
+      out.insert(failed.begin(), failed.end());
+    }
+    std::vector<int> members;
+    for (int p = 0; p < n; ++p) {
+      if (!out.count(p)) members.push_back(p);
+    }
+    // The subset of the survivors; its first exchange checks that every member decided the same
+    // set, and its communicator's creation that every member is alive. Either failing starts
+    // another attempt with what it found.
+    try {
+      bootstrap::SubsetOptions so;
+      so.members = members;
+      so.tag = subsetTag(shrink, attempt);
+      for (int m : members) {
+        if (!I.context->sameHost(m)) continue;
+        if (m < me) ++so.localRank;
+        ++so.localSize;
+      }
+      so.localSize = std::max(so.localSize, 1);
+      std::unique_ptr<Bootstrap> sub = bootstrap::subset(I.bootstrap, so);
+      const std::vector<uint8_t> bits = toBits(out, n);
+      std::vector<uint8_t> all(bits.size() * members.size());
+      const size_t mine = static_cast<size_t>(sub->rank());
+      std::copy(bits.begin(), bits.end(), all.begin() + static_cast<long>(mine * bits.size()));
+      sub->allGather(all.data(), bits.size());
+      bool agreed = true;
+      for (size_t k = 0; k < members.size(); ++k) {
+        std::vector<uint8_t> b(all.begin() + static_cast<long>(k * bits.size()),
+                               all.begin() + static_cast<long>((k + 1) * bits.size()));
+        std::set<int> got = fromBits(b, n, members[k]);
+        if (got.count(me)) {
+          throw Error(ErrorCode::Aborted,
+                      fmt::format("shrink: rank {} excluded this rank {}; this rank is not part "
+                                  "of the shrunk communicator",
+                                  members[k], me),
+                      members[k]);
+        }
+        if (got != out) agreed = false;
+        out.insert(got.begin(), got.end());
+      }
+      if (!agreed) {
+        STRATA_LOG(Info, "core",
+                   "shrink attempt {}: the survivors decided different sets; "
+                   "again with {} excluded",
+                   attempt, listText(out));
+        last = Error(ErrorCode::ProtocolError,
+                     fmt::format("shrink: the survivors decided different sets of excluded ranks "
+                                 "in {} attempts (last: {})",
+                                 attempt + 1, listText(out)));
+        continue;
+      }
+      std::shared_ptr<Bootstrap> watched = bootstrap::watchSubset(std::move(sub), I.config);
+      auto comm = Communicator::create(std::move(watched), I.config);
+      STRATA_LOG(Info, "core",
+                 "shrink: rank {} is rank {} of {} in the new communicator (excluded: {}; {:.3f} "
+                 "s, {} attempt(s))",
+                 me, comm->rank(), comm->size(), listText(out),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                 attempt + 1);
+      return comm;
+    } catch (const Error& e) {
+      // A member that failed meanwhile (dead, silent, or gave up): another attempt without it.
+      if (!peerFailure(e) ||
+          (e.code() == ErrorCode::Aborted &&
+           std::string_view(e.what()).find("excluded this rank") != std::string_view::npos)) {
+        throw;
+      }
+      const int q = e.peer();
+      if (q >= 0 && q < static_cast<int>(members.size()) && members[q] != me) {
+        out.insert(members[q]);
+      }
+      STRATA_LOG(Info, "core", "shrink attempt {} failed ({}); again with {} excluded", attempt,
+                 e.what(), listText(out));
+      last = e;
+    }
+  }
+  throw Error(last->code(),
+              fmt::format("shrink: no agreement among the survivors in {} attempts: {}",
+                          kMaxAttempts, last->what()),
+              last->peer());
+}
+
+}  // namespace strata

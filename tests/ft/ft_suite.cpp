@@ -1,0 +1,388 @@
+// The fault-tolerance suite (docs/fault-tolerance.md): revoke, and shrink after ranks die, stop or
+// leave during the shrink itself. Started N times by `strata-run --keep-going` (a rank killed by a
+// signal does not end the job); each meson test runs one case (--run_test), because the victims of
+// a case die in it. Every survivor checks the error it got, the new communicator's size and its
+// rank in it, and runs checked collectives on it. Timings are printed, never asserted beyond
+// bounds that only a hang would miss.
+
+#define BOOST_TEST_MODULE ft_suite
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/harness/fixtures.hpp"
+
+namespace {
+
+const DataType kFloat = DataType::Float32;
+const ReduceOp kSum = ReduceOp::Sum;
+
+std::unique_ptr<Communicator> makeComm(
+    std::initializer_list<std::pair<const char*, const char*>> settings = {}) {
+  Config cfg = Config::load();
+  for (const auto& [key, value] : settings) cfg.set(key, value);
+  return Communicator::create(cfg);
+}
+
+/// For messages that Boost.Test builds even when the check passes.
+std::string errText(const std::optional<Error>& e) {
+  return e ? errText(e) : "no error";
+}
+
+double nowSeconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+/// The job's seed: STRATA_FT_SEED, else rank 0's clock, told to every rank over `boot`.
+uint64_t jobSeed(Bootstrap& boot) {
+  std::vector<uint64_t> all(static_cast<size_t>(boot.size()), 0);
+  if (const char* s = std::getenv("STRATA_FT_SEED")) {
+    all[boot.rank()] = std::strtoull(s, nullptr, 10);
+  } else {
+    all[boot.rank()] = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  }
+  boot.allGather(all.data(), sizeof(uint64_t));
+  return all[0];
+}
+
+/// One collective of a random mix (the same on every rank for one rng state), checked against
+/// the values every rank contributes. Throws the strata::Error of the call.
+void randomCall(Communicator& comm, std::mt19937_64& rng, int iteration) {
+  const int n = comm.size(), me = comm.rank();
+  const size_t count = 1 + rng() % 5000;
+  const int kind = static_cast<int>(rng() % 5);
+  const int root = static_cast<int>(rng() % static_cast<uint64_t>(n));
+  auto value = [&](int rank, size_t i) {
+    return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 7) + iteration % 5);
+  };
+  std::vector<float> send, recv;
+  size_t wrong = 0;
+  switch (kind) {
+    case 0: {  // allReduce
+      send.resize(count);
+      recv.assign(count, -1);
+      for (size_t i = 0; i < count; ++i) send[i] = value(me, i);
+      comm.allReduce(send.data(), recv.data(), count, kFloat, kSum);
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int r = 0; r < n; ++r) want += value(r, i);
+        wrong += recv[i] != want;
+      }
+      break;
+    }
+    case 1: {  // allGather
+      send.resize(count);
+      recv.assign(count * n, -1);
+      for (size_t i = 0; i < count; ++i) send[i] = value(me, i);
+      comm.allGather(send.data(), recv.data(), count, kFloat);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) wrong += recv[r * count + i] != value(r, i);
+      }
+      break;
+    }
+    case 2: {  // reduceScatter
+      send.resize(count * n);
+      recv.assign(count, -1);
+      for (size_t i = 0; i < send.size(); ++i) send[i] = value(me, i);
+      comm.reduceScatter(send.data(), recv.data(), count, kFloat, kSum);
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int r = 0; r < n; ++r) want += value(r, me * count + i);
+        wrong += recv[i] != want;
+      }
+      break;
+    }
+    case 3: {  // broadcast
+      send.resize(count);
+      recv.assign(count, -1);
+      for (size_t i = 0; i < count; ++i) send[i] = value(me, i);
+      comm.broadcast(send.data(), recv.data(), count, kFloat, root);
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != value(root, i);
+      break;
+    }
+    default: {  // allToAll
+      send.resize(count * n);
+      recv.assign(count * n, -1);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) send[r * count + i] = value(me, r * 1000 + i);
+      }
+      comm.allToAll(send.data(), recv.data(), count, kFloat);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          wrong += recv[r * count + i] != value(r, me * 1000 + i);
+        }
+      }
+      break;
+    }
+  }
+  BOOST_TEST(wrong == 0u, "call " << iteration << " (kind " << kind << ", count " << count
+                                  << ") on " << n << " ranks: " << wrong << " wrong elements");
+}
+
+/// `calls` checked collectives of the random mix; every rank must use the same rng state.
+void runChecked(Communicator& comm, std::mt19937_64& rng, int calls, const char* what) {
+  for (int i = 0; i < calls; ++i) {
+    auto e = catchError([&] { randomCall(comm, rng, i); });
+    BOOST_REQUIRE_MESSAGE(!e, what << ": call " << i << " failed: " << errText(e));
+  }
+}
+
+/// The error a survivor got for a loss: PeerLost or a diagnosed Timeout of its own, or Aborted
+/// from another survivor's revoke; whichever, its text names one of `lost`.
+void checkLossError(const Error& e, const std::set<int>& lost, const char* what) {
+  BOOST_TEST_MESSAGE("rank " << launchEnv().rank << ": " << what << ": " << describe(e));
+  BOOST_TEST_INFO_SCOPE(what << ": " << describe(e));
+  BOOST_TEST((e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Aborted ||
+              e.code() == ErrorCode::Timeout));
+  bool named = false;
+  for (int r : lost) named = named || namesRank(e.what(), r);
+  BOOST_TEST(named, "the error names none of the lost ranks");
+}
+
+/// Runs the random mix until a call fails (a victim died); returns that error.
+Error untilFailure(Communicator& comm, std::mt19937_64& rng, int limit) {
+  for (int i = 0; i < limit; ++i) {
+    auto e = catchError([&] { randomCall(comm, rng, i); });
+    if (e) return *e;
+  }
+  BOOST_FAIL("no call failed in " << limit << " calls although a rank died");
+  throw std::logic_error("unreachable");
+}
+
+/// Shrinks and checks the new communicator: its size, and that this rank keeps its relative
+/// order among the survivors of `comm` (its new rank is the number of survivors below it).
+std::unique_ptr<Communicator> shrinkChecked(Communicator& comm, const std::set<int>& gone,
+                                            double* seconds = nullptr) {
+  const auto start = Clock::now();
+  std::unique_ptr<Communicator> next;
+  auto e = catchError([&] { next = comm.shrink(); });
+  const double s = secondsSince(start);
+  if (seconds) *seconds = s;
+  BOOST_REQUIRE_MESSAGE(!e, "shrink failed after " << s << " s: " << errText(e));
+  int below = 0;
+  for (int r = 0; r < comm.rank(); ++r) below += !gone.count(r);
+  BOOST_TEST(next->size() == comm.size() - static_cast<int>(gone.size()));
+  BOOST_TEST(next->rank() == below);
+  BOOST_TEST_MESSAGE("rank " << comm.rank() << " -> rank " << next->rank() << " of "
+                             << next->size() << ": shrink took " << s << " s");
+  return next;
+}
+
+}  // namespace
+
+// Rank n-1 revokes while the others are in allReduce loops (rank 1 in no call at first): every
+// call fails with Aborted naming rank n-1 and its reason, then shrink() without a loss gives a
+// communicator of every rank. Prints each rank's time from the revoke to its error.
+BOOST_AUTO_TEST_CASE(revoke_reaches_every_rank) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(2);
+  auto comm = makeComm();
+  const int n = comm->size(), me = comm->rank(), revoker = n - 1;
+  const std::string reason = "the test revokes";
+  std::vector<double> stamps(static_cast<size_t>(n), 0);
+  comm->bootstrap().barrier();
+  std::optional<Error> err;
+  if (me == revoker) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stamps[me] = nowSeconds();
+    comm->revoke(reason);
+    err = catchError([&] {
+      std::vector<float> a(16, 1.0f);
+      comm->allReduce(a.data(), a.data(), a.size(), kFloat, kSum);
+    });
+  } else {
+    if (me == 1 && n > 2) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    std::vector<float> a(1000, 1.0f), b(1000);
+    for (int i = 0; i < 1000000 && !err; ++i) {
+      err = catchError([&] { comm->allReduce(a.data(), b.data(), a.size(), kFloat, kSum); });
+    }
+    stamps[me] = nowSeconds();
+  }
+  BOOST_REQUIRE_MESSAGE(err, "no call failed after the revoke");
+  BOOST_TEST_INFO_SCOPE(describe(*err));
+  BOOST_TEST((err->code() == ErrorCode::Aborted));
+  BOOST_TEST(err->peer() == revoker);
+  BOOST_TEST(namesRank(err->what(), revoker));
+  BOOST_TEST(std::string(err->what()).find(reason) != std::string::npos);
+  BOOST_TEST(comm->revoked().has_value());
+  // The bootstrap is not revoked: the ranks compare their times over it.
+  comm->bootstrap().allGather(stamps.data(), sizeof(double));
+  if (me == 0) {
+    std::vector<double> lat;
+    for (int r = 0; r < n; ++r) {
+      if (r != revoker && !(r == 1 && n > 2)) lat.push_back((stamps[r] - stamps[revoker]) * 1e3);
+    }
+    std::sort(lat.begin(), lat.end());
+    if (!lat.empty()) {
+      BOOST_TEST_MESSAGE("revoke to error, ranks in a call: median "
+                         << lat[lat.size() / 2] << " ms, max " << lat.back() << " ms (N = " << n
+                         << ")");
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r != revoker) BOOST_TEST(stamps[r] - stamps[revoker] < 10.0, "rank " << r);
+  }
+  auto next = shrinkChecked(*comm, {});
+  std::mt19937_64 rng(7);
+  runChecked(*next, rng, 20, "after a shrink without a loss");
+}
+
+// Kills 1 or 2 random ranks (rank 0 among the candidates) during a random mix of collectives;
+// every survivor gets an error naming a lost rank, shrinks, runs 100 checked collectives on the
+// new communicator; then once more (lose another rank, shrink again, 100 more).
+BOOST_AUTO_TEST_CASE(random_kills) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(4);
+  auto comm = makeComm();
+  const int n = comm->size();
+  const uint64_t seed = jobSeed(comm->bootstrap());
+  BOOST_TEST_MESSAGE("rank " << comm->rank() << ": seed " << seed << " (STRATA_FT_SEED)");
+  std::mt19937_64 pick(seed);
+  std::set<int> victims;
+  const int first = 1 + static_cast<int>(pick() % 2);
+  while (static_cast<int>(victims.size()) < first) victims.insert(static_cast<int>(pick() % n));
+  const int dieAt = 3 + static_cast<int>(pick() % 20);
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  for (int i = 0; i < dieAt; ++i) randomCall(*comm, rng, i);
+  if (victims.count(comm->rank())) raise(SIGKILL);
+  Error e = untilFailure(*comm, rng, 1000);
+  checkLossError(e, victims, "first loss");
+  double took = 0;
+  auto second = shrinkChecked(*comm, victims, &took);
+  std::mt19937_64 rng2(seed + 1);
+  runChecked(*second, rng2, 100, "after the first shrink");
+  comm.reset();  // the revoked communicator goes without waiting for the dead
+  // Lose one more (never the last survivor), shrink again.
+  const int m = second->size();
+  std::mt19937_64 pick2(seed + 2);
+  const int victim2 = static_cast<int>(pick2() % m);
+  std::mt19937_64 rng3(seed + 3);
+  for (int i = 0; i < 5; ++i) randomCall(*second, rng3, i);
+  if (second->rank() == victim2) raise(SIGKILL);
+  Error e2 = untilFailure(*second, rng3, 1000);
+  checkLossError(e2, {victim2}, "second loss");
+  auto third = shrinkChecked(*second, {victim2});
+  std::mt19937_64 rng4(seed + 4);
+  runChecked(*third, rng4, 100, "after the second shrink");
+}
+
+// The last rank stops itself (SIGSTOP) between two calls: the others time out with the
+// diagnosis naming it, revoke, shrink without it and run on; rank 0 then resumes it, and its next
+// call on the old communicator fails with Aborted (revoked) instead of hanging.
+BOOST_AUTO_TEST_CASE(stopped_rank) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(3);
+  auto comm = makeComm({{"transport.timeout", "3"}, {"bootstrap.timeout", "10"}});
+  const int n = comm->size(), me = comm->rank(), stopped = n - 1;
+  const int32_t stoppedPid = comm->context().pid(stopped);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 5; ++i) randomCall(*comm, rng, i);
+  if (me == stopped) {
+    raise(SIGSTOP);
+    // Resumed: the others have revoked and shrunk; this call must fail, not hang.
+    const auto start = Clock::now();
+    auto e = catchError([&] { randomCall(*comm, rng, 5); });
+    const double s = secondsSince(start);
+    BOOST_REQUIRE_MESSAGE(e, "a call on the revoked communicator returned normally");
+    BOOST_TEST_MESSAGE("rank " << me << " (resumed): " << errText(e) << " after " << s << " s");
+    BOOST_TEST((e->code() == ErrorCode::Aborted));
+    BOOST_TEST(comm->revoked().has_value());
+    return;
+  }
+  Error e = untilFailure(*comm, rng, 1000);
+  checkLossError(e, {stopped}, "stopped rank");
+  std::vector<int> lost = comm->lostRanks();
+  BOOST_TEST((std::find(lost.begin(), lost.end(), stopped) != lost.end()),
+             "lostRanks() lacks the stopped rank " << stopped);
+  auto next = shrinkChecked(*comm, {stopped});
+  std::mt19937_64 rng2(12);
+  runChecked(*next, rng2, 100, "after shrinking the stopped rank away");
+  next->bootstrap().barrier();
+  if (me == 0) ::kill(stoppedPid, SIGCONT);
+}
+
+// Survivors that saw different failures agree: rank n-1 is dead and rank n-2 stopped; rank 0
+// names only n-1, rank 1 only n-2, the others nothing. Every survivor gets the same communicator
+// of n - 2 ranks.
+BOOST_AUTO_TEST_CASE(different_failures_agree) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(4);
+  auto comm = makeComm({{"collectives.revoke_on_error", "false"}, {"bootstrap.timeout", "20"}});
+  const int n = comm->size(), me = comm->rank(), dead = n - 1, stopped = n - 2;
+  const int32_t stoppedPid = comm->context().pid(stopped);
+  comm->bootstrap().barrier();
+  if (me == dead) raise(SIGKILL);
+  if (me == stopped) {
+    raise(SIGSTOP);
+    // Resumed once the others went on: the old communicator was revoked by their shrink.
+    for (int i = 0; i < 100 && !comm->revoked(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    BOOST_TEST(comm->revoked().has_value(), "the resumed rank never learnt of the revoke");
+    return;
+  }
+  std::vector<int> exclude;
+  if (me == 0) exclude = {dead};
+  if (me == 1) exclude = {stopped};
+  const auto start = Clock::now();
+  std::unique_ptr<Communicator> next;
+  auto e = catchError([&] { next = comm->shrink(exclude); });
+  BOOST_REQUIRE_MESSAGE(!e, "shrink: " << errText(e));
+  BOOST_TEST_MESSAGE("rank " << me << ": shrink with different views took " << secondsSince(start)
+                             << " s");
+  BOOST_TEST(next->size() == n - 2);
+  BOOST_TEST(next->rank() == me);
+  std::mt19937_64 rng(21);
+  runChecked(*next, rng, 20, "after agreeing");
+  next->bootstrap().barrier();
+  if (me == 0) ::kill(stoppedPid, SIGCONT);
+}
+
+// A rank dies while the others (and it) are in shrink: the shrink starts another attempt without
+// it and still gives every other survivor the same communicator.
+BOOST_AUTO_TEST_CASE(dies_during_shrink) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(4);
+  auto comm = makeComm();
+  const int n = comm->size(), me = comm->rank();
+  const int first = n - 1, second = 1;  // first dies before, second during the shrink
+  const uint64_t seed = jobSeed(comm->bootstrap());
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 3; ++i) randomCall(*comm, rng, i);
+  if (me == first) raise(SIGKILL);
+  Error e = untilFailure(*comm, rng, 1000);
+  checkLossError(e, {first}, "before the shrink");
+  if (me == second) {
+    const int delayUs = static_cast<int>(seed % 20000);
+    std::thread([delayUs] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+      raise(SIGKILL);
+    }).detach();
+    auto ignored = catchError([&] { comm->shrink(); });
+    raise(SIGKILL);
+  }
+  auto next = shrinkChecked(*comm, {first, second});
+  std::mt19937_64 rng2(seed + 1);
+  runChecked(*next, rng2, 100, "after a rank died in the shrink");
+}
+
+int main(int argc, char** argv) {
+  return strata::testing::multiProcessMain(
+      argc, argv, "ft_suite: needs a launcher (strata-run --keep-going -n N, srun)",
+      [] { return true; });
+}
