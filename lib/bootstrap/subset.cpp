@@ -90,13 +90,18 @@ class Subset final : public Bootstrap {
     allGather(all.data(), 1);
   }
   void abort(std::string_view reason) noexcept override {
-    if (aborted_.exchange(true)) return;
+    // Told once, also after a member's notice aborted it here: a member that waits for this
+    // rank learns it only from this rank.
+    if (told_.exchange(true)) return;
     try {
       {
         std::lock_guard lk(abortMu_);
-        abortOrigin_ = rank_;
-        abortReason_ = std::string(reason);
+        if (!aborted_.load(std::memory_order_relaxed)) {
+          abortOrigin_ = rank_;
+          abortReason_ = std::string(reason);
+        }
       }
+      aborted_.store(true, std::memory_order_release);
       for (int q = 0; q < size(); ++q) {
         if (q == rank_) continue;
         try {
@@ -197,8 +202,10 @@ class Subset final : public Bootstrap {
         if (h.tag == kTagAbort) {
           {
             std::lock_guard alk(abortMu_);
-            abortOrigin_ = peer;
-            abortReason_.assign(m.begin(), m.end());
+            if (!aborted_.load(std::memory_order_relaxed)) {
+              abortOrigin_ = peer;
+              abortReason_.assign(m.begin(), m.end());
+            }
           }
           aborted_.store(true, std::memory_order_release);
           checkAborted();
@@ -223,12 +230,41 @@ class Subset final : public Bootstrap {
   int rank_ = -1;
   std::vector<Peer> peers_;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> told_{false};  ///< this rank sent its abort notices
   std::mutex abortMu_;
   int abortOrigin_ = -1;
   std::string abortReason_;
 };
 
+/// Forwards every call to a bootstrap it shares (sharing()).
+class Sharing final : public Bootstrap {
+ public:
+  explicit Sharing(std::shared_ptr<Bootstrap> b) : b_(std::move(b)) {}
+  std::string_view backend() const noexcept override { return b_->backend(); }
+  int rank() const noexcept override { return b_->rank(); }
+  int size() const noexcept override { return b_->size(); }
+  int localRank() const noexcept override { return b_->localRank(); }
+  int localSize() const noexcept override { return b_->localSize(); }
+  void send(int peer, int tag, const void* data, size_t bytes) override {
+    b_->send(peer, tag, data, bytes);
+  }
+  void recv(int peer, int tag, void* data, size_t bytes) override {
+    b_->recv(peer, tag, data, bytes);
+  }
+  void allGather(void* data, size_t bytesPerRank) override { b_->allGather(data, bytesPerRank); }
+  void broadcast(void* data, size_t bytes, int root) override { b_->broadcast(data, bytes, root); }
+  void barrier() override { b_->barrier(); }
+  void abort(std::string_view reason) noexcept override { b_->abort(reason); }
+
+ private:
+  std::shared_ptr<Bootstrap> b_;
+};
+
 }  // namespace
+
+std::unique_ptr<Bootstrap> sharing(std::shared_ptr<Bootstrap> b) {
+  return std::make_unique<Sharing>(std::move(b));
+}
 
 std::unique_ptr<Bootstrap> subset(std::shared_ptr<Bootstrap> parent, SubsetOptions o) {
   if (!parent) throw Error(ErrorCode::InvalidArgument, "subset bootstrap: null parent");

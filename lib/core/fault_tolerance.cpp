@@ -206,7 +206,9 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
       }
       std::vector<uint8_t> theirs(bits.size());
       for (int p : others) {
-        if (failed.count(p)) continue;
+        // Excluded by a set received this round (dead, or stopped: waiting for it would take
+        // bootstrap.timeout while the others go on).
+        if (failed.count(p) || out.count(p)) continue;
         try {
           boot.recv(p, tag, theirs.data(), theirs.size());
         } catch (const Error& e) {
@@ -235,6 +237,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
     // The subset of the survivors; its first exchange checks that every member decided the same
     // set, and its communicator's creation that every member is alive. Either failing starts
     // another attempt with what it found.
+    std::shared_ptr<Bootstrap> sub;
     try {
       bootstrap::SubsetOptions so;
       so.members = members;
@@ -245,7 +248,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
         ++so.localSize;
       }
       so.localSize = std::max(so.localSize, 1);
-      std::unique_ptr<Bootstrap> sub = bootstrap::subset(I.bootstrap, so);
+      sub = bootstrap::subset(I.bootstrap, so);
       const std::vector<uint8_t> bits = toBits(out, n);
       std::vector<uint8_t> all(bits.size() * members.size());
       const size_t mine = static_cast<size_t>(sub->rank());
@@ -271,13 +274,15 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
                    "shrink attempt {}: the survivors decided different sets; "
                    "again with {} excluded",
                    attempt, listText(out));
+        sub->abort(fmt::format("rank {} found different excluded sets in attempt {}", me, attempt));
         last = Error(ErrorCode::ProtocolError,
                      fmt::format("shrink: the survivors decided different sets of excluded ranks "
                                  "in {} attempts (last: {})",
                                  attempt + 1, listText(out)));
         continue;
       }
-      std::shared_ptr<Bootstrap> watched = bootstrap::watchSubset(std::move(sub), I.config);
+      std::shared_ptr<Bootstrap> watched =
+          bootstrap::watchSubset(bootstrap::sharing(sub), I.config);
       auto comm = Communicator::create(std::move(watched), I.config);
       STRATA_LOG(Info, "core",
                  "shrink: rank {} is rank {} of {} in the new communicator (excluded: {}; {:.3f} "
@@ -293,9 +298,16 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
            std::string_view(e.what()).find("excluded this rank") != std::string_view::npos)) {
         throw;
       }
+      // The member the error names is excluded when it is lost or silent, not when it only
+      // left this attempt (its abort notice).
       const int q = e.peer();
-      if (q >= 0 && q < static_cast<int>(members.size()) && members[q] != me) {
+      if ((e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Timeout) && q >= 0 &&
+          q < static_cast<int>(members.size()) && members[q] != me) {
         out.insert(members[q]);
+      }
+      // Members still waiting in this attempt for this rank learn that it moved on.
+      if (sub) {
+        sub->abort(fmt::format("rank {} left shrink attempt {}: {}", me, attempt, e.what()));
       }
       STRATA_LOG(Info, "core", "shrink attempt {} failed ({}); again with {} excluded", attempt,
                  e.what(), listText(out));

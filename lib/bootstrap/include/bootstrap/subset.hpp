@@ -9,7 +9,9 @@
 // all on one parent tag that the members chose together (every subset of one parent needs its
 // own), each as a header (the subset's tag, the length) and the payload. Its collectives are
 // direct exchanges between the members. Errors name subset ranks (peer()) and say which parent
-// rank that is.
+// rank that is. abort() tells every member; a member that learns of it tells the others in turn
+// when it aborts (shrink does, as it leaves a failed attempt), so that no member stays blocked on
+// a rank that has moved on.
 
 #include <cstdint>
 #include <memory>
@@ -34,6 +36,9 @@ struct SubsetOptions {
 /// that needs a member waits for it. InvalidArgument for a bad member list or tag.
 STRATA_API std::unique_ptr<Bootstrap> subset(std::shared_ptr<Bootstrap> parent,
                                              SubsetOptions options);
+/// A bootstrap that forwards every call to `b`, which the caller keeps as well (shrink aborts the
+/// subset of a failed attempt after the communicator that owned it is gone).
+STRATA_API std::unique_ptr<Bootstrap> sharing(std::shared_ptr<Bootstrap> b);
 /// Opens the subset's watch scope (one allGather over it; the status port on
 /// bootstrap.tcp.interface) as attachWatch does for a new bootstrap.
 STRATA_API std::unique_ptr<Bootstrap> watchSubset(std::unique_ptr<Bootstrap> subset,
