@@ -103,7 +103,8 @@ CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t 
 
 void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   std::lock_guard<std::mutex> lock(mu);
-  if (auto revoked = context->revoked()) {
+  // This rank's own failure first (its later calls repeat it), then a revoke.
+  if (auto revoked = context->revoked(); revoked && !broken) {
     throw Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()), revoked->peer());
   }
   for (size_t i = 0; i < backends.size() && !broken; ++i) broken = backends[i]->asyncError();
@@ -122,8 +123,8 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
     if (auto revoked = context->revoked()) {
       // Revoked while it ran (by this rank's other thread or a peer): that is the error, with
       // nothing to diagnose.
-      broken = Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()),
-                     revoked->peer());
+      broken =
+          Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()), revoked->peer());
       throw *broken;
     }
     // A timeout, or a chunk of another operation: ask the other ranks what they are doing and

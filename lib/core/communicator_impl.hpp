@@ -99,7 +99,10 @@ struct Communicator::Impl {
   /// Listens for the peers' revokes of this communicator (after create).
   void listenRevokes();
   /// Revokes from this rank: locally and, through the watch, on every other rank.
-  void revokeHere(const std::string& reason, std::vector<int> suspects) noexcept;
+  /// `code`: what the other ranks' calls fail with (Aborted, or the cause's, naming
+  /// suspects.front()).
+  void revokeHere(const std::string& reason, std::vector<int> suspects,
+                  ErrorCode code = ErrorCode::Aborted) noexcept;
   /// After a call failed with `e`: record the lost rank, and revoke when collectives.revoke_on_error
   /// says so (PeerLost, a diagnosed Timeout).
   void afterFailure(const Error& e) noexcept;

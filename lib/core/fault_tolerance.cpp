@@ -76,6 +76,20 @@ bool peerFailure(const Error& e) {
          e.code() == ErrorCode::Aborted || e.code() == ErrorCode::ProtocolError;
 }
 
+/// What calls on a revoked communicator fail with. Communicator::revoke: Aborted, naming the rank
+/// that revoked and its reason. A revoke after a failed call: that failure (its code, the rank
+/// at fault first), then who revoked.
+Error revokeError(const std::string& domain, int origin, bool here, const std::string& reason,
+                  const std::vector<int>& suspects, ErrorCode code) {
+  const std::string who = fmt::format("rank {}{}", origin, here ? " (this rank)" : "");
+  if (code == ErrorCode::Aborted || suspects.empty()) {
+    return Error(ErrorCode::Aborted, fmt::format("{} was revoked by {}: {}", domain, who, reason),
+                 origin);
+  }
+  return Error(code, fmt::format("{} [{} failed so and revoked {}]", reason, who, domain),
+               suspects.front());
+}
+
 }  // namespace
 
 void core::FaultState::addLost(std::span<const int> ranks, int size) {
@@ -97,22 +111,21 @@ void Communicator::Impl::listenRevokes() {
     if (!f) return;
     f->addLost(r.suspects, n);
     if (auto ctx = f->context.lock()) {
-      ctx->revoke(Error(ErrorCode::Aborted,
-                        fmt::format("{} was revoked by rank {}: {}", d, r.origin, r.reason),
-                        r.origin));
+      // A revoke after a failed call carries that failure's code and culprit, as if this rank
+      // had seen it; Communicator::revoke's is Aborted, naming the rank that revoked.
+      ctx->revoke(revokeError(d, r.origin, false, r.reason, r.suspects, r.code));
     }
   });
 }
 
-void Communicator::Impl::revokeHere(const std::string& reason, std::vector<int> suspects) noexcept {
+void Communicator::Impl::revokeHere(const std::string& reason, std::vector<int> suspects,
+                                    ErrorCode code) noexcept {
   try {
     fault->addLost(suspects, size);
     const std::string name = domain.empty() ? std::string("the communicator") : domain;
-    context->revoke(
-        Error(ErrorCode::Aborted,
-              fmt::format("{} was revoked by rank {} (this rank): {}", name, rank, reason), rank));
+    context->revoke(revokeError(name, rank, true, reason, suspects, code));
     if (scope && !domain.empty()) {
-      watch::Scope::Revoke r{rank, reason, std::move(suspects)};
+      watch::Scope::Revoke r{rank, reason, std::move(suspects), code};
       scope->deliverRevoke(domain, r);
       scope->broadcastRevoke(domain, r);
     }
@@ -131,7 +144,7 @@ void Communicator::Impl::afterFailure(const Error& e) noexcept {
   if (suspects.empty()) return;  // not a peer's failure that anyone can act on
   fault->addLost(suspects, size);
   if (revokeOnError && !context->revoked()) {
-    revokeHere(fmt::format("its call failed: {}", e.what()), suspects);
+    revokeHere(e.what(), suspects, e.code());
   }
 }
 

@@ -17,6 +17,7 @@ std::vector<uint8_t> encodeRequest(const Request& r) {
     const size_t n = std::min(r.suspects.size(), kMaxRevokeSuspects);
     w.u32(static_cast<uint32_t>(n));
     for (size_t i = 0; i < n; ++i) w.i32(r.suspects[i]);
+    w.u8(r.code);
   }
   return wire::encodeRecord(kRequestKind, kWatchVersion, w.data());
 }
@@ -42,6 +43,11 @@ Request decodeRequest(std::span<const uint8_t> record) {
     }
     q.suspects.reserve(n);
     for (uint32_t i = 0; i < n; ++i) q.suspects.push_back(r.i32("suspect"));
+    q.code = r.u8("code");
+    if (q.code > static_cast<uint8_t>(ErrorCode::Internal)) {
+      throw Error(ErrorCode::ProtocolError,
+                  fmt::format("status request: unknown error code {} in a revoke", q.code));
+    }
   }
   r.expectEnd();
   return q;

@@ -41,7 +41,7 @@ std::unique_ptr<Communicator> makeComm(
 
 /// For messages that Boost.Test builds even when the check passes.
 std::string errText(const std::optional<Error>& e) {
-  return e ? errText(e) : "no error";
+  return e ? describe(*e) : "no error";
 }
 
 double nowSeconds() {

@@ -118,6 +118,9 @@ class STRATA_API Scope {
     int origin = -1;
     std::string reason;
     std::vector<int> suspects;
+    /// What the other ranks' calls fail with: Aborted (Communicator::revoke), or the code of the
+    /// failure that made `origin` revoke (PeerLost, Timeout), naming suspects.front().
+    ErrorCode code = ErrorCode::Aborted;
   };
   using RevokeListener = std::function<void(const Revoke&)>;
   /// Calls `listener` for the first revoke of `domain` (on the status service's thread; at once,

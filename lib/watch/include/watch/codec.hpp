@@ -100,6 +100,9 @@ struct Request {
   int32_t origin = -1;
   std::string reason;
   std::vector<int32_t> suspects;
+  /// The ErrorCode the other ranks' calls fail with: Aborted for Communicator::revoke, the cause's
+  /// (PeerLost, Timeout) for a revoke after a failed call.
+  uint8_t code = 0;
 };
 /// A status, list or dump request.
 inline Request makeRequest(RequestType type, uint64_t jobId) {
