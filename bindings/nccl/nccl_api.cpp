@@ -902,10 +902,11 @@ NCCL_TWIN(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
 NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   if (!valid(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommAbort: not a comm");
-  if (comm->comm) {
+  if (comm->comm && !comm->shrunk && !comm->comm->revoked()) {
     try {
       // The other ranks' bootstrap calls fail with Aborted naming this rank; their collectives
-      // fail with PeerLost or Timeout when this rank's endpoints close.
+      // fail with PeerLost or Timeout when this rank's endpoints close. Not after a revoke or a
+      // shrink: the survivors' shrunk communicators talk over this bootstrap.
       comm->comm->bootstrap().abort("ncclCommAbort");
     } catch (...) {
     }
@@ -915,22 +916,88 @@ NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 NCCL_TWIN(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
 
+/// A communicator that revoke or shrink may act on: live and initialised, broken or not (a
+/// broken one is what they are for).
+ncclResult_t initialised(ncclComm* comm, const char* what) {
+  if (comm == nullptr)
+    return fail(nullptr, ncclInvalidArgument, std::string(what) + ": comm is NULL");
+  if (!valid(comm)) {
+    return fail(nullptr, ncclInvalidArgument,
+                std::string(what) + ": comm is not a live communicator (destroyed, or not one)");
+  }
+  if (comm->initThread.joinable() && comm->initState.load() != ncclInProgress) {
+    comm->initThread.join();
+  }
+  const int init = comm->initState.load(std::memory_order_acquire);
+  if (init != ncclSuccess || !comm->comm) {
+    return fail(comm, init == ncclInProgress ? ncclInvalidUsage : static_cast<ncclResult_t>(init),
+                std::string(what) + ": the communicator is not initialised");
+  }
+  return ncclSuccess;
+}
+
 NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  (void)revokeFlags;
-  return fail(valid(comm) ? comm : nullptr, ncclInvalidUsage,
-              "ncclCommRevoke is not supported yet: revoke and shrink come with strata's fault "
-              "tolerance (issue 27); use ncclCommAbort");
+  if (ncclResult_t r = initialised(comm, "ncclCommRevoke"); r != ncclSuccess) return r;
+  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+    return fail(
+        comm, ncclInvalidArgument,
+        fmt::format("ncclCommRevoke: revokeFlags {} (only NCCL_REVOKE_DEFAULT, 0)", revokeFlags));
+  }
+  // Unlike NCCL's, strata's revoke reaches every rank: their calls fail with ncclRemoteError
+  // naming this rank (docs/fault-tolerance.md).
+  comm->comm->revoke(fmt::format("ncclCommRevoke on rank {}", comm->rank));
+  return ncclSuccess;
 }
 NCCL_TWIN(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
 
 NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                                         int excludeRanksCount, ncclComm_t* newcomm,
                                         ncclConfig_t* config, int shrinkFlags) {
-  (void)excludeRanksList, (void)excludeRanksCount, (void)config, (void)shrinkFlags;
   if (newcomm != nullptr) *newcomm = nullptr;
-  return fail(valid(comm) ? comm : nullptr, ncclInvalidUsage,
-              "ncclCommShrink is not supported yet: revoke and shrink come with strata's fault "
-              "tolerance (issue 27)");
+  if (ncclResult_t r = initialised(comm, "ncclCommShrink"); r != ncclSuccess) return r;
+  if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommShrink: newcomm NULL");
+  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr)) {
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("ncclCommShrink: {} excluded ranks in a {} list", excludeRanksCount,
+                            excludeRanksList ? "given" : "NULL"));
+  }
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("ncclCommShrink: shrinkFlags {} (NCCL_SHRINK_DEFAULT or "
+                            "NCCL_SHRINK_ABORT)",
+                            shrinkFlags));
+  }
+  std::string name = comm->name;
+  if (config != nullptr) {
+    if (config->magic != 0xcafebeef) {
+      return fail(comm, ncclInvalidArgument, "ncclCommShrink: ncclConfig_t not initialised");
+    }
+    if (config->commName != nullptr) name = config->commName;
+  }
+  std::vector<int> exclude(excludeRanksList, excludeRanksList + excludeRanksCount);
+  if (shrinkFlags == NCCL_SHRINK_ABORT) {
+    // Ends what still runs on the parent (on every rank) before the survivors agree; with
+    // NCCL_SHRINK_DEFAULT strata's shrink revokes the parent as well, after checking the list.
+    comm->comm->revoke(fmt::format("ncclCommShrink(NCCL_SHRINK_ABORT) on rank {}", comm->rank));
+  }
+  std::unique_ptr<Communicator> shrunk;
+  ncclResult_t r = guarded(comm, [&] { shrunk = comm->comm->shrink(exclude); });
+  if (r != ncclSuccess) return r;
+  comm->shrunk = true;
+  auto* c = new ncclComm();
+  c->name = name;
+  c->rank = shrunk->rank();
+  c->size = shrunk->size();
+  c->device = comm->device;
+  c->comm = std::move(shrunk);
+  const ncclResult_t res = guarded(c, [&] { initFallback(c); });
+  c->initState.store(res, std::memory_order_release);
+  if (res != ncclSuccess) {
+    destroy(c);
+    return res;
+  }
+  *newcomm = c;
+  return ncclSuccess;
 }
 NCCL_TWIN(ncclResult_t, ncclCommShrink,
           (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
@@ -956,6 +1023,13 @@ NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
   }
   *asyncError = ncclSuccess;
   if (comm->comm) {
+    auto revoked = comm->comm->revoked();
+    if (revoked && revoked->code() == strata::ErrorCode::Aborted && revoked->peer() == comm->rank) {
+      // This rank's ncclCommRevoke: as with NCCL, quiescent (host calls complete before they
+      // return; kernels stop at their next abort-word poll): ncclSuccess, and destroy or shrink
+      // may follow.
+      return ncclSuccess;
+    }
     if (auto e = comm->comm->asyncError()) {
       setLastError(comm, e->what());
       *asyncError = resultOf(*e);

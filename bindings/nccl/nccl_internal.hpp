@@ -50,6 +50,9 @@ struct ncclComm {
   ncclComm_t fallbackComm = nullptr;
   std::vector<std::string> fallbackLogged;  ///< calls already logged as sent there (under mu)
   std::vector<char> scratch;                ///< host temporaries (reduce, pre-mul-sum)
+  /// ncclCommShrink made a communicator from this one: the survivors' new communicators talk over
+  /// its bootstrap, which ncclCommAbort must then leave alone.
+  bool shrunk = false;
 };
 
 namespace strata::nccl {

@@ -493,12 +493,18 @@ static void badArguments(ncclComm_t comm) {
   CHECK(r == ncclInvalidArgument, "NULL sendbuff: %d", (int)r);
   r = ncclGroupEnd();
   CHECK(r == ncclInvalidUsage, "GroupEnd without start: %d", (int)r);
-  r = ncclCommRevoke(comm, 0);
-  CHECK(r == ncclInvalidUsage && strstr(ncclGetLastError(comm), "not supported") != NULL,
-        "revoke: %d %s", (int)r, ncclGetLastError(comm));
+  ncclComm_t c = NULL;
+  r = ncclCommRevoke(comm, 5);
+  CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(comm), "revokeFlags 5") != NULL,
+        "revoke with bad flags: %d %s", (int)r, ncclGetLastError(comm));
+  r = ncclCommShrink(comm, NULL, 1, &c, NULL, NCCL_SHRINK_DEFAULT);
+  CHECK(r == ncclInvalidArgument, "shrink with a NULL list of 1: %d", (int)r);
+  r = ncclCommShrink(comm, NULL, 0, &c, NULL, 7);
+  CHECK(r == ncclInvalidArgument, "shrink with bad flags: %d", (int)r);
+  r = ncclCommShrink(comm, &rank_, 1, &c, NULL, NCCL_SHRINK_DEFAULT);
+  CHECK(r == ncclInvalidArgument && c == NULL, "shrink excluding this rank: %d", (int)r);
   ncclUniqueId junk;
   memset(&junk, 7, sizeof junk);
-  ncclComm_t c = NULL;
   r = ncclCommInitRank(&c, 2, junk, 0);
   CHECK(r == ncclInvalidArgument, "junk id: %d", (int)r);
   r = ncclRedOpDestroy(ncclSum, comm);
@@ -665,6 +671,80 @@ static int die(ncclComm_t comm) {
   return failures ? 1 : 0;
 }
 
+/* allReduce(sum) of rank + 1 on comm, of n ranks, checked; returns the result code. */
+static ncclResult_t sumCheck(ncclComm_t comm, int n, const char* what) {
+  float x[64], y[64];
+  for (int i = 0; i < 64; ++i) x[i] = (float)(rank_ + 1), y[i] = -1;
+  ncclResult_t r = ncclAllReduce(x, y, 64, ncclFloat32, ncclSum, comm, NULL);
+  if (r != ncclSuccess) return r;
+  int wrong = 0;
+  for (int i = 0; i < 64; ++i) wrong += y[i] != (float)(n * (n + 1) / 2);
+  CHECK(wrong == 0, "%s: %d wrong elements", what, wrong);
+  return r;
+}
+
+/* --shrink (under strata-run --keep-going): rank 0 revokes, every rank's next call fails naming
+ * it, and ncclCommShrink without exclusions gives a communicator of every rank; then the last rank
+ * dies (SIGKILL), the others' calls fail, and ncclCommShrink(NCCL_SHRINK_ABORT) excluding it gives
+ * one of the survivors, in their order, whose collectives are right. Survivors print
+ * "PASS survivor". */
+static int shrinkMode(ncclComm_t comm) {
+  float x = 1, y = 0;
+  ncclResult_t r;
+  if (rank_ == 0) {
+    NCCL_OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+    ncclResult_t state = ncclInProgress;
+    NCCL_OK(ncclCommGetAsyncError(comm, &state));
+    CHECK(state == ncclSuccess, "async error after this rank's revoke: %d", (int)state);
+    r = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL);
+    CHECK(r != ncclSuccess, "allReduce on the revoked communicator succeeded");
+  } else {
+    double t0 = now();
+    for (int i = 0; i < 100000; ++i) {
+      r = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL);
+      if (r != ncclSuccess) break;
+    }
+    CHECK(r == ncclRemoteError && strstr(ncclGetLastError(comm), "revoked by rank 0") != NULL,
+          "after rank 0's revoke: %d: %s", (int)r, ncclGetLastError(comm));
+    fprintf(stderr, "rank %d: revoked in %.3f s: %s\n", rank_, now() - t0, ncclGetLastError(comm));
+  }
+  ncclComm_t all = NULL;
+  NCCL_OK(ncclCommShrink(comm, NULL, 0, &all, NULL, NCCL_SHRINK_DEFAULT));
+  if (!all) return 1;
+  NCCL_OK(ncclCommDestroy(comm));
+  int n = 0, me = -1;
+  NCCL_OK(ncclCommCount(all, &n));
+  NCCL_OK(ncclCommUserRank(all, &me));
+  CHECK(n == size_ && me == rank_, "shrink without exclusions: rank %d of %d", me, n);
+  NCCL_OK(sumCheck(all, n, "after the first shrink"));
+  const int dead = size_ - 1;
+  if (rank_ == dead) raise(SIGKILL);
+  for (int i = 0; i < 100000; ++i) {
+    r = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, all, NULL);
+    if (r != ncclSuccess) break;
+  }
+  CHECK(r == ncclRemoteError, "after rank %d died: %d", dead, (int)r);
+  ncclComm_t rest = NULL;
+  int excluded[1] = {dead};
+  NCCL_OK(ncclCommShrink(all, excluded, 1, &rest, NULL, NCCL_SHRINK_ABORT));
+  if (!rest) return 1;
+  NCCL_OK(ncclCommAbort(all));
+  NCCL_OK(ncclCommCount(rest, &n));
+  NCCL_OK(ncclCommUserRank(rest, &me));
+  CHECK(n == size_ - 1 && me == rank_, "shrink without rank %d: rank %d of %d", dead, me, n);
+  float v[1000], w[1000];
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 1000; ++i) v[i] = (float)(rank_ + 1 + i % 3), w[i] = -1;
+    NCCL_OK(ncclAllReduce(v, w, 1000, ncclFloat32, ncclSum, rest, NULL));
+    int wrong = 0;
+    for (int i = 0; i < 1000; ++i) wrong += w[i] != (float)(n * (n + 1) / 2 + n * (i % 3));
+    CHECK(wrong == 0, "allReduce %d on the shrunk communicator: %d wrong", round, wrong);
+  }
+  NCCL_OK(ncclCommDestroy(rest));
+  printf("%s survivor rank %d\n", failures ? "FAIL" : "PASS", rank_);
+  return failures ? 1 : 0;
+}
+
 /* Writes id to path atomically (a rename), or reads it, waiting up to 60 s for the file. */
 static int writeId(const ncclUniqueId* id, const char* path) {
   char tmp[4096];
@@ -739,7 +819,8 @@ static int scalable(int roots, const char* prefix) {
 int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "--single") == 0) return single(atoi(argv[2]));
   const int dieMode = argc >= 2 && strcmp(argv[1], "--die") == 0;
-  if (dieMode) {
+  const int shrinkTest = argc >= 2 && strcmp(argv[1], "--shrink") == 0;
+  if (dieMode || shrinkTest) {
     --argc;
     ++argv;
   }
@@ -767,6 +848,7 @@ int main(int argc, char** argv) {
   waitReady(comm, "init");
   if (failures) return 1;
   if (dieMode) return die(comm);
+  if (shrinkTest) return shrinkMode(comm);
   misc(comm);
   reductions(comm);
   copies(comm);

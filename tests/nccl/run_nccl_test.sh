@@ -1,8 +1,9 @@
 #!/bin/bash
-# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id|die|scalable:K: the NCCL API test at N ranks,
+# run_nccl_test.sh LAUNCHER N PROGRAM file|comm-id|die|shrink|scalable:K: the NCCL API test at N ranks,
 # the id passed through a file rank 0 writes, or through NCCL_COMM_ID (a free port on
 # 127.0.0.1); die: rank 1 is killed after init and the others must fail cleanly (strata-run
-# only); scalable:K: ncclCommInitRankScalable with K ids, each written by its block's first rank. LAUNCHER is
+# only); shrink: revoke and shrink, then shrink after a SIGKILL (strata-run --keep-going);
+# scalable:K: ncclCommInitRankScalable with K ids, each written by its block's first rank. LAUNCHER is
 # strata-run's path, or srun or mpirun (through tests/harness/run-srun.sh and run-mpirun.sh,
 # which exit 77 when there is no local Slurm or no mpirun).
 set -euo pipefail
@@ -25,6 +26,19 @@ if [ "$mode" = die ]; then
   passed=$(grep -c 'PASS survivor' "$dir/out" || true)
   echo "run_nccl_test: strata-run exited $rc; $passed of $((n - 1)) survivors passed"
   [ "$rc" = 137 ] && [ "$passed" = $((n - 1)) ]
+  exit
+fi
+if [ "$mode" = shrink ]; then
+  # Rank 0 revokes, all shrink; then the last rank dies and the others shrink without it
+  # (strata-run --keep-going: the killed rank does not end the job).
+  set +e
+  "$launcher" -n "$n" --keep-going --tag-output --timeout 240 "$prog" --shrink "$dir/id" |
+    tee "$dir/out"
+  rc=${PIPESTATUS[0]}
+  set -e
+  passed=$(grep -c 'PASS survivor' "$dir/out" || true)
+  echo "run_nccl_test: strata-run exited $rc; $passed of $((n - 1)) survivors passed"
+  [ "$rc" = 0 ] && [ "$passed" = $((n - 1)) ]
   exit
 fi
 if [ "${mode%%:*}" = scalable ]; then
