@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
+
+#include <pybind11/stl.h>
 
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
@@ -38,12 +41,31 @@ PYBIND11_MODULE(strata_torch, m) {
            py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
       .def("last_algorithm", &ProcessGroupStrata::lastAlgorithm,
            "'backend/name' of the strata algorithm that ran the last collective")
-      .def("describe", &ProcessGroupStrata::describe);
+      .def("describe", &ProcessGroupStrata::describe)
+      .def("shrink", &ProcessGroupStrata::shrink, py::arg("exclude") = std::vector<int>{},
+           py::call_guard<py::gil_scoped_release>(),
+           "a new group of the ranks not excluded (exclude, and every rank found lost), in "
+           "their order; revokes this one first (docs/fault-tolerance.md)")
+      .def("revoke", &ProcessGroupStrata::revoke, py::arg("reason"),
+           py::call_guard<py::gil_scoped_release>(),
+           "every rank's calls on this group fail, naming this rank and the reason")
+      .def("lost_ranks", &ProcessGroupStrata::lostRanks,
+           "the ranks this rank found lost or stuck, ascending");
 
   // The creator torch calls as creator(prefix_store, rank, world_size, timeout). The rendezvous
   // blocks until every rank arrives, so the GIL is released meanwhile.
   m.def("_create_process_group", &create, py::arg("store"), py::arg("rank"), py::arg("size"),
         py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "shrink_group",
+      [](const c10::intrusive_ptr<ProcessGroupStrata>& group, const std::vector<int>& exclude) {
+        return group->shrink(exclude);
+      },
+      py::arg("group"), py::arg("exclude") = std::vector<int>{},
+      py::call_guard<py::gil_scoped_release>(),
+      "The survivors' group after a loss: strata_torch.shrink_group(dist.group.WORLD) returns a "
+      "ProcessGroupStrata of the ranks not excluded (and not found lost), in their order; "
+      "rebuild DDP on it (docs/fault-tolerance.md, \"PyTorch\")");
   m.attr("__version__") = STRATA_VERSION_STRING;
 
   py::object backend = dist.attr("Backend");

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
@@ -86,6 +87,39 @@ ProcessGroupStrata::ProcessGroupStrata(const c10::intrusive_ptr<c10d::Store>& st
                              std::to_string(rank) + ": " + e.what());
   }
   worker_ = std::thread([this] { workerLoop(); });
+}
+
+ProcessGroupStrata::ProcessGroupStrata(const c10::intrusive_ptr<c10d::Store>& store,
+                                       std::unique_ptr<Communicator> comm,
+                                       std::chrono::milliseconds timeout, std::string root)
+    : c10d::ProcessGroup(comm->rank(), comm->size()),
+      store_(store),
+      timeout_(timeout),
+      root_(std::move(root)),
+      comm_(std::move(comm)) {
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+c10::intrusive_ptr<ProcessGroupStrata> ProcessGroupStrata::shrink(const std::vector<int>& exclude) {
+  // On the caller's thread: the revoke inside makes a call the worker is in fail at once.
+  std::unique_ptr<Communicator> next;
+  try {
+    next = exclude.empty() ? comm_->shrink() : comm_->shrink(exclude);
+  } catch (const Error& e) {
+    throw std::runtime_error(std::string("strata: shrink_group failed on rank ") +
+                             std::to_string(rank_) + ": " + e.what());
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "strata-shrink-" + std::to_string(shrinks_++) + "/", store_);
+  return c10::make_intrusive<ProcessGroupStrata>(store, std::move(next), timeout_, root_);
+}
+
+void ProcessGroupStrata::revoke(const std::string& reason) {
+  comm_->revoke(reason);
+}
+
+std::vector<int> ProcessGroupStrata::lostRanks() const {
+  return comm_->lostRanks();
 }
 
 ProcessGroupStrata::~ProcessGroupStrata() {

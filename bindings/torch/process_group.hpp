@@ -54,7 +54,20 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   /// transport.timeout. Collective over the group.
   ProcessGroupStrata(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout);
+  /// The group of a communicator shrink() made (its store: the parent's, under a prefix).
+  ProcessGroupStrata(const c10::intrusive_ptr<c10d::Store>& store,
+                     std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout,
+                     std::string root);
   ~ProcessGroupStrata() override;
+
+  /// Fault tolerance (docs/fault-tolerance.md, "PyTorch"): the group of the ranks not excluded
+  /// (exclude, and every rank found lost; Communicator::shrink), in their order. Revokes this
+  /// group first; its pending and later calls fail. Collective over the survivors.
+  c10::intrusive_ptr<ProcessGroupStrata> shrink(const std::vector<int>& exclude);
+  /// Communicator::revoke: every rank's calls on this group fail, naming this rank and reason.
+  void revoke(const std::string& reason);
+  /// Communicator::lostRanks: the ranks this rank found lost or stuck, ascending.
+  std::vector<int> lostRanks() const;
 
   const std::string getBackendName() const override { return "strata"; }
 
@@ -144,6 +157,7 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   uint64_t sequence_ = 0;      // calls issued (getSequenceNumberForGroup)
   uint64_t monitored_ = 0;     // monitored barriers issued (their store keys)
   std::string lastAlgorithm_;
+  int shrinks_ = 0;  // shrink() calls (the store prefix of each new group)
   std::thread worker_;
 };
 
