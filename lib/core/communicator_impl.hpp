@@ -85,6 +85,9 @@ struct Communicator::Impl {
   std::shared_ptr<core::FaultState> fault = std::make_shared<core::FaultState>();
   bool revokeOnError = true;                  ///< collectives.revoke_on_error
   int shrinks = 0;                            ///< shrink() calls so far (their tags differ)
+  std::unique_ptr<RendezvousListener> growListener;  ///< rank 0, between growInvitation and grow
+  std::string growSecret;
+  int growSize = 0;
 
   // selection.cpp
   void loadBackends(const Config& config);

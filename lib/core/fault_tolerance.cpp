@@ -7,8 +7,12 @@
 // may be dead.
 
 #include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string_view>
 #include <vector>
 
@@ -17,6 +21,7 @@
 #include <strata/communicator.hpp>
 #include <strata/error.hpp>
 
+#include "base/crypto.hpp"
 #include "base/log.hpp"
 #include "bootstrap/subset.hpp"
 #include "communicator_impl.hpp"
@@ -331,6 +336,146 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
               fmt::format("shrink: no agreement among the survivors in {} attempts: {}",
                           kMaxAttempts, last->what()),
               last->peer());
+}
+
+// ---- grow ----------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kInvitationPrefix = "strata-grow:1:";
+
+struct Invitation {
+  int oldSize = 0, newSize = 0;
+  std::string secret, root;
+};
+
+std::string encodeInvitation(const Invitation& v) {
+  return fmt::format("{}{}:{}:{}:{}", kInvitationPrefix, v.oldSize, v.newSize, v.secret, v.root);
+}
+
+Invitation decodeInvitation(std::string_view text) {
+  auto bad = [&](const char* why) {
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("join: '{}' is not a grow invitation ({}; growInvitation() on rank "
+                             "0 makes one: strata-grow:1:OLD:NEW:SECRET:HOST:PORT)",
+                             text.substr(0, 200), why));
+  };
+  // As read from a file or an environment variable: surrounding white space is not part of it.
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  if (text.substr(0, kInvitationPrefix.size()) != kInvitationPrefix) throw bad("no prefix");
+  std::string_view rest = text.substr(kInvitationPrefix.size());
+  std::string_view parts[3];
+  for (auto& part : parts) {
+    const size_t colon = rest.find(':');
+    if (colon == std::string_view::npos) throw bad("too few fields");
+    part = rest.substr(0, colon);
+    rest = rest.substr(colon + 1);
+  }
+  Invitation v;
+  auto number = [&](std::string_view f) {
+    int x = 0;
+    auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), x);
+    if (ec != std::errc() || end != f.data() + f.size()) throw bad("a size is not a number");
+    return x;
+  };
+  v.oldSize = number(parts[0]);
+  v.newSize = number(parts[1]);
+  v.secret = std::string(parts[2]);
+  v.root = std::string(rest);
+  if (v.oldSize < 1 || v.newSize <= v.oldSize || v.secret.empty() || v.root.empty()) {
+    throw bad("sizes, secret or address out of range");
+  }
+  return v;
+}
+
+/// The rank-0 record of a grow, broadcast over the growing communicator's bootstrap.
+struct GrowRecord {
+  int32_t newSize;
+  char secret[80];
+  char root[136];
+};
+
+}  // namespace
+
+std::string Communicator::growInvitation(int newSize) {
+  Impl& I = *impl_;
+  if (I.rank != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("growInvitation: rank {} called it; rank 0 makes the invitation (the "
+                            "others call only grow())",
+                            I.rank));
+  }
+  if (newSize <= I.size || newSize > (1 << 20)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("growInvitation: a communicator of {} ranks cannot grow to {}", I.size,
+                            newSize));
+  }
+  I.growListener = std::make_unique<RendezvousListener>(I.config);
+  std::array<uint8_t, 24> raw{};
+  crypto::randomBytes(raw);
+  I.growSecret = crypto::toHex(raw);
+  I.growSize = newSize;
+  return encodeInvitation({I.size, newSize, I.growSecret, I.growListener->address()});
+}
+
+std::unique_ptr<Communicator> Communicator::grow(int newSize) {
+  Impl& I = *impl_;
+  GrowRecord rec{};
+  if (I.rank == 0) {
+    if (!I.growListener || I.growSize != newSize) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("grow({}): rank 0 has no invitation for {} ranks; call "
+                              "growInvitation({}) first and give it to the newcomers",
+                              newSize, newSize, newSize));
+    }
+    rec.newSize = newSize;
+    std::snprintf(rec.secret, sizeof rec.secret, "%s", I.growSecret.c_str());
+    std::snprintf(rec.root, sizeof rec.root, "%s", I.growListener->address().c_str());
+  }
+  I.bootstrap->broadcast(&rec, sizeof rec, 0);
+  rec.secret[sizeof rec.secret - 1] = rec.root[sizeof rec.root - 1] = '\0';
+  if (rec.newSize != newSize) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("grow({}): rank 0 grows this communicator to {} ranks", newSize, rec.newSize),
+        0);
+  }
+  ExplicitLaunch launch;
+  launch.rank = I.rank;
+  launch.size = newSize;
+  for (int p = 0; p < I.size; ++p) {
+    if (!I.context->sameHost(p)) continue;
+    if (p < I.rank) ++launch.localRank;
+    ++launch.localSize;
+  }
+  launch.root = rec.root;
+  launch.secret = rec.secret;
+  std::unique_ptr<RendezvousListener> listener = std::move(I.growListener);
+  I.growSize = 0;
+  std::shared_ptr<Bootstrap> boot = createTcpBootstrap(launch, I.config, listener.get());
+  return Communicator::create(std::move(boot), I.config);
+}
+
+std::unique_ptr<Communicator> Communicator::join(const std::string& invitation, int index,
+                                                 const Config& config) {
+  const Invitation v = decodeInvitation(invitation);
+  if (index < 0 || index >= v.newSize - v.oldSize) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("join: newcomer {} of a grow from {} to {} ranks (0..{})", index,
+                            v.oldSize, v.newSize, v.newSize - v.oldSize - 1));
+  }
+  ExplicitLaunch launch;
+  launch.rank = v.oldSize + index;
+  launch.size = v.newSize;
+  launch.root = v.root;
+  launch.secret = v.secret;
+  std::shared_ptr<Bootstrap> boot = createTcpBootstrap(launch, config);
+  return Communicator::create(std::move(boot), config);
 }
 
 }  // namespace strata

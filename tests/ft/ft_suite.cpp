@@ -10,17 +10,20 @@
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -402,6 +405,93 @@ BOOST_AUTO_TEST_CASE(dies_during_shrink) {
   BOOST_TEST(next->rank() == me - (me > second) - (me > first));
   std::mt19937_64 rng2(seed + 1);
   runChecked(*next, rng2, 100, "after a rank died in the shrink");
+}
+
+namespace {
+
+/// Where the grow case's rank 0 leaves the invitation for the replacement: one file per job
+/// (strata-run gives each job its own root address).
+std::string invitationPath() {
+  std::string root = std::getenv("STRATA_ROOT") ? std::getenv("STRATA_ROOT") : "none";
+  for (char& c : root) {
+    if (c == ':' || c == '/' || c == '[' || c == ']') c = '_';
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp && *tmp ? tmp : "/tmp") + "/strata-ft-grow-" + root;
+}
+
+}  // namespace
+
+// Grow: rank 2 of N dies; the survivors shrink to N - 1; the replacement (a process the dead
+// rank forked before it died, standing in for one the launcher starts) joins with the invitation
+// the new rank 0 wrote to a file, and the communicator has N ranks again: the survivors keep their
+// ranks, the newcomer takes N - 1. Then 100 checked collectives on it (the newcomer's part checked
+// by the survivors' results).
+BOOST_AUTO_TEST_CASE(grow_after_shrink) {
+  RANK_SCOPE();
+  REQUIRE_RANKS(3);
+  const int n = launchEnv().size, victim = 2;
+  const std::string path = invitationPath();
+  if (launchEnv().rank == victim) {
+    std::fflush(nullptr);
+    pid_t child = fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {
+      // The replacement: waits for the invitation, joins, runs the survivors' calls.
+      int failures = 0;
+      try {
+        std::string invitation;
+        for (int i = 0; i < 1200 && invitation.empty(); ++i) {
+          if (FILE* f = std::fopen(path.c_str(), "r")) {
+            char buf[512] = {0};
+            if (std::fgets(buf, sizeof buf, f)) invitation = buf;
+            std::fclose(f);
+          }
+          if (invitation.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        if (invitation.empty()) throw std::runtime_error("no invitation in " + path);
+        auto comm = Communicator::join(invitation, 0);
+        if (comm->rank() != n - 1 || comm->size() != n) ++failures;
+        std::mt19937_64 rng(99);
+        for (int i = 0; i < 100; ++i) randomCall(*comm, rng, i);
+        std::printf("replacement: joined as rank %d of %d and ran 100 calls\n", comm->rank(),
+                    comm->size());
+      } catch (const std::exception& e) {
+        std::printf("replacement: FAILED: %s\n", e.what());
+        ++failures;
+      }
+      std::fflush(nullptr);
+      _exit(failures ? 1 : 0);
+    }
+  }
+  auto comm = makeComm();
+  const int me = comm->rank();
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 3; ++i) randomCall(*comm, rng, i);
+  if (me == victim) raise(SIGKILL);
+  Error e = untilFailure(*comm, rng, 1000);
+  checkLossError(e, {victim}, "before the grow");
+  auto shrunk = shrinkChecked(*comm, {victim});
+  comm.reset();
+  if (shrunk->rank() == 0) {
+    const std::string invitation = shrunk->growInvitation(n);
+    const std::string tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    BOOST_REQUIRE(f != nullptr);
+    std::fprintf(f, "%s\n", invitation.c_str());
+    std::fclose(f);
+    BOOST_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0);
+  }
+  const auto start = Clock::now();
+  std::unique_ptr<Communicator> grown;
+  auto err = catchError([&] { grown = shrunk->grow(n); });
+  if (shrunk->rank() == 0) std::remove(path.c_str());
+  BOOST_REQUIRE_MESSAGE(!err, "grow: " << errText(err));
+  BOOST_TEST_MESSAGE("rank " << me << ": grow took " << secondsSince(start) << " s");
+  BOOST_TEST(grown->size() == n);
+  BOOST_TEST(grown->rank() == shrunk->rank());
+  std::mt19937_64 rng2(99);
+  runChecked(*grown, rng2, 100, "after the grow");
 }
 
 int main(int argc, char** argv) {

@@ -164,6 +164,23 @@ class STRATA_API Communicator {
   /// shrink(lostRanks()).
   std::unique_ptr<Communicator> shrink();
 
+  /// Grow, step 1, on rank 0 only (not collective): opens a rendezvous listener for a
+  /// communicator of `newSize` ranks (more than size()) and returns the invitation, a line of
+  /// text (address and a fresh secret, as an ncclUniqueId carries them) to give each newcomer.
+  /// InvalidArgument on another rank or for newSize <= size().
+  std::string growInvitation(int newSize);
+  /// Grow, step 2, collective over this communicator's ranks and the newcomers (join()): a new
+  /// communicator of `newSize` ranks where this communicator's ranks keep their numbers and the
+  /// newcomers take size() .. newSize - 1. Rank 0 tells the others the invitation over this
+  /// communicator's bootstrap. Everyone waits for every newcomer up to bootstrap.timeout. This
+  /// communicator stays usable (its bootstrap and transports are not shared with the new one).
+  std::unique_ptr<Communicator> grow(int newSize);
+  /// The newcomer's side of grow(): joins with the invitation rank 0 gave, as newcomer `index`
+  /// (0 .. newSize - size - 1; its rank is the old size + index). Its Bootstrap reports local
+  /// rank 0 of 1 (it cannot know its host's other ranks before it joins).
+  static std::unique_ptr<Communicator> join(const std::string& invitation, int index,
+                                            const Config& config = Config::load());
+
   struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);
 
