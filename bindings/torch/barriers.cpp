@@ -30,6 +30,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::barrier(const c10d::BarrierOp
 // when the communicator is stuck: every rank sets its key, rank 0 waits for each key with the
 // timeout, then sets the release key the others wait for.
 void ProcessGroupStrata::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  TORCH_CHECK(store_,
+              "strata: monitored_barrier needs torch's store, which a group from grow or "
+              "join_group does not have (the newcomers never saw it); use barrier()");
   uint64_t id = 0;
   {
     std::lock_guard lock(mu_);

@@ -46,6 +46,11 @@ PYBIND11_MODULE(strata_torch, m) {
            py::call_guard<py::gil_scoped_release>(),
            "a new group of the ranks not excluded (exclude, and every rank found lost), in "
            "their order; revokes this one first (docs/fault-tolerance.md)")
+      .def("grow_invitation", &ProcessGroupStrata::growInvitation, py::arg("new_size"),
+           "rank 0: the invitation (a line of text) a newcomer passes to join_group")
+      .def("grow", &ProcessGroupStrata::grow, py::arg("new_size"),
+           py::call_guard<py::gil_scoped_release>(),
+           "a group of new_size ranks with the newcomers; this group's ranks keep their numbers")
       .def("revoke", &ProcessGroupStrata::revoke, py::arg("reason"),
            py::call_guard<py::gil_scoped_release>(),
            "every rank's calls on this group fail, naming this rank and the reason")
@@ -66,6 +71,18 @@ PYBIND11_MODULE(strata_torch, m) {
       "The survivors' group after a loss: strata_torch.shrink_group(dist.group.WORLD) returns a "
       "ProcessGroupStrata of the ranks not excluded (and not found lost), in their order; "
       "rebuild DDP on it (docs/fault-tolerance.md, \"PyTorch\")");
+  m.def(
+      "grow_group",
+      [](const c10::intrusive_ptr<ProcessGroupStrata>& group, int newSize) {
+        return group->grow(newSize);
+      },
+      py::arg("group"), py::arg("new_size"), py::call_guard<py::gil_scoped_release>(),
+      "The grown group (after group.grow_invitation(new_size) on rank 0, and join_group on "
+      "each newcomer): this group's ranks keep their numbers, newcomers take the rest");
+  m.def("join_group", &ProcessGroupStrata::join, py::arg("invitation"), py::arg("index"),
+        py::arg("timeout") = std::chrono::milliseconds(1800000),
+        py::call_guard<py::gil_scoped_release>(),
+        "A newcomer's group: joins the grow whose invitation rank 0 gave, as newcomer index");
   m.attr("__version__") = STRATA_VERSION_STRING;
 
   py::object backend = dist.attr("Backend");

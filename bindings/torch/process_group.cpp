@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <strata/bootstrap.hpp>
@@ -114,6 +115,44 @@ c10::intrusive_ptr<ProcessGroupStrata> ProcessGroupStrata::shrink(const std::vec
   return c10::make_intrusive<ProcessGroupStrata>(store, std::move(next), timeout_, root_);
 }
 
+std::string ProcessGroupStrata::growInvitation(int newSize) {
+  try {
+    return comm_->growInvitation(newSize);
+  } catch (const Error& e) {
+    throw std::runtime_error(std::string("strata: grow_invitation: ") + e.what());
+  }
+}
+
+c10::intrusive_ptr<ProcessGroupStrata> ProcessGroupStrata::grow(int newSize) {
+  std::unique_ptr<Communicator> next;
+  try {
+    next = comm_->grow(newSize);
+  } catch (const Error& e) {
+    throw std::runtime_error(std::string("strata: grow failed on rank ") + std::to_string(rank_) +
+                             ": " + e.what());
+  }
+  return c10::make_intrusive<ProcessGroupStrata>(c10::intrusive_ptr<c10d::Store>(), std::move(next),
+                                                 timeout_, root_);
+}
+
+c10::intrusive_ptr<ProcessGroupStrata> ProcessGroupStrata::join(const std::string& invitation,
+                                                                int index,
+                                                                std::chrono::milliseconds timeout) {
+  Config config = Config::load();
+  const std::string secs = seconds(timeout);
+  config.set("bootstrap.timeout", secs)
+      .set("bootstrap.connect_timeout", secs)
+      .set("transport.timeout", secs);
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = Communicator::join(invitation, index, config);
+  } catch (const Error& e) {
+    throw std::runtime_error(std::string("strata: join_group failed: ") + e.what());
+  }
+  return c10::make_intrusive<ProcessGroupStrata>(c10::intrusive_ptr<c10d::Store>(), std::move(comm),
+                                                 timeout, "");
+}
+
 void ProcessGroupStrata::revoke(const std::string& reason) {
   comm_->revoke(reason);
 }
@@ -128,7 +167,15 @@ ProcessGroupStrata::~ProcessGroupStrata() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (!worker_.joinable()) return;
+  // Python may drop the last reference with the GIL held (a DDP Reducer at exit), while the worker
+  // frees the tensors of its last item, which needs the GIL: join without it.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    worker_.join();
+  } else {
+    worker_.join();
+  }
 }
 
 std::string ProcessGroupStrata::describe() const {

@@ -64,6 +64,13 @@ class ProcessGroupStrata : public c10d::ProcessGroup {
   /// (exclude, and every rank found lost; Communicator::shrink), in their order. Revokes this
   /// group first; its pending and later calls fail. Collective over the survivors.
   c10::intrusive_ptr<ProcessGroupStrata> shrink(const std::vector<int>& exclude);
+  /// Communicator::growInvitation (rank 0) and grow: a group of newSize ranks with the newcomers
+  /// that join() with the invitation; this group's ranks keep their numbers.
+  std::string growInvitation(int newSize);
+  c10::intrusive_ptr<ProcessGroupStrata> grow(int newSize);
+  /// The newcomer's side (Communicator::join); `store` serves its monitored_barrier only.
+  static c10::intrusive_ptr<ProcessGroupStrata> join(const std::string& invitation, int index,
+                                                     std::chrono::milliseconds timeout);
   /// Communicator::revoke: every rank's calls on this group fail, naming this rank and reason.
   void revoke(const std::string& reason);
   /// Communicator::lostRanks: the ranks this rank found lost or stuck, ascending.
