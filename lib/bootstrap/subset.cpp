@@ -283,13 +283,16 @@ std::unique_ptr<Bootstrap> subset(std::shared_ptr<Bootstrap> parent, SubsetOptio
   return std::make_unique<Subset>(std::move(parent), std::move(o));
 }
 
-std::unique_ptr<Bootstrap> watchSubset(std::unique_ptr<Bootstrap> sub, const Config& config) {
+std::unique_ptr<Bootstrap> watchSubset(std::unique_ptr<Bootstrap> sub, const Bootstrap& parent,
+                                       const Config& config) {
   LaunchInfo launch;
   launch.rank = sub->rank();
   launch.size = sub->size();
   launch.localRank = sub->localRank();
   launch.localSize = sub->localSize();
   launch.launcher = kExplicitLauncher;
+  // Where the parent's status port listens: the subset's takes the same interface.
+  if (auto scope = scopeOf(&parent)) launch.root = scope->statusAddress();
   // No job secret: the subset's rank 0 makes one for the status ports and sends it over the
   // subset (authenticated by the parent's connections).
   return attachWatch(std::move(sub), config, launch);

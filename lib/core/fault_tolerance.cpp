@@ -300,7 +300,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
         continue;
       }
       std::shared_ptr<Bootstrap> watched =
-          bootstrap::watchSubset(bootstrap::sharing(sub), I.config);
+          bootstrap::watchSubset(bootstrap::sharing(sub), *I.bootstrap, I.config);
       auto comm = Communicator::create(std::move(watched), I.config);
       STRATA_LOG(Info, "core",
                  "shrink: rank {} is rank {} of {} in the new communicator (excluded: {}; {:.3f} "

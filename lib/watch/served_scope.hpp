@@ -28,6 +28,10 @@ class ServedScope final : public Scope, public std::enable_shared_from_this<Serv
   Verdict findCulprits(const CallRecord& failing) noexcept override;
   /// Tells the peers on a thread of its own (revoke.cpp).
   void broadcastRevoke(const std::string& domain, const Revoke& revoke) noexcept override;
+  std::string statusAddress() const override {
+    return static_cast<size_t>(rank()) < peers.size() ? peers[static_cast<size_t>(rank())].address
+                                                      : std::string();
+  }
 
   void setJob(uint64_t id) noexcept { setJobId(id); }
 

@@ -139,6 +139,9 @@ class STRATA_API Scope {
   /// again until they do, have exited, or the scope closes). Never blocks, never throws. A
   /// scope nobody serves tells nobody.
   virtual void broadcastRevoke(const std::string& domain, const Revoke& revoke) noexcept;
+  /// This rank's status address ("host:port"; empty when nobody serves the scope): a scope made
+  /// from this one (a shrunk communicator's) listens on the same interface.
+  virtual std::string statusAddress() const { return {}; }
 
  protected:
   void setJobId(uint64_t id) noexcept { jobId_.store(id, std::memory_order_relaxed); }

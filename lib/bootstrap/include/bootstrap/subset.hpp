@@ -39,9 +39,10 @@ STRATA_API std::unique_ptr<Bootstrap> subset(std::shared_ptr<Bootstrap> parent,
 /// A bootstrap that forwards every call to `b`, which the caller keeps as well (shrink aborts the
 /// subset of a failed attempt after the communicator that owned it is gone).
 STRATA_API std::unique_ptr<Bootstrap> sharing(std::shared_ptr<Bootstrap> b);
-/// Opens the subset's watch scope (one allGather over it; the status port on
-/// bootstrap.tcp.interface) as attachWatch does for a new bootstrap.
+/// Opens the subset's watch scope (one allGather over it) as attachWatch does for a new
+/// bootstrap; its status port listens on bootstrap.tcp.interface, else on the interface of the
+/// parent's (`parent`'s scope).
 STRATA_API std::unique_ptr<Bootstrap> watchSubset(std::unique_ptr<Bootstrap> subset,
-                                                  const Config& config);
+                                                  const Bootstrap& parent, const Config& config);
 
 }  // namespace strata::bootstrap
