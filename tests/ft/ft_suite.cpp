@@ -325,6 +325,7 @@ BOOST_AUTO_TEST_CASE(stopped_rank) {
     BOOST_TEST((e->code() == comm->revoked()->code()));
     BOOST_TEST((e->code() == ErrorCode::Timeout));
     BOOST_TEST(e->peer() == me);
+    comm->bootstrap().barrier();  // the bootstrap is not revoked: the survivors wait here
     return;
   }
   Error e = untilFailure(*comm, rng, 1000);
@@ -337,6 +338,9 @@ BOOST_AUTO_TEST_CASE(stopped_rank) {
   runChecked(*next, rng2, 100, "after shrinking the stopped rank away");
   next->bootstrap().barrier();
   if (me == 0) ::kill(stoppedPid, SIGCONT);
+  // Alive until the resumed rank has found the old communicator revoked (their revokes reach it
+  // from these processes).
+  comm->bootstrap().barrier();
 }
 
 // Survivors that saw different failures agree: rank n-1 is dead and rank n-2 stopped; rank 0
@@ -357,6 +361,8 @@ BOOST_AUTO_TEST_CASE(different_failures_agree) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     BOOST_TEST(comm->revoked().has_value(), "the resumed rank never learnt of the revoke");
+    char done = 1;
+    comm->bootstrap().send(0, 77, &done, 1);  // rank 0 stays alive until here
     return;
   }
   std::vector<int> exclude;
@@ -373,7 +379,11 @@ BOOST_AUTO_TEST_CASE(different_failures_agree) {
   std::mt19937_64 rng(21);
   runChecked(*next, rng, 20, "after agreeing");
   next->bootstrap().barrier();
-  if (me == 0) ::kill(stoppedPid, SIGCONT);
+  if (me == 0) {
+    ::kill(stoppedPid, SIGCONT);
+    char done = 0;
+    comm->bootstrap().recv(stopped, 77, &done, 1);
+  }
 }
 
 // A rank dies while the others (and it) are in shrink (a timer kills it a random 0-8 ms into its
