@@ -36,7 +36,12 @@ void request(std::span<const uint8_t> bytes) {
     return;
   }
   const auto t = static_cast<uint8_t>(q.type);
-  FUZZ_CHECK(t >= 1 && t <= 3);
+  FUZZ_CHECK(t >= 1 && t <= 4);
+  if (q.type == watch::RequestType::Revoke) {
+    FUZZ_CHECK(q.domain.size() <= watch::kMaxDomain && q.reason.size() <= watch::kMaxRevokeReason);
+    FUZZ_CHECK(q.suspects.size() <= watch::kMaxRevokeSuspects);
+    FUZZ_CHECK(q.code <= static_cast<uint8_t>(ErrorCode::Internal));
+  }
   FUZZ_CHECK(fuzz::same(watch::encodeRequest(q), bytes));
 }
 

@@ -276,6 +276,13 @@ void watchSeeds() {
   seed("request-list", 0, 0, w::encodeRequest(w::makeRequest(w::RequestType::List, 0)));
   seed("request-dump", 0, 0,
        w::encodeRequest(w::makeRequest(w::RequestType::Dump, 0x5eed0123456789abull)));
+  w::Request revoke = w::makeRequest(w::RequestType::Revoke, 0x5eed0123456789abull);
+  revoke.domain = "communicator 0";
+  revoke.origin = 2;
+  revoke.reason = "allReduce needs rank 3: it exited";
+  revoke.suspects = {3};
+  revoke.code = 4;  // PeerLost
+  seed("request-revoke", 0, 0, w::encodeRequest(revoke));
   w::RankReport stalled;
   stalled.rank = 1;
   stalled.size = 4;

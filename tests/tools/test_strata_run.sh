@@ -223,6 +223,22 @@ signal)
   expect_in "$WORK/stderr" "^strata-run: rank 1 \(pid [0-9]+\) killed by signal 9 \(SIGKILL\)$"
   ;;
 
+keep-going)
+  # --keep-going: rank 1 is killed, rank 0 runs on for 1.5 s (longer than --grace) and exits 0:
+  # the job's status is 0 and the kill is reported as such.
+  run -n 3 --keep-going --grace 0.5 sh -c \
+    '[ "$STRATA_RANK" = 1 ] && kill -9 $$; sleep 1.5; echo "rank $STRATA_RANK done"; exit 0'
+  expect_rc 0
+  expect_in "$WORK/stderr" "rank 1 \(pid [0-9]+\) killed by signal 9 \(SIGKILL\); --keep-going"
+  expect_in "$WORK/stdout" "^rank 0 done$"
+  expect_in "$WORK/stdout" "^rank 2 done$"
+  # A survivor that exits non-zero still fails the job; every rank killed: 137.
+  run -n 2 --keep-going --grace 1 sh -c '[ "$STRATA_RANK" = 1 ] && kill -9 $$; exit 3'
+  expect_rc 3
+  run -n 2 --keep-going --grace 1 sh -c 'kill -9 $$'
+  expect_rc 137
+  ;;
+
 grace)
   # Rank 0 fails; rank 1 sleeps 100 s in a child process (a grandchild of strata-run). Both
   # must be gone within the grace period plus a margin.

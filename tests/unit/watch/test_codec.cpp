@@ -91,6 +91,43 @@ BOOST_AUTO_TEST_CASE(request_round_trip_each_type) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(revoke_request_round_trip) {
+  Request q = makeRequest(RequestType::Revoke, 7);
+  q.domain = "communicator 3";
+  q.origin = 5;
+  q.reason = "rank 2 died";
+  q.suspects = {2, 9};
+  q.code = static_cast<uint8_t>(ErrorCode::PeerLost);
+  const Bytes rec = encodeRequest(q);
+  Request back = decodeRequest(rec);
+  BOOST_TEST(static_cast<int>(back.type) == static_cast<int>(RequestType::Revoke));
+  BOOST_TEST(back.jobId == 7u);
+  BOOST_TEST(back.domain == q.domain);
+  BOOST_TEST(back.origin == 5);
+  BOOST_TEST(back.reason == q.reason);
+  BOOST_TEST((back.suspects == q.suspects));
+  BOOST_TEST(back.code == q.code);
+  BOOST_TEST(encodeRequest(back) == rec);
+  // Cut to its limits by the encoder: a long reason, many suspects.
+  q.reason.assign(5000, 'x');
+  q.suspects.assign(3000, 1);
+  back = decodeRequest(encodeRequest(q));
+  BOOST_TEST(back.reason.size() == kMaxRevokeReason);
+  BOOST_TEST(back.suspects.size() == kMaxRevokeSuspects);
+  // Every truncation is refused; so are an unknown error code and too many suspects.
+  for (size_t n = wire::kRecordHeaderSize; n < rec.size(); ++n) {
+    expectError([&] { decodeRequest(std::span(rec).first(n)); }, ErrorCode::ProtocolError,
+                "status request");
+  }
+  Bytes badCode = rec;
+  badCode.back() = 200;
+  expectError([&] { decodeRequest(badCode); }, ErrorCode::ProtocolError, "error code 200");
+  wire::Writer body;
+  body.u8(4).u64(7).str("communicator 0").i32(1).str("why").u32(2000);
+  expectError([&] { decodeRequest(wire::encodeRecord(kRequestKind, kWatchVersion, body.data())); },
+              ErrorCode::ProtocolError, "2000 suspects");
+}
+
 BOOST_AUTO_TEST_CASE(request_rejections) {
   const Bytes rec = encodeRequest(makeRequest(RequestType::Status, 42));
   for (size_t n = 0; n < rec.size(); ++n) {
@@ -100,7 +137,7 @@ BOOST_AUTO_TEST_CASE(request_rejections) {
   Bytes longer = rec;
   longer.push_back(0);
   expectError([&] { decodeRequest(longer); }, ErrorCode::ProtocolError, "trailing");
-  for (uint8_t t : {0, 4, 255}) {
+  for (uint8_t t : {0, 5, 255}) {
     Bytes bad = rec;
     bad[wire::kRecordHeaderSize] = t;
     expectError([&] { decodeRequest(bad); }, ErrorCode::ProtocolError,

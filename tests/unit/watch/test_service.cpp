@@ -107,6 +107,53 @@ BOOST_AUTO_TEST_CASE(service_answers_while_calls_change) {
   BOOST_CHECK_THROW(askLocal(pid, makeRequest(RequestType::List, 0), 1), Error);
 }
 
+// A revoke request reaches the scope's listener once (the first wins), a listener registered after
+// it fires at once, and a revoke naming a rank outside the scope, or this rank, is refused.
+BOOST_AUTO_TEST_CASE(revoke_request_reaches_the_listener) {
+  OpenScope opened(4);
+  auto scope = opened.get();
+  const int32_t pid = static_cast<int32_t>(::getpid());
+  const uint64_t jobId = scope->jobId();
+  std::atomic<int> heard{0};
+  std::atomic<int> origin{-1};
+  scope->listenRevoke("communicator 0", [&](const Scope::Revoke& r) {
+    origin = r.origin;
+    ++heard;
+  });
+  Request q = makeRequest(RequestType::Revoke, jobId);
+  q.domain = "communicator 0";
+  q.origin = 2;
+  q.reason = "the test";
+  q.suspects = {3};
+  q.code = static_cast<uint8_t>(ErrorCode::PeerLost);
+  Reply r = askLocal(pid, q, 5);
+  BOOST_TEST(r.error.empty(), r.error);
+  BOOST_TEST(heard == 1);
+  BOOST_TEST(origin == 2);
+  auto first = scope->revokeOf("communicator 0");
+  BOOST_REQUIRE(first.has_value());
+  BOOST_TEST((first->code == ErrorCode::PeerLost));
+  BOOST_TEST((first->suspects == std::vector<int>{3}));
+  q.origin = 1;
+  BOOST_TEST(askLocal(pid, q, 5).error.empty());
+  BOOST_TEST(heard == 1);  // only the first counts
+  std::atomic<int> late{0};
+  scope->listenRevoke("communicator 0", [&](const Scope::Revoke&) { ++late; });
+  BOOST_TEST(late == 1);
+  for (int32_t bad : {-1, 0, 4}) {  // not a rank, this rank, past the size
+    Request b = q;
+    b.domain = "communicator 1";
+    b.origin = bad;
+    BOOST_TEST(!askLocal(pid, b, 5).error.empty(), "origin " << bad);
+  }
+  Request b = q;
+  b.domain = "communicator 1";
+  b.suspects = {9};
+  BOOST_TEST(askLocal(pid, b, 5).error.find("rank 9") != std::string::npos);
+  BOOST_TEST(!scope->revokeOf("communicator 1").has_value());
+  scope->unlistenRevoke("communicator 0");
+}
+
 // A process that forks while its status service runs (a PyTorch DataLoader worker, a test
 // that forks a stand-in rank): the child starts a service of its own for a bootstrap it creates,
 // and destroying what it inherited neither hangs nor touches the parent's.
