@@ -449,14 +449,20 @@ using namespace strata::nccl;
 
 namespace {
 
-/// A communicator handle that can take calls now: live, initialised, not broken.
-ncclResult_t usable(ncclComm* comm, const char* what) {
+/// A handle of a communicator not destroyed.
+ncclResult_t live(ncclComm* comm, const char* what) {
   if (comm == nullptr)
     return fail(nullptr, ncclInvalidArgument, std::string(what) + ": comm is NULL");
   if (!valid(comm)) {
     return fail(nullptr, ncclInvalidArgument,
                 std::string(what) + ": comm is not a live communicator (destroyed, or not one)");
   }
+  return ncclSuccess;
+}
+
+/// A communicator handle that can take calls now: live, initialised, not broken.
+ncclResult_t usable(ncclComm* comm, const char* what) {
+  if (ncclResult_t r = live(comm, what); r != ncclSuccess) return r;
   const int init = comm->initState.load(std::memory_order_acquire);
   if (init == ncclInProgress && groupDepth() == 0) {
     return fail(comm, ncclInvalidUsage,
@@ -919,12 +925,7 @@ NCCL_TWIN(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
 /// A communicator that revoke or shrink may act on: live and initialised, broken or not (a
 /// broken one is what they are for).
 ncclResult_t initialised(ncclComm* comm, const char* what) {
-  if (comm == nullptr)
-    return fail(nullptr, ncclInvalidArgument, std::string(what) + ": comm is NULL");
-  if (!valid(comm)) {
-    return fail(nullptr, ncclInvalidArgument,
-                std::string(what) + ": comm is not a live communicator (destroyed, or not one)");
-  }
+  if (ncclResult_t r = live(comm, what); r != ncclSuccess) return r;
   if (comm->initThread.joinable() && comm->initState.load() != ncclInProgress) {
     comm->initThread.join();
   }

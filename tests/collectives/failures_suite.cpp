@@ -31,23 +31,10 @@ namespace {
 const DataType kFloat = DataType::Float32;
 const ReduceOp kSum = ReduceOp::Sum;
 
-// A fresh communicator from the launcher's environment plus `settings` (highest precedence).
-std::unique_ptr<Communicator> makeComm(
-    std::initializer_list<std::pair<const char*, const char*>> settings = {}) {
-  Config cfg = Config::load();
-  for (const auto& [key, value] : settings) cfg.set(key, value);
-  return Communicator::create(cfg);
-}
-
 struct Outcome {
   std::optional<Error> error;
   double seconds = 0;
 };
-
-// For messages that Boost.Test builds even when the check passes.
-std::string errText(const std::optional<Error>& e) {
-  return e ? describe(*e) : "no error";
-}
 
 Outcome timed(const std::function<void()>& fn) {
   auto start = Clock::now();

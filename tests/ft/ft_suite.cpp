@@ -35,18 +35,6 @@ namespace {
 const DataType kFloat = DataType::Float32;
 const ReduceOp kSum = ReduceOp::Sum;
 
-std::unique_ptr<Communicator> makeComm(
-    std::initializer_list<std::pair<const char*, const char*>> settings = {}) {
-  Config cfg = Config::load();
-  for (const auto& [key, value] : settings) cfg.set(key, value);
-  return Communicator::create(cfg);
-}
-
-/// For messages that Boost.Test builds even when the check passes.
-std::string errText(const std::optional<Error>& e) {
-  return e ? describe(*e) : "no error";
-}
-
 double nowSeconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }

@@ -6,6 +6,11 @@
 // with. For suite sources only: it declares names in the global namespace.
 
 #include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include <strata/bootstrap.hpp>
 #include <strata/communicator.hpp>
@@ -37,3 +42,17 @@ using strata::testing::namesRank;
 using strata::testing::secondsSince;
 
 using Clock = std::chrono::steady_clock;
+
+/// A fresh communicator from the launcher's environment plus `settings` (highest precedence).
+inline std::unique_ptr<Communicator> makeComm(
+    std::initializer_list<std::pair<const char*, const char*>> settings = {}) {
+  Config cfg = Config::load();
+  for (const auto& [key, value] : settings) cfg.set(key, value);
+  return Communicator::create(cfg);
+}
+
+/// describe() of an optional error, for messages that Boost.Test builds even when the check
+/// passes.
+inline std::string errText(const std::optional<Error>& e) {
+  return e ? describe(*e) : "no error";
+}
