@@ -80,6 +80,11 @@ std::optional<Scope::Revoke> Scope::revokeOf(const std::string& domain) const {
   return it->second;
 }
 
+std::map<std::string, Scope::Revoke> Scope::revokes() const {
+  std::lock_guard lk(revokeMu_);
+  return revoked_;
+}
+
 void Scope::broadcastRevoke(const std::string&, const Revoke&) noexcept {}
 
 Verdict Scope::findCulprits(const CallRecord&) noexcept {

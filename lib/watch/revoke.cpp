@@ -43,6 +43,16 @@ std::string takeRevoke(ServedScope& scope, const Request& q) {
   return {};
 }
 
+std::string describeRevokes(const Scope& scope) {
+  std::string out;
+  for (const auto& [domain, r] : scope.revokes()) {
+    out += fmt::format("{}: revoked by rank {}{}: {}\n", domain, r.origin,
+                       r.origin == scope.rank() ? " (this rank)" : "",
+                       r.reason.substr(0, 300));
+  }
+  return out;
+}
+
 void ServedScope::broadcastRevoke(const std::string& domain, const Revoke& revoke) noexcept {
   try {
     Request q;

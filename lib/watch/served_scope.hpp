@@ -49,6 +49,9 @@ RankReport report(Scope& scope);
 /// The report of one call record.
 CallReport report(const CallRecord& call);
 
+/// The communicators of the scope this process heard revoked, one line each ("communicator 0:
+/// revoked by rank 2: ..."), for strata-info --job; empty when none (revoke.cpp).
+std::string describeRevokes(const Scope& scope);
 /// Asks every rank of the scope (bounded by `seconds`); the own rank's entry is Kind::Self
 /// (ask.cpp).
 std::vector<Answer> collect(ServedScope& scope, double seconds);

@@ -231,7 +231,7 @@ void Service::serve(Conn& c, const Request& q) {
         auto answers = collect(*scope, scope->queryTimeout);
         r.reports.reserve(answers.size());
         for (auto& a : answers) r.reports.push_back(a.report);
-        r.text = describeJob(*scope, answers);
+        r.text = describeJob(*scope, answers) + describeRevokes(*scope);
       } catch (const std::exception& e) {
         r.error = e.what();
       }

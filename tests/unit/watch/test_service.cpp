@@ -151,6 +151,10 @@ BOOST_AUTO_TEST_CASE(revoke_request_reaches_the_listener) {
   b.suspects = {9};
   BOOST_TEST(askLocal(pid, b, 5).error.find("rank 9") != std::string::npos);
   BOOST_TEST(!scope->revokeOf("communicator 1").has_value());
+  // strata-info --job's text says it.
+  Reply dump = askLocal(pid, makeRequest(RequestType::Dump, jobId), 10);
+  BOOST_TEST(dump.text.find("\ncommunicator 0: revoked by rank 2: the test\n") != std::string::npos,
+             dump.text);
   scope->unlistenRevoke("communicator 0");
 }
 

@@ -134,6 +134,8 @@ class STRATA_API Scope {
   bool deliverRevoke(const std::string& domain, const Revoke& revoke);
   /// The first revoke of `domain`, if one arrived.
   std::optional<Revoke> revokeOf(const std::string& domain) const;
+  /// Every revoked domain with its first revoke, by domain (strata-info --job says them).
+  std::map<std::string, Revoke> revokes() const;
   /// The hook lib/watch fills in: tells every other rank of the scope that `domain` is revoked,
   /// through their status services, in the background (ranks that do not answer are tried
   /// again until they do, have exited, or the scope closes). Never blocks, never throws. A
