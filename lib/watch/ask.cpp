@@ -46,7 +46,7 @@ bool sameHostProcessGone(const std::string& host, int32_t pid) {
 
 std::vector<Answer> askEach(ServedScope& scope, const std::vector<int>& peers,
                             const std::vector<uint8_t>& request, double seconds,
-                            const TakeReply& take) {
+                            const TakeReply& take, const std::atomic<bool>* cancel) {
   const Deadline deadline = Deadline::after(seconds);
   const Deadline connectDeadline = Deadline::after(std::min(0.5, seconds / 2));
   std::vector<Answer> out(static_cast<size_t>(scope.size()));
@@ -129,7 +129,7 @@ std::vector<Answer> askEach(ServedScope& scope, const std::vector<int>& peers,
     }
     bool pending = std::any_of(qs.begin(), qs.end(), [](const Query& q) { return !q.done; });
     if (!pending) break;
-    if (deadline.expired()) {
+    if (deadline.expired() || (cancel && cancel->load(std::memory_order_acquire))) {
       for (auto& q : qs) {
         if (q.done) continue;
         // Connected (the connect has its own, earlier deadline), but no answer.

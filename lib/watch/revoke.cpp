@@ -47,8 +47,7 @@ std::string describeRevokes(const Scope& scope) {
   std::string out;
   for (const auto& [domain, r] : scope.revokes()) {
     out += fmt::format("{}: revoked by rank {}{}: {}\n", domain, r.origin,
-                       r.origin == scope.rank() ? " (this rank)" : "",
-                       r.reason.substr(0, 300));
+                       r.origin == scope.rank() ? " (this rank)" : "", r.reason.substr(0, 300));
   }
   return out;
 }
@@ -67,13 +66,14 @@ void ServedScope::broadcastRevoke(const std::string& domain, const Revoke& revok
     for (int p = 0; p < size(); ++p) {
       if (p != rank()) pending.push_back(p);
     }
-    std::thread([self = shared_from_this(), request = encodeRequest(q), domain,
-                 pending = std::move(pending)]() mutable {
+    std::thread t([self = shared_from_this(), request = encodeRequest(q), domain,
+                   pending = std::move(pending)]() mutable {
       const auto until =
           std::chrono::steady_clock::now() + std::chrono::duration<double>(kRevokeRetrySeconds);
       while (!pending.empty() && !self->closed.load(std::memory_order_acquire)) {
-        auto answers = askEach(*self, pending, request, self->queryTimeout,
-                               [](int, Reply& rep, Answer&) { return rep.error; });
+        auto answers = askEach(
+            *self, pending, request, self->queryTimeout,
+            [](int, Reply& rep, Answer&) { return rep.error; }, &self->closed);
         std::vector<int> again;
         for (int p : pending) {
           const Answer& a = answers[static_cast<size_t>(p)];
@@ -85,13 +85,19 @@ void ServedScope::broadcastRevoke(const std::string& domain, const Revoke& revok
         }
         pending = std::move(again);
         if (pending.empty() || std::chrono::steady_clock::now() > until) break;
-        std::this_thread::sleep_for(kRevokeRetryPause);
+        for (auto slept = std::chrono::milliseconds(0);
+             slept < kRevokeRetryPause && !self->closed.load(std::memory_order_acquire);
+             slept += std::chrono::milliseconds(20)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
       }
       if (!pending.empty() && !self->closed.load(std::memory_order_acquire)) {
         STRATA_LOG(Warn, kSub, "revoke of {}: {} rank(s) never answered (first: rank {})", domain,
                    pending.size(), pending.front());
       }
-    }).detach();
+    });
+    std::lock_guard lk(revokeThreadsMu);
+    revokeThreads.push_back(std::move(t));
   } catch (const std::exception& e) {
     STRATA_LOG(Warn, "watch", "revoke of {} not told to the other ranks: {}", domain, e.what());
   }

@@ -133,6 +133,17 @@ std::shared_ptr<Scope> open(const OpenOptions& o, const AllGather& allGather) {
 void close(const Scope& scope) noexcept {
   if (auto* served = dynamic_cast<const ServedScope*>(&scope)) {
     served->closed.store(true, std::memory_order_release);
+    // The revoke senders stop at once (closed) and are joined, so that none outlives the scope
+    // (nor the process's exit with a handshake half done).
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lk(served->revokeThreadsMu);
+      threads.swap(served->revokeThreads);
+    }
+    for (auto& t : threads) {
+      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+      if (t.joinable()) t.detach();
+    }
   }
   try {
     stopServing(&scope);

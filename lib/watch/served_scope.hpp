@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/watch_calls.hpp"
@@ -41,6 +43,9 @@ class ServedScope final : public Scope, public std::enable_shared_from_this<Serv
   net::Fd listener;  ///< the status port (invalid when it could not be opened)
   /// Set by close(): background work for the scope (revoke deliveries) stops.
   mutable std::atomic<bool> closed{false};
+  /// The threads telling the peers of this rank's revokes (revoke.cpp); close() joins them.
+  mutable std::mutex revokeThreadsMu;
+  mutable std::vector<std::thread> revokeThreads;
 };
 
 /// This rank's report of a scope: every call it is in, and per domain the last that failed
@@ -61,9 +66,10 @@ using TakeReply = std::function<std::string(int peer, Reply& reply, Answer& a)>;
 /// Sends `request` to each of `peers` (other ranks; this rank and ranks out of range are left
 /// out) at once and reads one reply from each, bounded by `seconds`; the entry of a peer not
 /// asked keeps Kind::Failed, this rank's is Kind::Self with no report (ask.cpp).
+/// `cancel`, when set, ends the asking early (within 100 ms), as if the time were up.
 std::vector<Answer> askEach(ServedScope& scope, const std::vector<int>& peers,
                             const std::vector<uint8_t>& request, double seconds,
-                            const TakeReply& take);
+                            const TakeReply& take, const std::atomic<bool>* cancel = nullptr);
 /// The analysis of a set of answers as text lines (culprits first), for tools (analysis.cpp).
 std::string describeJob(const ServedScope& scope, const std::vector<Answer>& answers);
 
