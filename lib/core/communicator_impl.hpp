@@ -79,12 +79,12 @@ struct Communicator::Impl {
   std::unique_ptr<watch::Slot> slot;
   uint64_t calls = 0;
   // Fault tolerance (fault_tolerance.cpp).
-  Config config;                              ///< what it was created with (shrink's too)
-  std::shared_ptr<watch::Scope> scope;        ///< the bootstrap's watch scope, or null
-  std::string domain;                         ///< "communicator 0": its name in that scope
+  Config config;                        ///< what it was created with (shrink's too)
+  std::shared_ptr<watch::Scope> scope;  ///< the bootstrap's watch scope, or null
+  std::string domain;                   ///< "communicator 0": its name in that scope
   std::shared_ptr<core::FaultState> fault = std::make_shared<core::FaultState>();
-  bool revokeOnError = true;                  ///< collectives.revoke_on_error
-  int shrinks = 0;                            ///< shrink() calls so far (their tags differ)
+  bool revokeOnError = true;                         ///< collectives.revoke_on_error
+  int shrinks = 0;                                   ///< shrink() calls so far (their tags differ)
   std::unique_ptr<RendezvousListener> growListener;  ///< rank 0, between growInvitation and grow
   std::string growSecret;
   int growSize = 0;
@@ -106,8 +106,8 @@ struct Communicator::Impl {
   /// suspects.front()).
   void revokeHere(const std::string& reason, std::vector<int> suspects,
                   ErrorCode code = ErrorCode::Aborted) noexcept;
-  /// After a call failed with `e`: record the lost rank, and revoke when collectives.revoke_on_error
-  /// says so (PeerLost, a diagnosed Timeout).
+  /// After a call failed with `e`: record the lost rank, and revoke when
+  /// collectives.revoke_on_error says so (PeerLost, a diagnosed Timeout).
   void afterFailure(const Error& e) noexcept;
 };
 

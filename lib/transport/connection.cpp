@@ -9,8 +9,12 @@ namespace strata {
 Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Connection::~Connection() = default;
 
-int Connection::peer() const noexcept { return impl_->peer; }
-std::string_view Connection::transport() const noexcept { return impl_->transportName; }
+int Connection::peer() const noexcept {
+  return impl_->peer;
+}
+std::string_view Connection::transport() const noexcept {
+  return impl_->transportName;
+}
 
 void Connection::Impl::checkLost() {
   if (revocation) revocation->check();
@@ -40,14 +44,14 @@ bool rangeOk(uint64_t offset, uint64_t bytes, uint64_t size) {
 
 }  // namespace
 
-void Connection::write(const RegisteredMemory& dst, uint64_t dstOffset,
-                       const RegisteredMemory& src, uint64_t srcOffset, size_t bytes) {
+void Connection::write(const RegisteredMemory& dst, uint64_t dstOffset, const RegisteredMemory& src,
+                       uint64_t srcOffset, size_t bytes) {
   auto& I = *impl_;
   auto fail = [&](const std::string& why) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("Connection::write to rank {} over {}: {}", I.peer, I.transportName,
-                            why),
-                I.peer);
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("Connection::write to rank {} over {}: {}", I.peer, I.transportName, why),
+        I.peer);
   };
   if (!dst || dst.isLocal()) fail("dst must be the peer's memory (a deserialized record)");
   if (!src || !src.isLocal()) fail("src must be local registered memory");

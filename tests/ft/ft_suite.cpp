@@ -169,8 +169,8 @@ std::unique_ptr<Communicator> shrinkChecked(Communicator& comm, const std::set<i
   for (int r = 0; r < comm.rank(); ++r) below += !gone.count(r);
   BOOST_TEST(next->size() == comm.size() - static_cast<int>(gone.size()));
   BOOST_TEST(next->rank() == below);
-  BOOST_TEST_MESSAGE("rank " << comm.rank() << " -> rank " << next->rank() << " of "
-                             << next->size() << ": shrink took " << s << " s");
+  BOOST_TEST_MESSAGE("rank " << comm.rank() << " -> rank " << next->rank() << " of " << next->size()
+                             << ": shrink took " << s << " s");
   return next;
 }
 
