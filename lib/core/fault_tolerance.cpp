@@ -256,6 +256,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
     // set, and its communicator's creation that every member is alive. Either failing starts
     // another attempt with what it found.
     std::shared_ptr<Bootstrap> sub;
+    bool excludedHere = false;  // another member excluded this rank: no other attempt
     try {
       bootstrap::SubsetOptions so;
       so.members = members;
@@ -278,6 +279,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
                                all.begin() + static_cast<long>((k + 1) * bits.size()));
         std::set<int> got = fromBits(b, n, members[k]);
         if (got.count(me)) {
+          excludedHere = true;
           throw Error(ErrorCode::Aborted,
                       fmt::format("shrink: rank {} excluded this rank {}; this rank is not part "
                                   "of the shrunk communicator",
@@ -311,11 +313,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
       return comm;
     } catch (const Error& e) {
       // A member that failed meanwhile (dead, silent, or gave up): another attempt without it.
-      if (!peerFailure(e) ||
-          (e.code() == ErrorCode::Aborted &&
-           std::string_view(e.what()).find("excluded this rank") != std::string_view::npos)) {
-        throw;
-      }
+      if (!peerFailure(e) || excludedHere) throw;
       // The member the error names is excluded when it is lost or silent, not when it only
       // left this attempt (its abort notice).
       const int q = e.peer();

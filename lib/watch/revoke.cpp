@@ -52,7 +52,20 @@ std::string describeRevokes(const Scope& scope) {
   return out;
 }
 
+ServedScope::~ServedScope() {
+  closed.store(true, std::memory_order_release);
+  for (auto& t : revokeThreads) {
+    if (!t.joinable()) continue;
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();
+    } else {
+      t.join();
+    }
+  }
+}
+
 void ServedScope::broadcastRevoke(const std::string& domain, const Revoke& revoke) noexcept {
+  if (closed.load(std::memory_order_acquire)) return;  // nobody to tell any more
   try {
     Request q;
     q.type = RequestType::Revoke;

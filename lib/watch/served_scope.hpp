@@ -25,6 +25,9 @@ class ServedScope final : public Scope, public std::enable_shared_from_this<Serv
  public:
   ServedScope(int rank, int size, std::string host, int32_t pid)
       : Scope(rank, size, std::move(host), pid) {}
+  /// Joins revoke senders close() did not (none normally; one that held the last reference
+  /// ends here itself and is detached).
+  ~ServedScope() override;
 
   /// Asks every peer (collect) and analyses the answers for the failing call.
   Verdict findCulprits(const CallRecord& failing) noexcept override;
