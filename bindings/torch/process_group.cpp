@@ -110,8 +110,13 @@ c10::intrusive_ptr<ProcessGroupStrata> ProcessGroupStrata::shrink(const std::vec
     throw std::runtime_error(std::string("strata: shrink_group failed on rank ") +
                              std::to_string(rank_) + ": " + e.what());
   }
-  auto store = c10::make_intrusive<c10d::PrefixStore>(
-      "strata-shrink-" + std::to_string(shrinks_++) + "/", store_);
+  // The parent's store under a prefix of its own (monitored_barrier's keys); none when the
+  // parent had none (a group from grow or join_group).
+  c10::intrusive_ptr<c10d::Store> store;
+  if (store_) {
+    store = c10::make_intrusive<c10d::PrefixStore>(
+        "strata-shrink-" + std::to_string(shrinks_++) + "/", store_);
+  }
   return c10::make_intrusive<ProcessGroupStrata>(store, std::move(next), timeout_, root_);
 }
 
