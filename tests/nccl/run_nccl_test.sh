@@ -16,29 +16,28 @@ case $launcher in
   mpirun) cmd=(bash "$harness/run-mpirun.sh" "$n" "$prog") ;;
   *) cmd=("$launcher" -n "$n" --tag-output --timeout 240 "$prog") ;;
 esac
-if [ "$mode" = die ]; then
-  # Rank 1 kills itself: strata-run exits 137 (its status), and every other rank must have
-  # printed "PASS survivor".
+# survivors RC COMMAND...: runs the job, then the launcher must have exited RC and every rank but
+# the one that died must have printed "PASS survivor".
+survivors() {
+  local want=$1 rc passed
+  shift
   set +e
-  "${cmd[@]}" --die "$dir/id" | tee "$dir/out"
+  "$@" | tee "$dir/out"
   rc=${PIPESTATUS[0]}
   set -e
   passed=$(grep -c 'PASS survivor' "$dir/out" || true)
   echo "run_nccl_test: strata-run exited $rc; $passed of $((n - 1)) survivors passed"
-  [ "$rc" = 137 ] && [ "$passed" = $((n - 1)) ]
+  [ "$rc" = "$want" ] && [ "$passed" = $((n - 1)) ]
+}
+if [ "$mode" = die ]; then
+  # Rank 1 kills itself: strata-run exits 137 (its status).
+  survivors 137 "${cmd[@]}" --die "$dir/id"
   exit
 fi
 if [ "$mode" = shrink ]; then
   # Rank 0 revokes, all shrink; then the last rank dies and the others shrink without it
   # (strata-run --keep-going: the killed rank does not end the job).
-  set +e
-  "$launcher" -n "$n" --keep-going --tag-output --timeout 240 "$prog" --shrink "$dir/id" |
-    tee "$dir/out"
-  rc=${PIPESTATUS[0]}
-  set -e
-  passed=$(grep -c 'PASS survivor' "$dir/out" || true)
-  echo "run_nccl_test: strata-run exited $rc; $passed of $((n - 1)) survivors passed"
-  [ "$rc" = 0 ] && [ "$passed" = $((n - 1)) ]
+  survivors 0 "$launcher" -n "$n" --keep-going --tag-output --timeout 240 "$prog" --shrink "$dir/id"
   exit
 fi
 if [ "${mode%%:*}" = scalable ]; then
