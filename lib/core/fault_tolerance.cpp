@@ -68,6 +68,15 @@ std::set<int> fromBits(const std::vector<uint8_t>& bits, int n, int from) {
   return out;
 }
 
+/// Rank `by` sent an excluded set that names this rank `me`: it is not a survivor.
+[[noreturn]] void excludedBy(int by, int me) {
+  throw Error(ErrorCode::Aborted,
+              fmt::format("shrink: rank {} excluded this rank {} (it found it lost or stuck); this "
+                          "rank is not part of the shrunk communicator",
+                          by, me),
+              by);
+}
+
 std::string listText(const std::set<int>& ranks) {
   if (ranks.empty()) return "none";
   std::string s;
@@ -237,13 +246,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
           continue;
         }
         std::set<int> got = fromBits(theirs, n, p);
-        if (got.count(me)) {
-          throw Error(ErrorCode::Aborted,
-                      fmt::format("shrink: rank {} excluded this rank {} (it found it lost or "
-                                  "stuck); this rank is not part of the shrunk communicator",
-                                  p, me),
-                      p);
-        }
+        if (got.count(me)) excludedBy(p, me);
         out.insert(got.begin(), got.end());
       }
       out.insert(failed.begin(), failed.end());
@@ -280,11 +283,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
         std::set<int> got = fromBits(b, n, members[k]);
         if (got.count(me)) {
           excludedHere = true;
-          throw Error(ErrorCode::Aborted,
-                      fmt::format("shrink: rank {} excluded this rank {}; this rank is not part "
-                                  "of the shrunk communicator",
-                                  members[k], me),
-                      members[k]);
+          excludedBy(members[k], me);
         }
         if (got != out) agreed = false;
         out.insert(got.begin(), got.end());
