@@ -84,6 +84,11 @@ void orderHostWork(CollectiveRequest& r) {
   }
 }
 
+/// The error of a revoked communicator as the call `what` reports it.
+Error inCall(const char* what, const Error& revoked) {
+  return Error(revoked.code(), fmt::format("{}: {}", what, revoked.what()), revoked.peer());
+}
+
 CollectiveRequest request(CollectiveOp op, const void* send, void* recv, size_t count,
                           DataType type, Stream stream) {
   CollectiveRequest r;
@@ -105,7 +110,7 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   std::lock_guard<std::mutex> lock(mu);
   // This rank's own failure first (its later calls repeat it), then a revoke.
   if (auto revoked = context->revoked(); revoked && !broken) {
-    throw Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()), revoked->peer());
+    throw inCall(what, *revoked);
   }
   for (size_t i = 0; i < backends.size() && !broken; ++i) broken = backends[i]->asyncError();
   if (broken) {
@@ -123,8 +128,7 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
     if (auto revoked = context->revoked()) {
       // Revoked while it ran (by this rank's other thread or a peer): that is the error, with
       // nothing to diagnose.
-      broken =
-          Error(revoked->code(), fmt::format("{}: {}", what, revoked->what()), revoked->peer());
+      broken = inCall(what, *revoked);
       throw *broken;
     }
     // A timeout, or a chunk of another operation: ask the other ranks what they are doing and
