@@ -49,6 +49,7 @@
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
 #include "launch.hpp"
+#include "monitor.hpp"
 #include "stall.hpp"
 #include "teardown.hpp"
 
@@ -247,13 +248,6 @@ class CudaBackend final : public backend::CollectivesBackend {
     uint64_t stopReason;           ///< StopReason
     uint64_t started[kCallSlots];  ///< the kernels' KernelArgs::started: calls that began
   };
-  enum StopReason : uint64_t {
-    kNoStop = 0,
-    kPeerLost = 1,
-    kDestroyed = 2,
-    kJudged = 3,
-    kRevoked = 4,  ///< Context::revoke (Communicator::revoke, this rank's or a peer's)
-  };
   HostWords* host_ = nullptr;
   AbortRecord* abortHost_ = nullptr;  ///< &host_->abort
   double waitLimitSeconds_ = 600;
@@ -413,19 +407,21 @@ void CudaBackend::startMonitor() {
     while (!monitorQuit_) {
       monitorCv_.wait_for(lk, std::chrono::milliseconds(50));
       if (monitorQuit_) break;
-      if (context_->revoked()) {
-        raiseStop(kRevoked, -1);  // the kernels' waits give up at their next abort-word poll
-        return;
+      // A revoke first; else a peer process on this host that is gone (monitor.hpp). The
+      // kernels' waits give up at their next abort-word poll; nothing more to watch then.
+      const StopDecision d =
+          monitorTurn(context_->revoked().has_value(), rank_, size_, [this](int q) {
+            const int32_t pid = context_->pid(q);
+            return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+          });
+      if (d.why == kPeerLost) {
+        STRATA_LOG(Error, kLog,
+                   "rank {} (pid {}) has exited: stopping this rank's cuda collectives", d.peer,
+                   context_->pid(d.peer));
       }
-      for (int q = 0; q < size_; ++q) {
-        if (q == rank_) continue;
-        const int32_t pid = context_->pid(q);
-        if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-          STRATA_LOG(Error, kLog,
-                     "rank {} (pid {}) has exited: stopping this rank's cuda collectives", q, pid);
-          raiseStop(kPeerLost, q);
-          return;  // nothing more to watch: the communicator is broken
-        }
+      if (d.why != kNoStop) {
+        raiseStop(d.why, d.peer);
+        return;
       }
       lk.unlock();
       checkCalls();
@@ -487,8 +483,7 @@ void CudaBackend::teardown() noexcept {
     // A revoked communicator's peers may be dead or stopped (shrink goes on without them): no
     // barrier with them either.
     bool peerLost() const {
-      return be.host_->stopReason == kPeerLost || be.host_->stopReason == kRevoked ||
-             be.context_->revoked().has_value();
+      return peersMayBeGone(be.host_->stopReason, be.context_->revoked().has_value());
     }
     bool waitPending(double seconds) { return be.waitPending(seconds); }
     void raiseStop() { be.raiseStop(kDestroyed, -1); }
@@ -741,11 +736,11 @@ std::optional<Error> CudaBackend::asyncError() const {
   }
   const int peer = static_cast<int>(abortHost_->peer);
   if (abortHost_->code == AbortRecord::Stopped) {
-    if (host_->stopReason == kRevoked) {
-      if (auto revoked = context_->revoked()) return revoked;
-    }
+    const std::optional<Error> revoked = context_->revoked();
+    const StoppedBy by = stoppedBy(host_->stopReason, host_->stopPeer, size_, revoked.has_value());
+    if (by == StoppedBy::Revoke) return revoked;
     const int lost = static_cast<int>(host_->stopPeer);
-    if (host_->stopReason == kPeerLost && lost >= 0 && lost < size_) {
+    if (by == StoppedBy::PeerLoss) {
       return Error(ErrorCode::PeerLost,
                    fmt::format("cuda collectives: rank {} (pid {}) exited while a kernel of rank "
                                "{} (block {}) waited for rank {}; that collective's results are "
