@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -17,6 +18,7 @@
 
 #include "bootstrap/watched.hpp"
 #include "launch/contract.hpp"
+#include "mesh/peer_mesh.hpp"
 
 namespace strata::bootstrap {
 
@@ -36,7 +38,7 @@ struct Header {
 };
 static_assert(sizeof(Header) == 16);
 
-class Subset final : public Bootstrap {
+class Subset final : public Bootstrap, public mesh::Interruptible {
  public:
   Subset(std::shared_ptr<Bootstrap> parent, SubsetOptions o)
       : parent_(std::move(parent)), o_(std::move(o)), peers_(o_.members.size()) {
@@ -89,6 +91,9 @@ class Subset final : public Bootstrap {
     std::vector<char> all(o_.members.size(), 0);
     allGather(all.data(), 1);
   }
+  bool interruptCalls(const Error& why) noexcept override {
+    return bootstrap::interruptCalls(*parent_, why);
+  }
   void abort(std::string_view reason) noexcept override {
     // Told once, also after a member's notice aborted it here: a member that waits for this
     // rank learns it only from this rank.
@@ -117,6 +122,8 @@ class Subset final : public Bootstrap {
   struct Peer {
     std::mutex sendMu, recvMu;
     std::map<int32_t, std::deque<std::vector<char>>> early;  ///< under recvMu
+    /// A header whose payload a call did not get (an interrupt ended it): the next reads it.
+    std::optional<Header> partial;  ///< under recvMu
   };
 
   void checkPeer(int peer, const char* op) const {
@@ -190,15 +197,27 @@ class Subset final : public Bootstrap {
     try {
       for (;;) {
         Header h{};
-        parent_->recv(from, o_.tag, &h, sizeof h);
-        if (h.zero != 0 || h.bytes > kMaxMessage) {
-          throw Error(ErrorCode::ProtocolError,
-                      fmt::format("rank {} sent a malformed subset header (tag {}, {} bytes)", peer,
-                                  h.tag, h.bytes),
-                      peer);
+        if (p.partial) {
+          h = *p.partial;
+          p.partial.reset();
+        } else {
+          parent_->recv(from, o_.tag, &h, sizeof h);
+          if (h.zero != 0 || h.bytes > kMaxMessage) {
+            throw Error(ErrorCode::ProtocolError,
+                        fmt::format("rank {} sent a malformed subset header (tag {}, {} bytes)",
+                                    peer, h.tag, h.bytes),
+                        peer);
+          }
         }
         std::vector<char> m(h.bytes);
-        if (h.bytes > 0) parent_->recv(from, o_.tag, m.data(), m.size());
+        if (h.bytes > 0) {
+          try {
+            parent_->recv(from, o_.tag, m.data(), m.size());
+          } catch (...) {
+            p.partial = h;  // the stream stays in step for the next call
+            throw;
+          }
+        }
         if (h.tag == kTagAbort) {
           {
             std::lock_guard alk(abortMu_);
@@ -237,7 +256,7 @@ class Subset final : public Bootstrap {
 };
 
 /// Forwards every call to a bootstrap it shares (sharing()).
-class Sharing final : public Bootstrap {
+class Sharing final : public Bootstrap, public mesh::Interruptible {
  public:
   explicit Sharing(std::shared_ptr<Bootstrap> b) : b_(std::move(b)) {}
   std::string_view backend() const noexcept override { return b_->backend(); }
@@ -255,6 +274,9 @@ class Sharing final : public Bootstrap {
   void broadcast(void* data, size_t bytes, int root) override { b_->broadcast(data, bytes, root); }
   void barrier() override { b_->barrier(); }
   void abort(std::string_view reason) noexcept override { b_->abort(reason); }
+  bool interruptCalls(const Error& why) noexcept override {
+    return bootstrap::interruptCalls(*b_, why);
+  }
 
  private:
   std::shared_ptr<Bootstrap> b_;

@@ -6,13 +6,14 @@
 
 #include "base/config_keys.hpp"
 #include "launch/contract.hpp"
+#include "mesh/peer_mesh.hpp"
 #include "watch/watch.hpp"
 
 namespace strata::bootstrap {
 
 namespace {
 
-class Watched final : public Bootstrap {
+class Watched final : public Bootstrap, public mesh::Interruptible {
  public:
   Watched(std::unique_ptr<Bootstrap> inner, std::shared_ptr<watch::Scope> scope)
       : inner_(std::move(inner)), scope_(std::move(scope)) {}
@@ -46,6 +47,9 @@ class Watched final : public Bootstrap {
     run([&] { inner_->barrier(); });
   }
   void abort(std::string_view reason) noexcept override { inner_->abort(reason); }
+  bool interruptCalls(const Error& why) noexcept override {
+    return bootstrap::interruptCalls(*inner_, why);
+  }
 
   Bootstrap& inner() { return *inner_; }
   const std::shared_ptr<watch::Scope>& scope() const { return scope_; }
@@ -95,6 +99,11 @@ std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inner, const C
   Bootstrap* b = inner.get();
   auto scope = watch::open(o, [b](void* data, size_t bytes) { b->allGather(data, bytes); });
   return std::make_unique<Watched>(std::move(inner), std::move(scope));
+}
+
+bool interruptCalls(Bootstrap& b, const Error& why) noexcept {
+  auto* i = dynamic_cast<mesh::Interruptible*>(&b);
+  return i != nullptr && i->interruptCalls(why);
 }
 
 Bootstrap& unwrap(Bootstrap& b) {

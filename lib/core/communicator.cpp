@@ -176,6 +176,10 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Bootstrap> bo
   impl->config = config;
   impl->revokeOnError = config::getBool(config, "collectives.revoke_on_error");
   impl->fault->context = impl->context;
+  {
+    std::lock_guard lk(impl->fault->revokeMu);
+    impl->fault->bootstrap = impl->bootstrap.get();
+  }
   if (auto scope = bootstrap::scopeOf(impl->bootstrap.get())) {
     impl->scope = scope;
     impl->domain = scope->nextDomain();

@@ -55,6 +55,17 @@ struct core::FaultState {
   mutable std::mutex mu;
   std::set<int> lost;  ///< under mu: ranks found lost or stuck (lostRanks())
   void addLost(std::span<const int> ranks, int size);
+
+  /// The communicator's first revoke (this rank's or a peer's; later ones do nothing): stops the
+  /// context and ends this rank's bootstrap calls in progress (bootstrap::interruptCalls), all
+  /// under revokeMu, so that a shrink that begins after it (shrinkBegins) is not interrupted.
+  void revokeFirst(const Error& why);
+  /// Waits for a first revoke in progress on another thread to finish.
+  void shrinkBegins() { std::lock_guard lk(revokeMu); }
+  std::mutex revokeMu;
+  bool revoked = false;  ///< under revokeMu
+  /// The communicator's bootstrap while the Impl lives (~Impl clears it under revokeMu first).
+  Bootstrap* bootstrap = nullptr;
 };
 
 struct Communicator::Impl {

@@ -24,6 +24,7 @@
 #include "base/crypto.hpp"
 #include "base/log.hpp"
 #include "bootstrap/subset.hpp"
+#include "bootstrap/watched.hpp"
 #include "communicator_impl.hpp"
 
 namespace strata {
@@ -113,8 +114,23 @@ void core::FaultState::addLost(std::span<const int> ranks, int size) {
   }
 }
 
+void core::FaultState::revokeFirst(const Error& why) {
+  std::lock_guard lk(revokeMu);
+  if (revoked) return;
+  revoked = true;
+  if (auto ctx = context.lock()) ctx->revoke(why);
+  // A thread of this rank blocked in a bootstrap call (comm.bootstrap(), split) must not wait
+  // for bootstrap.timeout: the peers it waits for have stopped using this communicator.
+  if (bootstrap != nullptr && !bootstrap::interruptCalls(*bootstrap, why)) {
+    STRATA_LOG(Debug, "core", "revoke: the {} bootstrap cannot interrupt its calls in progress",
+               bootstrap->backend());
+  }
+}
+
 Communicator::Impl::~Impl() {
   if (scope && !domain.empty()) scope->unlistenRevoke(domain);
+  std::lock_guard lk(fault->revokeMu);  // a listener still running finishes with the bootstrap
+  fault->bootstrap = nullptr;
 }
 
 void Communicator::Impl::listenRevokes() {
@@ -124,11 +140,9 @@ void Communicator::Impl::listenRevokes() {
     auto f = weak.lock();
     if (!f) return;
     f->addLost(r.suspects, n);
-    if (auto ctx = f->context.lock()) {
-      // A revoke after a failed call carries that failure's code and culprit, as if this rank
-      // had seen it; Communicator::revoke's is Aborted, naming the rank that revoked.
-      ctx->revoke(revokeError(d, r.origin, false, r.reason, r.suspects, r.code));
-    }
+    // A revoke after a failed call carries that failure's code and culprit, as if this rank
+    // had seen it; Communicator::revoke's is Aborted, naming the rank that revoked.
+    f->revokeFirst(revokeError(d, r.origin, false, r.reason, r.suspects, r.code));
   });
 }
 
@@ -137,7 +151,7 @@ void Communicator::Impl::revokeHere(const std::string& reason, std::vector<int> 
   try {
     fault->addLost(suspects, size);
     const std::string name = domain.empty() ? std::string("the communicator") : domain;
-    context->revoke(revokeError(name, rank, true, reason, suspects, code));
+    fault->revokeFirst(revokeError(name, rank, true, reason, suspects, code));
     if (scope && !domain.empty()) {
       watch::Scope::Revoke r{rank, reason, std::move(suspects), code};
       scope->deliverRevoke(domain, r);
@@ -206,6 +220,9 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
     I.revokeHere(fmt::format("rank {} shrinks the communicator (excluding {})", me, listText(out)),
                  {out.begin(), out.end()});
   }
+  // A revoke heard on another thread may still be interrupting this rank's bootstrap calls:
+  // the agreement's must begin after it.
+  I.fault->shrinkBegins();
   const int shrink = I.shrinks++;
   Bootstrap& boot = *I.bootstrap;
   const auto start = std::chrono::steady_clock::now();

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -97,6 +99,26 @@ std::string tagText(int tag);
 /// points at the network).
 std::string pathHint(const Peer& p, int peer);
 
+/// The public call this thread is in on a mesh (the outermost one), and the mesh's interrupt
+/// count when it began: PeerMesh::interrupt ends the calls that began before it, not later ones.
+class CallScope {
+ public:
+  explicit CallScope(const PeerMesh::Impl& mesh);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+  struct Current {
+    const PeerMesh::Impl* mesh = nullptr;
+    uint64_t interrupts = 0;
+  };
+  static const Current& current() noexcept;
+
+ private:
+  Current saved_;
+  bool outer_ = false;
+};
+
 struct PeerMesh::Impl {
   Options opt;
   net::Fd listener;
@@ -128,6 +150,14 @@ struct PeerMesh::Impl {
   bool abortedHere = false;  // by the engine itself, after a failure of this process
   std::mutex collMu;         // one engine collective at a time per process
   bool star = false;
+  // PeerMesh::interrupt: how many there were, and the last one's error (under mu). A call that
+  // began before the count changed gives up (CallScope).
+  std::atomic<uint64_t> interrupts{0};
+  std::optional<Error> interruptWhy;
+
+  /// This thread is in a call on this mesh that began before the last interrupt.
+  bool interruptedCall() const;
+  [[noreturn]] void throwInterrupted();
 
   /// Calls f(conn) for every open connection, both directions of every peer.
   template <class F>
@@ -180,6 +210,7 @@ struct PeerMesh::Impl {
     for (;;) {
       if (done()) return;
       if (aborted) throwAborted();
+      if (interruptedCall()) throwInterrupted();
       if (deadline.expired()) onTimeout();
       driveOrSleep(lk, deadline, spin, expectFrom);
     }

@@ -96,13 +96,60 @@ void PeerMesh::setStarCollectives(bool star) {
   impl_->star = star;
 }
 
+Interruptible::~Interruptible() = default;
+
+namespace {
+thread_local CallScope::Current tlsCall;
+}  // namespace
+
+CallScope::CallScope(const PeerMesh::Impl& mesh) {
+  if (tlsCall.mesh == &mesh) return;  // nested in a call on the same mesh: the outer one counts
+  saved_ = tlsCall;
+  outer_ = true;
+  tlsCall = {&mesh, mesh.interrupts.load(std::memory_order_acquire)};
+}
+
+CallScope::~CallScope() {
+  if (outer_) tlsCall = saved_;
+}
+
+const CallScope::Current& CallScope::current() noexcept {
+  return tlsCall;
+}
+
+bool PeerMesh::Impl::interruptedCall() const {
+  return tlsCall.mesh == this && interrupts.load(std::memory_order_acquire) != tlsCall.interrupts;
+}
+
+void PeerMesh::Impl::throwInterrupted() {
+  const Error& why = *interruptWhy;
+  throw Error(
+      why.code(),
+      fmt::format("{} bootstrap: a call in progress was interrupted: {}", opt.backend, why.what()),
+      why.peer());
+}
+
+void PeerMesh::interrupt(const Error& why) noexcept {
+  auto& I = *impl_;
+  try {
+    std::lock_guard lk(I.mu);
+    I.interruptWhy = why;
+    I.interrupts.fetch_add(1, std::memory_order_acq_rel);
+    I.cv.notify_all();
+    I.wakeDriver();
+  } catch (...) {
+  }
+}
+
 void PeerMesh::send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
                     std::string_view op, bool internal) {
+  CallScope call(*impl_);
   impl_->send(peer, tag, data, bytes, deadline, op, internal);
 }
 
 void PeerMesh::recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
                     std::string_view op, bool internal) {
+  CallScope call(*impl_);
   impl_->recv(peer, tag, data, bytes, deadline, op, internal);
 }
 
@@ -241,6 +288,7 @@ void PeerMesh::Impl::recv(int peer, int tag, void* data, size_t bytes, const Dea
 
 void PeerMesh::allGather(void* data, size_t bytesPerRank) {
   auto& I = *impl_;
+  CallScope call(I);
   if (!p2p::allGatherNeeded(I.opt.size, data, bytesPerRank)) return;
   std::lock_guard coll(I.collMu);
   const bool star = useStar(I, static_cast<size_t>(I.opt.size) * bytesPerRank);
@@ -251,6 +299,7 @@ void PeerMesh::allGather(void* data, size_t bytesPerRank) {
 
 void PeerMesh::broadcast(void* data, size_t bytes, int root) {
   auto& I = *impl_;
+  CallScope call(I);
   if (!p2p::broadcastNeeded(I.opt.size, data, bytes, root)) return;
   std::lock_guard coll(I.collMu);
   p2p::broadcast(collectiveMessenger(I, kTagBroadcast, "broadcast"), useStar(I, bytes), data, bytes,
@@ -259,6 +308,7 @@ void PeerMesh::broadcast(void* data, size_t bytes, int root) {
 
 void PeerMesh::barrier() {
   auto& I = *impl_;
+  CallScope call(I);
   if (!p2p::barrierNeeded(I.opt.size)) return;
   std::lock_guard coll(I.collMu);
   p2p::barrier(collectiveMessenger(I, kTagBarrier, "barrier"), useStar(I, 0));

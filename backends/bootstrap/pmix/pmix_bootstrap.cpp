@@ -131,6 +131,11 @@ void PmixBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
   impl_->mesh->recv(peer, tag, data, bytes, impl_->mesh->callDeadline());
 }
 
+bool PmixBootstrap::interruptCalls(const Error& why) noexcept {
+  if (impl_->mesh) impl_->mesh->interrupt(why);
+  return true;
+}
+
 void PmixBootstrap::abort(std::string_view reason) noexcept {
   auto& I = *impl_;
   if (I.aborted.exchange(true)) return;

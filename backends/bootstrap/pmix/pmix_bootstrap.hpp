@@ -13,6 +13,8 @@
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
 
+#include "mesh/peer_mesh.hpp"
+
 namespace strata::pmix {
 
 /// Largest allGather slot or broadcast payload (bytes per rank) carried by PMIx itself; larger
@@ -23,7 +25,7 @@ inline constexpr size_t kInlineMax = 4096;
 inline constexpr uint16_t kValueKind = 40;
 inline constexpr uint16_t kValueVersion = 1;
 
-class PmixBootstrap final : public Bootstrap {
+class PmixBootstrap final : public Bootstrap, public mesh::Interruptible {
  public:
   /// Joins the PMIx job, opens a mesh listener on bootstrap.tcp.interface and exchanges the
   /// listener addresses and rank 0's job secret in one collecting fence.
@@ -42,6 +44,9 @@ class PmixBootstrap final : public Bootstrap {
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void abort(std::string_view reason) noexcept override;
+  /// Ends this rank's calls in progress on the mesh (point to point); a PMIx fence in progress
+  /// ends by its own deadline.
+  bool interruptCalls(const Error& why) noexcept override;
 
   /// Where this rank's mesh listener accepts peers ("127.0.0.1:40123"; "" when size is 1).
   std::string listenAddress() const;

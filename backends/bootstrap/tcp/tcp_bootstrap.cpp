@@ -490,6 +490,11 @@ void TcpBootstrap::abort(std::string_view reason) noexcept {
   impl_->mesh->abort(reason);
 }
 
+bool TcpBootstrap::interruptCalls(const Error& why) noexcept {
+  if (impl_->mesh) impl_->mesh->interrupt(why);
+  return true;
+}
+
 std::string TcpBootstrap::listenAddress() const {
   return impl_->mesh->listenAddress();
 }

@@ -11,10 +11,11 @@
 #include <strata/export.hpp>
 
 #include "launch/contract.hpp"
+#include "mesh/peer_mesh.hpp"
 
 namespace strata::tcp {
 
-class STRATA_API TcpBootstrap final : public Bootstrap {
+class STRATA_API TcpBootstrap final : public Bootstrap, public mesh::Interruptible {
  public:
   /// Reads the launcher contract (launch/contract.hpp) and the config, then runs the rendezvous.
   explicit TcpBootstrap(const Config& config);
@@ -34,6 +35,8 @@ class STRATA_API TcpBootstrap final : public Bootstrap {
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void abort(std::string_view reason) noexcept override;
+  /// Ends this rank's bootstrap calls in progress (PeerMesh::interrupt).
+  bool interruptCalls(const Error& why) noexcept override;
 
   /// "127.0.0.1:40123": where this rank accepts peer connections (for tests and diagnostics).
   std::string listenAddress() const;

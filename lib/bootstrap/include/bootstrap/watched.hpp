@@ -12,6 +12,7 @@
 
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
+#include <strata/error.hpp>
 #include <strata/export.hpp>
 
 #include "base/watch_calls.hpp"
@@ -30,6 +31,11 @@ STRATA_API std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inn
 /// The same, with the launch read from the environment (detectLaunch).
 STRATA_API std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inner,
                                                   const Config& config);
+/// Ends this rank's calls in progress on b (every thread's) with `why`, for Communicator::revoke:
+/// through the wrappers (watched, subset, sharing) to the backend's peer mesh (tcp, pmix; see
+/// mesh::PeerMesh::interrupt). Calls that begin later are not affected; the peers are told
+/// nothing. False when the backend cannot (ucx: its calls end by bootstrap.timeout).
+STRATA_API bool interruptCalls(Bootstrap& b, const Error& why) noexcept;
 /// The backend object behind a bootstrap attachWatch() returned (the same object otherwise).
 STRATA_API Bootstrap& unwrap(Bootstrap& b);
 /// The watch scope of a bootstrap attachWatch() returned; null when it is not watched.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <strata/config.hpp>
+#include <strata/error.hpp>
 #include <strata/export.hpp>
 
 #include "base/deadline.hpp"
@@ -56,6 +57,16 @@ struct SpinPolicy {
   bool yield = false;
 };
 STRATA_API SpinPolicy spinPolicy(const Config& config, int localSize);
+
+/// A bootstrap whose calls in progress can be ended early (PeerMesh::interrupt): the tcp and pmix
+/// backends, and the bootstrap layer's wrappers, which pass it on to what they wrap (see
+/// bootstrap::interruptCalls). A backend without it (ucx) ends its calls by their deadlines.
+class STRATA_API Interruptible {
+ public:
+  virtual ~Interruptible();
+  /// False when the bootstrap underneath cannot (its calls end by their deadlines).
+  virtual bool interruptCalls(const Error& why) noexcept = 0;
+};
 
 class STRATA_API PeerMesh {
  public:
@@ -95,6 +106,12 @@ class STRATA_API PeerMesh {
 
   /// Tells every connected peer (they forward it) and fails this rank's later calls.
   void abort(std::string_view reason) noexcept;
+  /// Ends this rank's calls in progress now (every thread's), which throw `why` (its code and
+  /// peer; the text says the call was interrupted); calls that begin later are not affected, and
+  /// the peers are told nothing. For Communicator::revoke: a rank blocked in a bootstrap call of
+  /// the revoked communicator must not wait for bootstrap.timeout. A collective it ends leaves
+  /// this rank out of step with the peers that finished it.
+  void interrupt(const Error& why) noexcept;
   /// Flushes queued frames, sends goodbye on every connection and closes them (idempotent).
   void close() noexcept;
 
