@@ -5,13 +5,17 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <strata/strata.hpp>
 
+#include "bootstrap/subset.hpp"
+#include "bootstrap/watched.hpp"
 #include "tests/harness/single_rank.hpp"
 
 using strata::Config;
@@ -237,4 +241,110 @@ BOOST_AUTO_TEST_CASE(rendezvous_listener_follows_the_host_hint) {
   strata::RendezvousListener byName(c, "");
   BOOST_TEST(byName.address().rfind("127.0.0.1:", 0) == 0, byName.address());
   BOOST_CHECK_THROW(strata::RendezvousListener(c, "no-such-host.invalid"), Error);
+}
+
+// Communicator::revoke ends a rank's bootstrap calls in progress (bootstrap::interruptCalls): a
+// recv blocked on the tcp bootstrap, directly and through a subset of it, throws the given error
+// at once; a call that begins after the interrupt is not affected, and the subset's messages stay
+// in step. A bootstrap without the interface says it cannot.
+BOOST_AUTO_TEST_CASE(an_interrupt_ends_the_calls_in_progress_only) {
+  Config c;
+  c.set("bootstrap.tcp.interface", "lo").set("bootstrap.timeout", "30");
+  strata::RendezvousListener listener(c);
+  constexpr int n = 2;
+  std::vector<std::shared_ptr<strata::Bootstrap>> boots(n);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        strata::ExplicitLaunch launch{r, n, r, n, listener.address(), "interrupt-secret", {}};
+        boots[static_cast<size_t>(r)] =
+            strata::createTcpBootstrap(launch, c, r == 0 ? &listener : nullptr);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  BOOST_REQUIRE(boots[0] && boots[1]);
+  const Error why(strata::ErrorCode::Aborted, "communicator 0 was revoked by rank 1: a test", 1);
+  // recv(): rank 0 waits for a message rank 1 never sends; the interrupt ends it.
+  auto blocked = [&](strata::Bootstrap& b, int tag) {
+    return std::async(std::launch::async, [&b, tag] {
+      const auto start = std::chrono::steady_clock::now();
+      int x = 0;
+      try {
+        b.recv(1, tag, &x, sizeof x);
+      } catch (const Error& e) {
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return std::make_pair(std::optional<Error>(e), s);
+      }
+      return std::make_pair(std::optional<Error>(), 0.0);
+    });
+  };
+  auto check = [&](auto& result, const char* what) {
+    auto [e, s] = result.get();
+    BOOST_TEST_INFO_SCOPE(what);
+    BOOST_REQUIRE_MESSAGE(e.has_value(), "the recv returned normally");
+    BOOST_TEST((e->code() == strata::ErrorCode::Aborted));
+    BOOST_TEST(e->peer() == 1);
+    BOOST_TEST(std::string(e->what()).find("interrupted") != std::string::npos, e->what());
+    BOOST_TEST(std::string(e->what()).find("a test") != std::string::npos, e->what());
+    BOOST_TEST(s < 10.0, "ended after " << s << " s");
+  };
+  {
+    auto r = blocked(*boots[0], 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    BOOST_TEST(strata::bootstrap::interruptCalls(*boots[0], why));
+    check(r, "tcp recv");
+  }
+  // A call after the interrupt waits as usual and gets its message.
+  {
+    std::thread later([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const int v = 42;
+      boots[1]->send(0, 5, &v, sizeof v);
+    });
+    int got = 0;
+    boots[0]->recv(1, 5, &got, sizeof got);
+    later.join();
+    BOOST_TEST(got == 42);
+  }
+  // Through a subset of both ranks (what a shrunk communicator's bootstrap is).
+  std::vector<std::unique_ptr<strata::Bootstrap>> subs(n);
+  for (int r = 0; r < n; ++r) {
+    strata::bootstrap::SubsetOptions o;
+    o.members = {0, 1};
+    o.tag = 9;
+    o.localRank = r;
+    o.localSize = n;
+    subs[static_cast<size_t>(r)] = strata::bootstrap::subset(boots[static_cast<size_t>(r)], o);
+  }
+  {
+    auto r = blocked(*subs[0], 6);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    BOOST_TEST(strata::bootstrap::interruptCalls(*subs[0], why));
+    check(r, "subset recv");
+  }
+  std::vector<int> big(1 << 16, 7);
+  std::thread sender([&] { subs[1]->send(0, 6, big.data(), big.size() * sizeof(int)); });
+  std::vector<int> got(big.size(), 0);
+  subs[0]->recv(1, 6, got.data(), got.size() * sizeof(int));
+  sender.join();
+  BOOST_TEST((got == big));
+  // A bootstrap that is not a peer mesh (nor wraps one) cannot.
+  struct Plain final : strata::Bootstrap {
+    std::string_view backend() const noexcept override { return "plain"; }
+    int rank() const noexcept override { return 0; }
+    int size() const noexcept override { return 1; }
+    int localRank() const noexcept override { return 0; }
+    int localSize() const noexcept override { return 1; }
+    void send(int, int, const void*, size_t) override {}
+    void recv(int, int, void*, size_t) override {}
+    void allGather(void*, size_t) override {}
+    void broadcast(void*, size_t, int) override {}
+    void barrier() override {}
+    void abort(std::string_view) noexcept override {}
+  } plain;
+  BOOST_TEST(!strata::bootstrap::interruptCalls(plain, why));
+  subs.clear();
 }
