@@ -99,26 +99,6 @@ std::string tagText(int tag);
 /// points at the network).
 std::string pathHint(const Peer& p, int peer);
 
-/// The public call this thread is in on a mesh (the outermost one), and the mesh's interrupt
-/// count when it began: PeerMesh::interrupt ends the calls that began before it, not later ones.
-class CallScope {
- public:
-  explicit CallScope(const PeerMesh::Impl& mesh);
-  ~CallScope();
-  CallScope(const CallScope&) = delete;
-  CallScope& operator=(const CallScope&) = delete;
-
-  struct Current {
-    const PeerMesh::Impl* mesh = nullptr;
-    uint64_t interrupts = 0;
-  };
-  static const Current& current() noexcept;
-
- private:
-  Current saved_;
-  bool outer_ = false;
-};
-
 struct PeerMesh::Impl {
   Options opt;
   net::Fd listener;

@@ -99,26 +99,32 @@ void PeerMesh::setStarCollectives(bool star) {
 Interruptible::~Interruptible() = default;
 
 namespace {
-thread_local CallScope::Current tlsCall;
+/// The call this thread is in (CallScope).
+thread_local const void* tlsOwner = nullptr;
+thread_local uint64_t tlsInterrupts = 0;
 }  // namespace
 
-CallScope::CallScope(const PeerMesh::Impl& mesh) {
-  if (tlsCall.mesh == &mesh) return;  // nested in a call on the same mesh: the outer one counts
-  saved_ = tlsCall;
+CallScope::CallScope(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept {
+  if (tlsOwner == owner) return;  // nested in a call on the same object: the outer one counts
+  savedOwner_ = tlsOwner;
+  savedCount_ = tlsInterrupts;
   outer_ = true;
-  tlsCall = {&mesh, mesh.interrupts.load(std::memory_order_acquire)};
+  tlsOwner = owner;
+  tlsInterrupts = interrupts.load(std::memory_order_acquire);
 }
 
 CallScope::~CallScope() {
-  if (outer_) tlsCall = saved_;
+  if (!outer_) return;
+  tlsOwner = savedOwner_;
+  tlsInterrupts = savedCount_;
 }
 
-const CallScope::Current& CallScope::current() noexcept {
-  return tlsCall;
+bool CallScope::interrupted(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept {
+  return tlsOwner == owner && interrupts.load(std::memory_order_acquire) != tlsInterrupts;
 }
 
 bool PeerMesh::Impl::interruptedCall() const {
-  return tlsCall.mesh == this && interrupts.load(std::memory_order_acquire) != tlsCall.interrupts;
+  return CallScope::interrupted(this, interrupts);
 }
 
 void PeerMesh::Impl::throwInterrupted() {
@@ -143,13 +149,13 @@ void PeerMesh::interrupt(const Error& why) noexcept {
 
 void PeerMesh::send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
                     std::string_view op, bool internal) {
-  CallScope call(*impl_);
+  CallScope call(impl_.get(), impl_->interrupts);
   impl_->send(peer, tag, data, bytes, deadline, op, internal);
 }
 
 void PeerMesh::recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
                     std::string_view op, bool internal) {
-  CallScope call(*impl_);
+  CallScope call(impl_.get(), impl_->interrupts);
   impl_->recv(peer, tag, data, bytes, deadline, op, internal);
 }
 
@@ -288,7 +294,7 @@ void PeerMesh::Impl::recv(int peer, int tag, void* data, size_t bytes, const Dea
 
 void PeerMesh::allGather(void* data, size_t bytesPerRank) {
   auto& I = *impl_;
-  CallScope call(I);
+  CallScope call(&I, I.interrupts);
   if (!p2p::allGatherNeeded(I.opt.size, data, bytesPerRank)) return;
   std::lock_guard coll(I.collMu);
   const bool star = useStar(I, static_cast<size_t>(I.opt.size) * bytesPerRank);
@@ -299,7 +305,7 @@ void PeerMesh::allGather(void* data, size_t bytesPerRank) {
 
 void PeerMesh::broadcast(void* data, size_t bytes, int root) {
   auto& I = *impl_;
-  CallScope call(I);
+  CallScope call(&I, I.interrupts);
   if (!p2p::broadcastNeeded(I.opt.size, data, bytes, root)) return;
   std::lock_guard coll(I.collMu);
   p2p::broadcast(collectiveMessenger(I, kTagBroadcast, "broadcast"), useStar(I, bytes), data, bytes,
@@ -308,7 +314,7 @@ void PeerMesh::broadcast(void* data, size_t bytes, int root) {
 
 void PeerMesh::barrier() {
   auto& I = *impl_;
-  CallScope call(I);
+  CallScope call(&I, I.interrupts);
   if (!p2p::barrierNeeded(I.opt.size)) return;
   std::lock_guard coll(I.collMu);
   p2p::barrier(collectiveMessenger(I, kTagBarrier, "barrier"), useStar(I, 0));

@@ -186,6 +186,25 @@ void UcxBootstrap::throwAborted() const {
               abortOrigin_);
 }
 
+void UcxBootstrap::throwInterrupted() const {
+  const Error& why = *interruptWhy_;
+  throw Error(why.code(),
+              fmt::format("ucx bootstrap: a call in progress was interrupted: {}", why.what()),
+              why.peer());
+}
+
+bool UcxBootstrap::interruptCalls(const Error& why) noexcept {
+  try {
+    Lock lk(mu_);
+    interruptWhy_ = why;
+    interrupts_.fetch_add(1, std::memory_order_acq_rel);
+    cv_.notify_all();
+    if (worker_) ucp_worker_signal(worker_);  // the thread blocked on the worker's fd
+  } catch (...) {
+  }
+  return true;
+}
+
 bool UcxBootstrap::lostLongEnough(int peer) const {
   if (peer < 0) return false;
   const Peer& p = *peers_[static_cast<size_t>(peer)];
@@ -211,6 +230,7 @@ void UcxBootstrap::waitUntil(Lock& lk, const Deadline& deadline, int peer, Done 
     progress(lk);
     if (aborted_) throwAborted();
     if (done()) return;
+    if (mesh::CallScope::interrupted(this, interrupts_)) throwInterrupted();
     if (lostLongEnough(peer)) throwLost(peer, op, kind, tag);
     if (deadline.expired()) {
       onTimeout();  // throws, except where the caller only wanted to wait a while
@@ -515,6 +535,7 @@ uint32_t UcxBootstrap::nextCollective() {
 }
 
 void UcxBootstrap::send(int peer, int tag, const void* data, size_t bytes) {
+  mesh::CallScope call(this, interrupts_);
   p2p::checkPeer(launch_.rank, launch_.size, peer, "send");
   if (tag < 0) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} is negative", tag), peer);
@@ -536,6 +557,7 @@ void UcxBootstrap::send(int peer, int tag, const void* data, size_t bytes) {
 }
 
 void UcxBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
+  mesh::CallScope call(this, interrupts_);
   p2p::checkPeer(launch_.rank, launch_.size, peer, "recv");
   if (tag < 0) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} is negative", tag), peer);
@@ -567,6 +589,7 @@ p2p::Messenger UcxBootstrap::collectiveMessenger(Lock& lk, const Deadline& deadl
 
 // Ring: sends are buffered, so the ring never waits on itself.
 void UcxBootstrap::allGather(void* data, size_t bytesPerRank) {
+  mesh::CallScope call(this, interrupts_);
   if (!p2p::allGatherNeeded(launch_.size, data, bytesPerRank)) return;
   Deadline dl = callDeadline();
   Lock lk(mu_);
@@ -576,6 +599,7 @@ void UcxBootstrap::allGather(void* data, size_t bytesPerRank) {
 }
 
 void UcxBootstrap::broadcast(void* data, size_t bytes, int root) {
+  mesh::CallScope call(this, interrupts_);
   if (!p2p::broadcastNeeded(launch_.size, data, bytes, root)) return;
   Deadline dl = callDeadline();
   Lock lk(mu_);
@@ -584,6 +608,7 @@ void UcxBootstrap::broadcast(void* data, size_t bytes, int root) {
 }
 
 void UcxBootstrap::barrier() {
+  mesh::CallScope call(this, interrupts_);
   if (!p2p::barrierNeeded(launch_.size)) return;
   Deadline dl = callDeadline();
   Lock lk(mu_);

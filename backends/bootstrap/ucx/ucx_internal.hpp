@@ -13,6 +13,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -122,7 +123,7 @@ struct PendingSend {
   size_t bytes = 0;
 };
 
-class UcxBootstrap final : public Bootstrap {
+class UcxBootstrap final : public Bootstrap, public mesh::Interruptible {
  public:
   explicit UcxBootstrap(const Config& config);
   ~UcxBootstrap() override;
@@ -138,6 +139,8 @@ class UcxBootstrap final : public Bootstrap {
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void abort(std::string_view reason) noexcept override;
+  /// Ends this rank's calls in progress (Communicator::revoke; see mesh::PeerMesh::interrupt).
+  bool interruptCalls(const Error& why) noexcept override;
 
   static void onPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
@@ -202,6 +205,7 @@ class UcxBootstrap final : public Bootstrap {
   void reapSends();
   void checkAbortMessage();
   [[noreturn]] void throwAborted() const;
+  [[noreturn]] void throwInterrupted() const;
   bool lostLongEnough(int peer) const;
   [[noreturn]] void throwLost(int peer, std::string_view op, Kind kind, int tag) const;
   uint32_t nextCollective();
@@ -246,6 +250,9 @@ class UcxBootstrap final : public Bootstrap {
   OpState abortOp_;
   std::vector<uint8_t> abortBuf_;
   bool aborted_ = false;
+  // interruptCalls(): how many, and the last one's error (under mu_); see mesh::CallScope.
+  std::atomic<uint64_t> interrupts_{0};
+  std::optional<Error> interruptWhy_;
   int abortOrigin_ = -1;
   std::string abortReason_;
 };

@@ -32,9 +32,9 @@ STRATA_API std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inn
 STRATA_API std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inner,
                                                   const Config& config);
 /// Ends this rank's calls in progress on b (every thread's) with `why`, for Communicator::revoke:
-/// through the wrappers (watched, subset, sharing) to the backend's peer mesh (tcp, pmix; see
+/// through the wrappers (watched, subset, sharing) to the backend (tcp, ucx, pmix's peer mesh; see
 /// mesh::PeerMesh::interrupt). Calls that begin later are not affected; the peers are told
-/// nothing. False when the backend cannot (ucx: its calls end by bootstrap.timeout).
+/// nothing. False when the backend cannot (its calls end by bootstrap.timeout).
 STRATA_API bool interruptCalls(Bootstrap& b, const Error& why) noexcept;
 /// The backend object behind a bootstrap attachWatch() returned (the same object otherwise).
 STRATA_API Bootstrap& unwrap(Bootstrap& b);

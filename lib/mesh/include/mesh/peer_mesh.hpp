@@ -13,6 +13,7 @@
 // deadlock and no background thread is needed. Other waiting threads sleep on a condition
 // variable until the driver hands over.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,14 +59,33 @@ struct SpinPolicy {
 };
 STRATA_API SpinPolicy spinPolicy(const Config& config, int localSize);
 
-/// A bootstrap whose calls in progress can be ended early (PeerMesh::interrupt): the tcp and pmix
-/// backends, and the bootstrap layer's wrappers, which pass it on to what they wrap (see
-/// bootstrap::interruptCalls). A backend without it (ucx) ends its calls by their deadlines.
+/// A bootstrap whose calls in progress can be ended early (PeerMesh::interrupt, CallScope): the
+/// tcp, pmix (its peer mesh, not its fences) and ucx backends, and the bootstrap layer's wrappers,
+/// which pass it on to what they wrap (see bootstrap::interruptCalls). A backend without it ends
+/// its calls by their deadlines.
 class STRATA_API Interruptible {
  public:
   virtual ~Interruptible();
   /// False when the bootstrap underneath cannot (its calls end by their deadlines).
   virtual bool interruptCalls(const Error& why) noexcept = 0;
+};
+
+/// The outermost call this thread is in on an interruptible object (a PeerMesh, the ucx
+/// bootstrap) and that object's interrupt count when the call began: an interrupt ends the calls
+/// that began before it, not later ones. Each public call of the object holds one.
+class STRATA_API CallScope {
+ public:
+  CallScope(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept;
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  /// This thread is in a call on `owner` that began before its last interrupt.
+  static bool interrupted(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept;
+
+ private:
+  const void* savedOwner_ = nullptr;
+  uint64_t savedCount_ = 0;
+  bool outer_ = false;
 };
 
 class STRATA_API PeerMesh {
