@@ -52,16 +52,19 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
   int localSize() const noexcept override { return o_.localSize; }
 
   void send(int peer, int tag, const void* data, size_t bytes) override {
+    mesh::CallScope call(key_);  // one call: its parent calls share it
     checkPeer(peer, "send");
     checkTag(tag, "send");
     sendTagged(peer, tag, data, bytes);
   }
   void recv(int peer, int tag, void* data, size_t bytes) override {
+    mesh::CallScope call(key_);  // one call: its parent calls share it
     checkPeer(peer, "recv");
     checkTag(tag, "recv");
     recvTagged(peer, tag, data, bytes);
   }
   void allGather(void* data, size_t bytesPerRank) override {
+    mesh::CallScope call(key_);  // one call: its parent calls share it
     checkAborted();
     auto* p = static_cast<char*>(data);
     const int n = size();
@@ -73,6 +76,7 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
     }
   }
   void broadcast(void* data, size_t bytes, int root) override {
+    mesh::CallScope call(key_);  // one call: its parent calls share it
     checkAborted();
     if (root < 0 || root >= size()) {
       throw Error(ErrorCode::InvalidArgument,
@@ -93,6 +97,9 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
   }
   bool interruptCalls(const Error& why) noexcept override {
     return bootstrap::interruptCalls(*parent_, why);
+  }
+  mesh::InterruptKey interruptKey() const noexcept override {
+    return bootstrap::interruptKey(*parent_);
   }
   void abort(std::string_view reason) noexcept override {
     // Told once, also after a member's notice aborted it here: a member that waits for this
@@ -169,6 +176,8 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
     checkAborted();
     try {
       sendRaw(peer, tag, data, bytes);
+    } catch (const mesh::Interrupted&) {
+      throw;  // the revoke's error, in the revoked communicator's numbering
     } catch (const Error& e) {
       rethrow(e, peer);
     }
@@ -235,6 +244,8 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
         }
         p.early[h.tag].push_back(std::move(m));
       }
+    } catch (const mesh::Interrupted&) {
+      throw;
     } catch (const Error& e) {
       if (e.code() == ErrorCode::Aborted || e.code() == ErrorCode::InvalidArgument ||
           (e.code() == ErrorCode::ProtocolError && e.peer() == peer)) {
@@ -245,6 +256,7 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
   }
 
   std::shared_ptr<Bootstrap> parent_;
+  mesh::InterruptKey key_ = bootstrap::interruptKey(*parent_);
   SubsetOptions o_;
   int rank_ = -1;
   std::vector<Peer> peers_;
@@ -277,6 +289,7 @@ class Sharing final : public Bootstrap, public mesh::Interruptible {
   bool interruptCalls(const Error& why) noexcept override {
     return bootstrap::interruptCalls(*b_, why);
   }
+  mesh::InterruptKey interruptKey() const noexcept override { return bootstrap::interruptKey(*b_); }
 
  private:
   std::shared_ptr<Bootstrap> b_;

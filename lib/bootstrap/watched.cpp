@@ -50,6 +50,9 @@ class Watched final : public Bootstrap, public mesh::Interruptible {
   bool interruptCalls(const Error& why) noexcept override {
     return bootstrap::interruptCalls(*inner_, why);
   }
+  mesh::InterruptKey interruptKey() const noexcept override {
+    return bootstrap::interruptKey(*inner_);
+  }
 
   Bootstrap& inner() { return *inner_; }
   const std::shared_ptr<watch::Scope>& scope() const { return scope_; }
@@ -59,6 +62,8 @@ class Watched final : public Bootstrap, public mesh::Interruptible {
   void run(F&& f) {
     try {
       f();
+    } catch (const mesh::Interrupted&) {
+      throw;  // a revoke's error, not this bootstrap's failure
     } catch (const Error& e) {
       // A peer that closed its bootstrap because a call of its own failed is not the cause
       // either: it waited for someone too.
@@ -104,6 +109,11 @@ std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inner, const C
 bool interruptCalls(Bootstrap& b, const Error& why) noexcept {
   auto* i = dynamic_cast<mesh::Interruptible*>(&b);
   return i != nullptr && i->interruptCalls(why);
+}
+
+mesh::InterruptKey interruptKey(const Bootstrap& b) noexcept {
+  auto* i = dynamic_cast<const mesh::Interruptible*>(&b);
+  return i != nullptr ? i->interruptKey() : mesh::InterruptKey{};
 }
 
 Bootstrap& unwrap(Bootstrap& b) {

@@ -119,8 +119,8 @@ void core::FaultState::revokeFirst(const Error& why) {
   if (revoked) return;
   revoked = true;
   if (auto ctx = context.lock()) ctx->revoke(why);
-  // A thread of this rank blocked in a bootstrap call (comm.bootstrap(), split) must not wait
-  // for bootstrap.timeout: the peers it waits for have stopped using this communicator.
+  // A thread of this rank blocked in a bootstrap call (comm.bootstrap(), ncclCommSplit) must not
+  // wait for bootstrap.timeout: the peers it waits for have stopped using this communicator.
   if (bootstrap != nullptr && !bootstrap::interruptCalls(*bootstrap, why)) {
     STRATA_LOG(Debug, "core", "revoke: the {} bootstrap cannot interrupt its calls in progress",
                bootstrap->backend());

@@ -97,6 +97,7 @@ void PeerMesh::setStarCollectives(bool star) {
 }
 
 Interruptible::~Interruptible() = default;
+Interrupted::~Interrupted() = default;
 
 namespace {
 /// The call this thread is in (CallScope).
@@ -104,13 +105,17 @@ thread_local const void* tlsOwner = nullptr;
 thread_local uint64_t tlsInterrupts = 0;
 }  // namespace
 
-CallScope::CallScope(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept {
-  if (tlsOwner == owner) return;  // nested in a call on the same object: the outer one counts
+CallScope::CallScope(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept
+    : CallScope(InterruptKey{owner, &interrupts}) {}
+
+CallScope::CallScope(const InterruptKey& key) noexcept {
+  // Nested in a call on the same object: the outer one's count holds.
+  if (key.owner == nullptr || key.count == nullptr || tlsOwner == key.owner) return;
   savedOwner_ = tlsOwner;
   savedCount_ = tlsInterrupts;
   outer_ = true;
-  tlsOwner = owner;
-  tlsInterrupts = interrupts.load(std::memory_order_acquire);
+  tlsOwner = key.owner;
+  tlsInterrupts = key.count->load(std::memory_order_acquire);
 }
 
 CallScope::~CallScope() {
@@ -129,10 +134,14 @@ bool PeerMesh::Impl::interruptedCall() const {
 
 void PeerMesh::Impl::throwInterrupted() {
   const Error& why = *interruptWhy;
-  throw Error(
+  throw Interrupted(
       why.code(),
       fmt::format("{} bootstrap: a call in progress was interrupted: {}", opt.backend, why.what()),
       why.peer());
+}
+
+InterruptKey PeerMesh::interruptKey() const noexcept {
+  return {impl_.get(), &impl_->interrupts};
 }
 
 void PeerMesh::interrupt(const Error& why) noexcept {
@@ -140,7 +149,9 @@ void PeerMesh::interrupt(const Error& why) noexcept {
   try {
     std::lock_guard lk(I.mu);
     I.interruptWhy = why;
-    I.interrupts.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t k = I.interrupts.fetch_add(1, std::memory_order_acq_rel) + 1;
+    STRATA_LOG(Debug, I.opt.backend.c_str(), "interrupt {}: the calls in progress end: {}", k,
+               why.what());
     I.cv.notify_all();
     I.wakeDriver();
   } catch (...) {

@@ -255,44 +255,58 @@ BOOST_AUTO_TEST_CASE(revoke_reaches_every_rank) {
   runChecked(*next, rng, 20, "after a shrink without a loss");
 }
 
-// A revoke ends the other ranks' bootstrap calls in progress (tcp and pmix; ucx's end by
-// bootstrap.timeout): ranks 0..n-2 wait in the communicator's bootstrap, rank 1 in a recv from the
-// last rank and the others in a barrier it never joins, with bootstrap.timeout at 120 s; the last
-// rank revokes after 300 ms. Every wait ends with the revoke's error (Aborted, naming the revoker
-// and its reason) long before the timeout; then all shrink (no loss) and run on.
+namespace {
+
+/// Ranks 0..n-2 of comm wait in its bootstrap (rank 1 in a recv from the last rank, the others in
+/// a barrier it never joins); the last rank revokes after 300 ms. Every wait must end with the
+/// revoke's error (Aborted, naming the revoker in comm's numbering, and its reason) long before
+/// bootstrap.timeout.
+void revokeDuringBootstrapCalls(Communicator& comm, const std::string& reason) {
+  const int n = comm.size(), me = comm.rank(), revoker = n - 1;
+  comm.bootstrap().barrier();
+  if (me == revoker) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    comm.revoke(reason);
+    return;
+  }
+  const auto start = Clock::now();
+  auto e = catchError([&] {
+    if (me == 1) {
+      int x = 0;
+      comm.bootstrap().recv(revoker, 77, &x, sizeof x);
+    } else {
+      comm.bootstrap().barrier();
+    }
+  });
+  const double s = secondsSince(start);
+  BOOST_REQUIRE_MESSAGE(e, "the bootstrap call returned normally after " << s << " s");
+  BOOST_TEST_MESSAGE("rank " << me << " of " << n << ": " << (me == 1 ? "recv" : "barrier")
+                             << " ended after " << s
+                             << " s (the revoke came at about 0.3 s): " << describe(*e));
+  BOOST_TEST_INFO_SCOPE(describe(*e));
+  BOOST_TEST((e->code() == ErrorCode::Aborted));
+  BOOST_TEST(e->peer() == revoker);
+  BOOST_TEST(std::string(e->what()).find(reason) != std::string::npos);
+  BOOST_TEST(s < 30.0, "the call ended after " << s << " s, not at the revoke");
+}
+
+}  // namespace
+
+// A revoke ends the other ranks' bootstrap calls in progress (tcp, ucx, pmix's point to point;
+// pmix's fences end by bootstrap.timeout), with bootstrap.timeout at 120 s: on the communicator,
+// then on the communicator that shrink made of it (a subset of its bootstrap, whose errors name
+// its own ranks). After each, all shrink (no loss) and run on.
 BOOST_AUTO_TEST_CASE(revoke_interrupts_bootstrap_calls) {
   RANK_SCOPE();
   REQUIRE_RANKS(3);
   auto comm = makeComm({{"bootstrap.timeout", "120"}});
-  const int n = comm->size(), me = comm->rank(), revoker = n - 1;
-  const std::string reason = "the test revokes during a bootstrap call";
-  comm->bootstrap().barrier();
-  if (me == revoker) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    comm->revoke(reason);
-  } else {
-    const auto start = Clock::now();
-    auto e = catchError([&] {
-      if (me == 1) {
-        int x = 0;
-        comm->bootstrap().recv(revoker, 77, &x, sizeof x);
-      } else {
-        comm->bootstrap().barrier();
-      }
-    });
-    const double s = secondsSince(start);
-    BOOST_REQUIRE_MESSAGE(e, "the bootstrap call returned normally after " << s << " s");
-    BOOST_TEST_MESSAGE("rank " << me << ": " << (me == 1 ? "recv" : "barrier") << " ended after "
-                               << s << " s (the revoke came at about 0.3 s): " << describe(*e));
-    BOOST_TEST_INFO_SCOPE(describe(*e));
-    BOOST_TEST((e->code() == ErrorCode::Aborted));
-    BOOST_TEST(e->peer() == revoker);
-    BOOST_TEST(std::string(e->what()).find(reason) != std::string::npos);
-    BOOST_TEST(s < 30.0, "the call ended after " << s << " s, not at the revoke");
-  }
+  revokeDuringBootstrapCalls(*comm, "the test revokes during a bootstrap call");
   auto next = shrinkChecked(*comm, {});
   std::mt19937_64 rng(11);
   runChecked(*next, rng, 20, "after a revoke that interrupted bootstrap calls");
+  revokeDuringBootstrapCalls(*next, "again, on the shrunk communicator");
+  auto third = shrinkChecked(*next, {});
+  runChecked(*third, rng, 20, "after the second revoke");
 }
 
 // Kills 1 or 2 random ranks (rank 0 among the candidates) during a random mix of collectives;

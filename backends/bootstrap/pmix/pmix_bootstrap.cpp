@@ -131,6 +131,10 @@ void PmixBootstrap::recv(int peer, int tag, void* data, size_t bytes) {
   impl_->mesh->recv(peer, tag, data, bytes, impl_->mesh->callDeadline());
 }
 
+mesh::InterruptKey PmixBootstrap::interruptKey() const noexcept {
+  return impl_->mesh ? impl_->mesh->interruptKey() : mesh::InterruptKey{};
+}
+
 bool PmixBootstrap::interruptCalls(const Error& why) noexcept {
   if (impl_->mesh) impl_->mesh->interrupt(why);
   return true;

@@ -47,6 +47,7 @@ class PmixBootstrap final : public Bootstrap, public mesh::Interruptible {
   /// Ends this rank's calls in progress on the mesh (point to point); a PMIx fence in progress
   /// ends by its own deadline.
   bool interruptCalls(const Error& why) noexcept override;
+  mesh::InterruptKey interruptKey() const noexcept override;
 
   /// Where this rank's mesh listener accepts peers ("127.0.0.1:40123"; "" when size is 1).
   std::string listenAddress() const;

@@ -490,6 +490,10 @@ void TcpBootstrap::abort(std::string_view reason) noexcept {
   impl_->mesh->abort(reason);
 }
 
+mesh::InterruptKey TcpBootstrap::interruptKey() const noexcept {
+  return impl_->mesh ? impl_->mesh->interruptKey() : mesh::InterruptKey{};
+}
+
 bool TcpBootstrap::interruptCalls(const Error& why) noexcept {
   if (impl_->mesh) impl_->mesh->interrupt(why);
   return true;

@@ -37,6 +37,7 @@ class STRATA_API TcpBootstrap final : public Bootstrap, public mesh::Interruptib
   void abort(std::string_view reason) noexcept override;
   /// Ends this rank's bootstrap calls in progress (PeerMesh::interrupt).
   bool interruptCalls(const Error& why) noexcept override;
+  mesh::InterruptKey interruptKey() const noexcept override;
 
   /// "127.0.0.1:40123": where this rank accepts peer connections (for tests and diagnostics).
   std::string listenAddress() const;

@@ -188,9 +188,9 @@ void UcxBootstrap::throwAborted() const {
 
 void UcxBootstrap::throwInterrupted() const {
   const Error& why = *interruptWhy_;
-  throw Error(why.code(),
-              fmt::format("ucx bootstrap: a call in progress was interrupted: {}", why.what()),
-              why.peer());
+  throw mesh::Interrupted(
+      why.code(), fmt::format("ucx bootstrap: a call in progress was interrupted: {}", why.what()),
+      why.peer());
 }
 
 bool UcxBootstrap::interruptCalls(const Error& why) noexcept {

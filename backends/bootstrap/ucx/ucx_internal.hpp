@@ -141,6 +141,7 @@ class UcxBootstrap final : public Bootstrap, public mesh::Interruptible {
   void abort(std::string_view reason) noexcept override;
   /// Ends this rank's calls in progress (Communicator::revoke; see mesh::PeerMesh::interrupt).
   bool interruptCalls(const Error& why) noexcept override;
+  mesh::InterruptKey interruptKey() const noexcept override { return {this, &interrupts_}; }
 
   static void onPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 

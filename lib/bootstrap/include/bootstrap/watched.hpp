@@ -21,6 +21,10 @@ namespace strata {
 struct LaunchInfo;  // launch/contract.hpp
 }
 
+namespace strata::mesh {
+struct InterruptKey;  // mesh/peer_mesh.hpp
+}  // namespace strata::mesh
+
 namespace strata::bootstrap {
 
 /// Wraps a freshly created bootstrap: opens its scope (one allGather) and records every call
@@ -36,6 +40,8 @@ STRATA_API std::unique_ptr<Bootstrap> attachWatch(std::unique_ptr<Bootstrap> inn
 /// mesh::PeerMesh::interrupt). Calls that begin later are not affected; the peers are told
 /// nothing. False when the backend cannot (its calls end by bootstrap.timeout).
 STRATA_API bool interruptCalls(Bootstrap& b, const Error& why) noexcept;
+/// The key of the object whose interrupts end b's calls (mesh::CallScope); empty when none.
+STRATA_API mesh::InterruptKey interruptKey(const Bootstrap& b) noexcept;
 /// The backend object behind a bootstrap attachWatch() returned (the same object otherwise).
 STRATA_API Bootstrap& unwrap(Bootstrap& b);
 /// The watch scope of a bootstrap attachWatch() returned; null when it is not watched.

@@ -63,11 +63,31 @@ STRATA_API SpinPolicy spinPolicy(const Config& config, int localSize);
 /// tcp, pmix (its peer mesh, not its fences) and ucx backends, and the bootstrap layer's wrappers,
 /// which pass it on to what they wrap (see bootstrap::interruptCalls). A backend without it ends
 /// its calls by their deadlines.
+/// Whose interrupts end a call: the object a CallScope names and its interrupt count.
+struct InterruptKey {
+  const void* owner = nullptr;
+  const std::atomic<uint64_t>* count = nullptr;
+};
+
 class STRATA_API Interruptible {
  public:
   virtual ~Interruptible();
+  /// The key of the object whose interrupt ends this bootstrap's calls (a wrapper: what it wraps),
+  /// so that a wrapper whose one call makes several calls below (a subset's) holds one CallScope
+  /// over all of them: an interrupt between two of them still ends the call.
+  virtual InterruptKey interruptKey() const noexcept = 0;
   /// False when the bootstrap underneath cannot (its calls end by their deadlines).
   virtual bool interruptCalls(const Error& why) noexcept = 0;
+};
+
+/// What a call that an interrupt ended throws: the interrupt's code and peer, its text after "a
+/// call in progress was interrupted:". The bootstrap wrappers pass it on as it is (a subset does
+/// not renumber its peer, the watch does not diagnose it): it is the revoke's error, in the
+/// revoked communicator's numbering.
+class STRATA_API Interrupted : public Error {
+ public:
+  using Error::Error;
+  ~Interrupted() override;
 };
 
 /// The outermost call this thread is in on an interruptible object (a PeerMesh, the ucx
@@ -76,6 +96,8 @@ class STRATA_API Interruptible {
 class STRATA_API CallScope {
  public:
   CallScope(const void* owner, const std::atomic<uint64_t>& interrupts) noexcept;
+  /// Over key's object; nothing when key is empty.
+  explicit CallScope(const InterruptKey& key) noexcept;
   ~CallScope();
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
@@ -132,6 +154,8 @@ class STRATA_API PeerMesh {
   /// the revoked communicator must not wait for bootstrap.timeout. A collective it ends leaves
   /// this rank out of step with the peers that finished it.
   void interrupt(const Error& why) noexcept;
+  /// The key of this mesh's interrupts (CallScope).
+  InterruptKey interruptKey() const noexcept;
   /// Flushes queued frames, sends goodbye on every connection and closes them (idempotent).
   void close() noexcept;
 
