@@ -57,9 +57,12 @@ struct core::FaultState {
   void addLost(std::span<const int> ranks, int size);
 
   /// The communicator's first revoke (this rank's or a peer's; later ones do nothing): stops the
-  /// context and ends this rank's bootstrap calls in progress (bootstrap::interruptCalls), all
-  /// under revokeMu, so that a shrink that begins after it (shrinkBegins) is not interrupted.
-  void revokeFirst(const Error& why);
+  /// context and, for an explicit revoke (`interrupt`), ends this rank's bootstrap calls in
+  /// progress (bootstrap::interruptCalls), all under revokeMu, so that a shrink that begins after
+  /// it (shrinkBegins) is not interrupted. An automatic revoke after a failed call does not
+  /// interrupt: a rank waiting in a bootstrap call for the others (who meet it there after their
+  /// failure) must not be pulled out, and a call that needs the lost rank fails by itself.
+  void revokeFirst(const Error& why, bool interrupt);
   /// Waits for a first revoke in progress on another thread to finish.
   void shrinkBegins() { std::lock_guard lk(revokeMu); }
   std::mutex revokeMu;

@@ -114,14 +114,14 @@ void core::FaultState::addLost(std::span<const int> ranks, int size) {
   }
 }
 
-void core::FaultState::revokeFirst(const Error& why) {
+void core::FaultState::revokeFirst(const Error& why, bool interrupt) {
   std::lock_guard lk(revokeMu);
   if (revoked) return;
   revoked = true;
   if (auto ctx = context.lock()) ctx->revoke(why);
   // A thread of this rank blocked in a bootstrap call (comm.bootstrap(), ncclCommSplit) must not
   // wait for bootstrap.timeout: the peers it waits for have stopped using this communicator.
-  if (bootstrap != nullptr && !bootstrap::interruptCalls(*bootstrap, why)) {
+  if (interrupt && bootstrap != nullptr && !bootstrap::interruptCalls(*bootstrap, why)) {
     STRATA_LOG(Debug, "core", "revoke: the {} bootstrap cannot interrupt its calls in progress",
                bootstrap->backend());
   }
@@ -142,7 +142,8 @@ void Communicator::Impl::listenRevokes() {
     f->addLost(r.suspects, n);
     // A revoke after a failed call carries that failure's code and culprit, as if this rank
     // had seen it; Communicator::revoke's is Aborted, naming the rank that revoked.
-    f->revokeFirst(revokeError(d, r.origin, false, r.reason, r.suspects, r.code));
+    f->revokeFirst(revokeError(d, r.origin, false, r.reason, r.suspects, r.code),
+                   r.code == ErrorCode::Aborted);
   });
 }
 
@@ -151,7 +152,8 @@ void Communicator::Impl::revokeHere(const std::string& reason, std::vector<int> 
   try {
     fault->addLost(suspects, size);
     const std::string name = domain.empty() ? std::string("the communicator") : domain;
-    fault->revokeFirst(revokeError(name, rank, true, reason, suspects, code));
+    fault->revokeFirst(revokeError(name, rank, true, reason, suspects, code),
+                       code == ErrorCode::Aborted);  // explicit: interrupt bootstrap calls
     if (scope && !domain.empty()) {
       watch::Scope::Revoke r{rank, reason, std::move(suspects), code};
       scope->deliverRevoke(domain, r);
