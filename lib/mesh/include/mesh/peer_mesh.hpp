@@ -59,16 +59,16 @@ struct SpinPolicy {
 };
 STRATA_API SpinPolicy spinPolicy(const Config& config, int localSize);
 
-/// A bootstrap whose calls in progress can be ended early (PeerMesh::interrupt, CallScope): the
-/// tcp, pmix (its peer mesh, not its fences) and ucx backends, and the bootstrap layer's wrappers,
-/// which pass it on to what they wrap (see bootstrap::interruptCalls). A backend without it ends
-/// its calls by their deadlines.
 /// Whose interrupts end a call: the object a CallScope names and its interrupt count.
 struct InterruptKey {
   const void* owner = nullptr;
   const std::atomic<uint64_t>* count = nullptr;
 };
 
+/// A bootstrap whose calls in progress can be ended early (PeerMesh::interrupt, CallScope): the
+/// tcp, pmix (its peer mesh, not its fences) and ucx backends, and the bootstrap layer's wrappers,
+/// which pass it on to what they wrap (see bootstrap::interruptCalls). A backend without it ends
+/// its calls by their deadlines.
 class STRATA_API Interruptible {
  public:
   virtual ~Interruptible();
