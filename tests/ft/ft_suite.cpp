@@ -160,8 +160,7 @@ Error untilFailure(Communicator& comm, std::mt19937_64& rng, int limit, int firs
 /// `calls`: a call that returned on the victim has not necessarily delivered its last pieces (a
 /// fabric send completes once the provider took it; the victim's death can still drop it), so
 /// the victim's last call can fail on a survivor (or on another victim, which then dies at once).
-/// `seconds`: from the end of the first `calls`
-/// (or the failure among them: 0) to the failure.
+/// `seconds`: from the end of the first `calls` to the failure (0 when it came among them).
 Error lossAfter(Communicator& comm, std::mt19937_64& rng, int calls, bool dies,
                 double* seconds = nullptr) {
   if (seconds) *seconds = 0;
@@ -292,10 +291,10 @@ void revokeDuringBootstrapCalls(Communicator& comm, const std::string& reason) {
 
 }  // namespace
 
-// A revoke ends the other ranks' bootstrap calls in progress (tcp, ucx, pmix's point to point;
-// pmix's fences end by bootstrap.timeout), with bootstrap.timeout at 120 s: on the communicator,
-// then on the communicator that shrink made of it (a subset of its bootstrap, whose errors name
-// its own ranks). After each, all shrink (no loss) and run on.
+// An explicit revoke ends the other ranks' bootstrap calls in progress (tcp, ucx, pmix's point to
+// point; pmix's fences end by bootstrap.timeout), with bootstrap.timeout at 120 s: on the
+// communicator, then on the communicator that shrink made of it (a subset of its bootstrap, whose
+// errors name its own ranks). After each, all shrink (no loss) and run on.
 BOOST_AUTO_TEST_CASE(revoke_interrupts_bootstrap_calls) {
   RANK_SCOPE();
   REQUIRE_RANKS(3);
