@@ -57,11 +57,12 @@ struct core::FaultState {
   void addLost(std::span<const int> ranks, int size);
 
   /// The communicator's first revoke (this rank's or a peer's; later ones do nothing): stops the
-  /// context and, for an explicit revoke (`interrupt`), ends this rank's bootstrap calls in
-  /// progress (bootstrap::interruptCalls), all under revokeMu, so that a shrink that begins after
-  /// it (shrinkBegins) is not interrupted. An automatic revoke after a failed call does not
-  /// interrupt: a rank waiting in a bootstrap call for the others (who meet it there after their
-  /// failure) must not be pulled out, and a call that needs the lost rank fails by itself.
+  /// context and, for an explicit revoke (`interrupt`: Communicator::revoke), ends this rank's
+  /// bootstrap calls in progress (bootstrap::interruptCalls), all under revokeMu, so that a shrink
+  /// that begins after it (shrinkBegins) is not interrupted. Neither shrink's own revoke nor an
+  /// automatic one after a failed call interrupts: a rank still finishing a bootstrap call that
+  /// the others finished (a barrier before their shrink, or where they meet it after their
+  /// failure) must not be pulled out of it, and a call that needs a lost rank fails by itself.
   void revokeFirst(const Error& why, bool interrupt);
   /// Waits for a first revoke in progress on another thread to finish.
   void shrinkBegins() { std::lock_guard lk(revokeMu); }
@@ -118,8 +119,10 @@ struct Communicator::Impl {
   /// Revokes from this rank: locally and, through the watch, on every other rank.
   /// `code`: what the other ranks' calls fail with (Aborted, or the cause's, naming
   /// suspects.front()).
+  /// `interrupt`: an explicit revoke (Communicator::revoke), which also ends every rank's bootstrap
+  /// calls in progress; not shrink's own, nor one after a failed call.
   void revokeHere(const std::string& reason, std::vector<int> suspects,
-                  ErrorCode code = ErrorCode::Aborted) noexcept;
+                  ErrorCode code = ErrorCode::Aborted, bool interrupt = false) noexcept;
   /// After a call failed with `e`: record the lost rank, and revoke when
   /// collectives.revoke_on_error says so (PeerLost, a diagnosed Timeout).
   void afterFailure(const Error& e) noexcept;

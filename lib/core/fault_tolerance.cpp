@@ -142,20 +142,18 @@ void Communicator::Impl::listenRevokes() {
     f->addLost(r.suspects, n);
     // A revoke after a failed call carries that failure's code and culprit, as if this rank
     // had seen it; Communicator::revoke's is Aborted, naming the rank that revoked.
-    f->revokeFirst(revokeError(d, r.origin, false, r.reason, r.suspects, r.code),
-                   r.code == ErrorCode::Aborted);
+    f->revokeFirst(revokeError(d, r.origin, false, r.reason, r.suspects, r.code), r.interrupt);
   });
 }
 
 void Communicator::Impl::revokeHere(const std::string& reason, std::vector<int> suspects,
-                                    ErrorCode code) noexcept {
+                                    ErrorCode code, bool interrupt) noexcept {
   try {
     fault->addLost(suspects, size);
     const std::string name = domain.empty() ? std::string("the communicator") : domain;
-    fault->revokeFirst(revokeError(name, rank, true, reason, suspects, code),
-                       code == ErrorCode::Aborted);  // explicit: interrupt bootstrap calls
+    fault->revokeFirst(revokeError(name, rank, true, reason, suspects, code), interrupt);
     if (scope && !domain.empty()) {
-      watch::Scope::Revoke r{rank, reason, std::move(suspects), code};
+      watch::Scope::Revoke r{rank, reason, std::move(suspects), code, interrupt};
       scope->deliverRevoke(domain, r);
       scope->broadcastRevoke(domain, r);
     }
@@ -179,7 +177,7 @@ void Communicator::Impl::afterFailure(const Error& e) noexcept {
 }
 
 void Communicator::revoke(std::string_view reason) {
-  impl_->revokeHere(std::string(reason), {});
+  impl_->revokeHere(std::string(reason), {}, ErrorCode::Aborted, true);
 }
 
 std::optional<Error> Communicator::revoked() const {

@@ -9,6 +9,11 @@
 
 namespace strata::watch {
 
+namespace {
+/// Bit 7 of a revoke's code byte: an explicit revoke (Request::interrupt).
+constexpr uint8_t kRevokeInterruptBit = 0x80;
+}  // namespace
+
 std::vector<uint8_t> encodeRequest(const Request& r) {
   wire::Writer w;
   w.u8(static_cast<uint8_t>(r.type)).u64(r.jobId);
@@ -17,7 +22,7 @@ std::vector<uint8_t> encodeRequest(const Request& r) {
     const size_t n = std::min(r.suspects.size(), kMaxRevokeSuspects);
     w.u32(static_cast<uint32_t>(n));
     for (size_t i = 0; i < n; ++i) w.i32(r.suspects[i]);
-    w.u8(r.code);
+    w.u8(static_cast<uint8_t>(r.code | (r.interrupt ? kRevokeInterruptBit : 0)));
   }
   return wire::encodeRecord(kRequestKind, kWatchVersion, w.data());
 }
@@ -43,7 +48,9 @@ Request decodeRequest(std::span<const uint8_t> record) {
     }
     q.suspects.reserve(n);
     for (uint32_t i = 0; i < n; ++i) q.suspects.push_back(r.i32("suspect"));
-    q.code = r.u8("code");
+    const uint8_t byte = r.u8("code");
+    q.interrupt = (byte & kRevokeInterruptBit) != 0;
+    q.code = static_cast<uint8_t>(byte & ~kRevokeInterruptBit);
     if (q.code > static_cast<uint8_t>(ErrorCode::Internal)) {
       throw Error(ErrorCode::ProtocolError,
                   fmt::format("status request: unknown error code {} in a revoke", q.code));

@@ -36,6 +36,7 @@ std::string takeRevoke(ServedScope& scope, const Request& q) {
     r.suspects.push_back(s);
   }
   r.code = static_cast<ErrorCode>(q.code);
+  r.interrupt = q.interrupt;
   if (q.domain.empty()) return "a revoke without a domain";
   if (scope.deliverRevoke(q.domain, r)) {
     STRATA_LOG(Debug, kSub, "rank {} revoked {}: {}", q.origin, q.domain, q.reason);
@@ -75,6 +76,7 @@ void ServedScope::broadcastRevoke(const std::string& domain, const Revoke& revok
     q.reason = revoke.reason;
     q.suspects.assign(revoke.suspects.begin(), revoke.suspects.end());
     q.code = static_cast<uint8_t>(revoke.code);
+    q.interrupt = revoke.interrupt;
     std::vector<int> pending;
     for (int p = 0; p < size(); ++p) {
       if (p != rank()) pending.push_back(p);

@@ -107,7 +107,16 @@ BOOST_AUTO_TEST_CASE(revoke_request_round_trip) {
   BOOST_TEST(back.reason == q.reason);
   BOOST_TEST((back.suspects == q.suspects));
   BOOST_TEST(back.code == q.code);
+  BOOST_TEST(!back.interrupt);
   BOOST_TEST(encodeRequest(back) == rec);
+  // An explicit revoke (bit 7 of the code byte) keeps its code.
+  q.code = static_cast<uint8_t>(ErrorCode::Aborted);
+  q.interrupt = true;
+  back = decodeRequest(encodeRequest(q));
+  BOOST_TEST(back.interrupt);
+  BOOST_TEST(back.code == static_cast<uint8_t>(ErrorCode::Aborted));
+  q.code = static_cast<uint8_t>(ErrorCode::PeerLost);
+  q.interrupt = false;
   // Cut to its limits by the encoder: a long reason, many suspects.
   q.reason.assign(5000, 'x');
   q.suspects.assign(3000, 1);
@@ -120,8 +129,10 @@ BOOST_AUTO_TEST_CASE(revoke_request_round_trip) {
                 "status request");
   }
   Bytes badCode = rec;
-  badCode.back() = 200;
-  expectError([&] { decodeRequest(badCode); }, ErrorCode::ProtocolError, "error code 200");
+  badCode.back() = 100;
+  expectError([&] { decodeRequest(badCode); }, ErrorCode::ProtocolError, "error code 100");
+  badCode.back() = 0x80 | 100;  // the flag does not make a bad code good
+  expectError([&] { decodeRequest(badCode); }, ErrorCode::ProtocolError, "error code 100");
   wire::Writer body;
   body.u8(4).u64(7).str("communicator 0").i32(1).str("why").u32(2000);
   expectError([&] { decodeRequest(wire::encodeRecord(kRequestKind, kWatchVersion, body.data())); },

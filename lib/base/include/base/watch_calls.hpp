@@ -121,6 +121,9 @@ class STRATA_API Scope {
     /// What the other ranks' calls fail with: Aborted (Communicator::revoke), or the code of the
     /// failure that made `origin` revoke (PeerLost, Timeout), naming suspects.front().
     ErrorCode code = ErrorCode::Aborted;
+    /// An explicit revoke (Communicator::revoke): the receivers also end their bootstrap calls
+    /// in progress. Not shrink's own revoke, nor one after a failed call.
+    bool interrupt = false;
   };
   using RevokeListener = std::function<void(const Revoke&)>;
   /// Calls `listener` for the first revoke of `domain` (on the status service's thread; at once,

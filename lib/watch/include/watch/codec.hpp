@@ -103,6 +103,9 @@ struct Request {
   /// The ErrorCode the other ranks' calls fail with: Aborted for Communicator::revoke, the cause's
   /// (PeerLost, Timeout) for a revoke after a failed call.
   uint8_t code = 0;
+  /// An explicit revoke (Communicator::revoke, ncclCommRevoke): the receiver also ends its
+  /// bootstrap calls in progress. On the wire: bit 7 of the code byte.
+  bool interrupt = false;
 };
 /// A status, list or dump request.
 inline Request makeRequest(RequestType type, uint64_t jobId) {
