@@ -23,7 +23,7 @@ packages=(
   # local single-node Slurm for the `slurm` suite (tools/dev/slurm-up.sh)
   slurm-wlm slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
   # scripts: ss/ip (port checks, network namespaces), ps, python3
-  iproute2 procps python3
+  iproute2 procps python3 util-linux
 )
 
 missing=()

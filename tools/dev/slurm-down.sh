@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stops the local Slurm that tools/dev/slurm-up.sh started in STATE_DIR: cancels its jobs, stops
-# slurmd, slurmctld and munged by the PIDs slurm-up recorded, then ends any process left over from
-# this instance (slurmstepd and the tasks under it). Only processes that carry this instance's
+# slurmd (every node's), slurmctld and munged by the PIDs slurm-up recorded, then ends any process
+# left over from this instance (slurmstepd and the tasks under it) and removes the network
+# namespaces of a multi-node instance (STATE_DIR/netns). Only processes that carry this instance's
 # STRATA_SLURM_OWNER mark, or descend from one, are touched; a system munged or another instance's
 # daemons are left alone. Safe to run when nothing is up.
 #
@@ -96,20 +97,35 @@ stop_pids() {  # "pids" grace
   sleep 0.2
 }
 
-recorded_pid() {  # name
-  [[ -f $pids_file ]] && awk -v n="$1" '$1 == n { print $2 }' "$pids_file"
+# The recorded daemons that still run, as "name pid" lines (a multi-node instance has a slurmd
+# per node).
+live_daemons() {
+  [[ -f $pids_file ]] || return 0
+  local name pid
+  while read -r name pid; do
+    pid_alive "$pid" "$name" && echo "$name $pid"
+  done <"$pids_file"
+  return 0
 }
 
+# A multi-node instance: its namespaces (the head first), where the client commands must run.
+netns=()
+[[ -f $state/netns ]] && mapfile -t netns <"$state/netns"
+ctl_prefix=()
+if [[ ${#netns[@]} -gt 0 ]] && ip netns list 2>/dev/null | grep -qw -- "${netns[0]}"; then
+  ctl_prefix=(ip netns exec "${netns[0]}")
+fi
+
 stopped=0
-# Cancel jobs first so slurmstepd ends its tasks cleanly. That needs both daemons; without slurmd
-# the jobs never finish completing, and the sweep below ends their processes instead.
-if pid_alive "$(recorded_pid slurmctld)" slurmctld && pid_alive "$(recorded_pid slurmd)" slurmd &&
-  [[ -f $conf ]]; then
-  mapfile -t jobs < <(SLURM_CONF=$conf timeout 10 squeue -h -o %A 2>/dev/null)
+# Cancel jobs first so slurmstepd ends its tasks cleanly. That needs slurmctld and the slurmds;
+# without them the jobs never finish completing, and the sweep below ends their processes instead.
+live=$(live_daemons)
+if grep -q '^slurmctld ' <<<"$live" && grep -q '^slurmd ' <<<"$live" && [[ -f $conf ]]; then
+  mapfile -t jobs < <(SLURM_CONF=$conf timeout 10 "${ctl_prefix[@]}" squeue -h -o %A 2>/dev/null)
   if [[ ${#jobs[@]} -gt 0 ]]; then
-    SLURM_CONF=$conf timeout 10 scancel "${jobs[@]}" 2>/dev/null
+    SLURM_CONF=$conf timeout 10 "${ctl_prefix[@]}" scancel "${jobs[@]}" 2>/dev/null
     for _ in $(seq 25); do
-      [[ -z $(SLURM_CONF=$conf timeout 5 squeue -h -o %A 2>/dev/null) ]] && break
+      [[ -z $(SLURM_CONF=$conf timeout 5 "${ctl_prefix[@]}" squeue -h -o %A 2>/dev/null) ]] && break
       sleep 0.2
     done
   fi
@@ -119,12 +135,9 @@ fi
 # reused), together with anything still running under them. They are stopped together: each takes
 # one to two seconds to shut down and none needs another to do so.
 daemons=()
-for name in slurmd slurmctld munged; do
-  pid=$(recorded_pid "$name")
-  if pid_alive "$pid" "$name"; then
-    daemons+=("$pid")
-  fi
-done
+while read -r _ pid; do
+  [[ -n $pid ]] && daemons+=("$pid")
+done <<<"$(live_daemons)"
 if [[ ${#daemons[@]} -gt 0 ]]; then
   stop_pids "$(with_descendants "${daemons[@]}")" 10
   stopped=1
@@ -143,6 +156,14 @@ survivors=$(marked_pids)
 if [[ -n $survivors ]]; then
   die "processes of $state still alive after SIGKILL: ${survivors//$'\n'/ }"
 fi
+# The namespaces go once their last process has: their veths and switches with them.
+for ns in "${netns[@]}"; do
+  if ip netns list 2>/dev/null | grep -qw -- "$ns"; then
+    ip netns del "$ns" || die "could not remove network namespace $ns"
+    stopped=$((stopped + 1))
+  fi
+done
+rm -rf "${state:?}/netns" "${state:?}/bin" "${state:?}/links"
 if [[ $stopped -gt 0 ]]; then
   echo "slurm-down: stopped the local Slurm in $state"
 else
