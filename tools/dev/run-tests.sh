@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures (if needed), builds and tests strata, with a local Slurm for the `slurm` suite.
+# Configures (if needed), builds and tests strata, with the local Slurms for the `slurm` and
+# `slurm-multinode` suites.
 #
 # Usage: tools/dev/run-tests.sh [BUILD_DIR] [MESON_TEST_ARGS...]
 #   BUILD_DIR defaults to `build`; the remaining arguments go to `meson test`, e.g.
@@ -9,12 +10,12 @@
 #   MESON_SETUP_ARGS   extra `meson setup` arguments, used only when BUILD_DIR is not configured
 #                      yet (e.g. "-Dwerror=true")
 #   STRATA_BUILD_JOBS  parallel build jobs (default: nproc)
-#   CI=true            a local Slurm that fails to start is an error (otherwise a warning, and the
-#                      `slurm` tests skip)
+#   CI=true            a local Slurm that fails to start is an error (otherwise a warning, and its
+#                      suite's tests skip)
 #
-# The local Slurm runs in BUILD_DIR/slurm (tools/dev/slurm-up.sh) and is stopped on exit, also on
-# failure or Ctrl-C, unless it was already running before this script started. The exit status is
-# meson test's.
+# The local Slurms run in BUILD_DIR/slurm (one node) and BUILD_DIR/slurm-nodes (two namespace
+# nodes: tools/dev/slurm-up.sh --nodes 2) and are stopped on exit, also on failure or Ctrl-C,
+# unless they were already running before this script started. The exit status is meson test's.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -50,14 +51,18 @@ say "building $build"
 ninja -C "$build" -j "${STRATA_BUILD_JOBS:-$(nproc)}" || die "build failed in $build"
 
 # --- local Slurm ----------------------------------------------------------------------------------
+# Two instances: one node in BUILD_DIR/slurm (suite slurm) and two namespace nodes in
+# BUILD_DIR/slurm-nodes (suite slurm-multinode).
 state=$(cd "$build" && pwd)/slurm
-stop_slurm=0
+nodes_state=$(cd "$build" && pwd)/slurm-nodes
+to_stop=()
 # shellcheck disable=SC2317  # called from the EXIT trap
 cleanup() {
-  if [[ $stop_slurm -eq 1 ]]; then
-    stop_slurm=0
-    "$here/slurm-down.sh" "$state" || echo "run-tests: warning: slurm-down failed for $state" >&2
-  fi
+  local s
+  for s in "${to_stop[@]}"; do
+    "$here/slurm-down.sh" "$s" || echo "run-tests: warning: slurm-down failed for $s" >&2
+  done
+  to_stop=()
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -73,20 +78,30 @@ on_signal() {
   exit "$1"
 }
 
-if out=$("$here/slurm-up.sh" "$state" 2>&1); then
-  echo "$out"
-  [[ $out == *"already up"* ]] || stop_slurm=1
-  # shellcheck disable=SC1091
-  . "$state/env"
-else
+# start_slurm STATE SUITE [SLURM_UP_ARGS...]: starts it (or finds it up); 1 when it did not start.
+start_slurm() {
+  local st=$1 suite=$2 out
+  shift 2
+  if out=$("$here/slurm-up.sh" "$@" "$st" 2>&1); then
+    echo "$out"
+    [[ $out == *"already up"* ]] || to_stop+=("$st")
+    return 0
+  fi
   # slurm-up stops whatever it started when it fails.
   echo "$out" >&2
   if [[ $ci -eq 1 ]]; then
-    die "the local Slurm did not start (CI=true makes this fatal)"
+    die "the local Slurm in $st did not start (CI=true makes this fatal)"
   fi
-  echo "run-tests: warning: no local Slurm; the slurm suite will be skipped" >&2
+  echo "run-tests: warning: no local Slurm in $st; the $suite suite will be skipped" >&2
+  return 1
+}
+if start_slurm "$state" slurm; then
+  # shellcheck disable=SC1091
+  . "$state/env"
+else
   unset STRATA_SLURM_STATE
 fi
+start_slurm "$nodes_state" slurm-multinode --nodes 2 || true
 
 # --- test -----------------------------------------------------------------------------------------
 say "meson test -C $build --print-errorlogs $*"
