@@ -188,10 +188,11 @@ class Subset final : public Bootstrap, public mesh::Interruptible {
     std::lock_guard lk(p.recvMu);
     auto take = [&](const std::vector<char>& m) {
       if (m.size() != bytes) {
-        throw Error(ErrorCode::ProtocolError,
-                    fmt::format("recv from rank {} (tag {}): expected {} bytes, the peer sent {}",
-                                peer, tag, bytes, m.size()),
-                    peer);
+        throw mesh::SizeMismatch(
+            ErrorCode::ProtocolError,
+            fmt::format("recv from rank {} (tag {}): expected {} bytes, the peer sent {}", peer,
+                        tag, bytes, m.size()),
+            peer);
       }
       if (bytes > 0) std::memcpy(data, m.data(), bytes);
     };

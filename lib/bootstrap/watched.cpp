@@ -64,6 +64,8 @@ class Watched final : public Bootstrap, public mesh::Interruptible {
       f();
     } catch (const mesh::Interrupted&) {
       throw;  // a revoke's error, not this bootstrap's failure
+    } catch (const mesh::SizeMismatch&) {
+      throw;  // the sender is known and alive: its call differs from this one
     } catch (const Error& e) {
       // A peer that closed its bootstrap because a call of its own failed is not the cause
       // either: it waited for someone too.

@@ -98,6 +98,7 @@ void PeerMesh::setStarCollectives(bool star) {
 
 Interruptible::~Interruptible() = default;
 Interrupted::~Interrupted() = default;
+SizeMismatch::~SizeMismatch() = default;
 
 namespace {
 /// The call this thread is in (CallScope).
@@ -294,11 +295,11 @@ void PeerMesh::Impl::recv(int peer, int tag, void* data, size_t bytes, const Dea
   if (it->second.empty()) p.inbox.erase(it);
   lk.unlock();
   if (m.size != bytes) {
-    throw Error(ErrorCode::ProtocolError,
-                fmt::format("{} from rank {} ({}): expected {} bytes but rank {} sent {} "
-                            "bytes; the message was discarded",
-                            op, peer, tagText(tag), bytes, peer, m.size),
-                peer);
+    throw SizeMismatch(ErrorCode::ProtocolError,
+                       fmt::format("{} from rank {} ({}): expected {} bytes but rank {} sent {} "
+                                   "bytes; the message was discarded",
+                                   op, peer, tagText(tag), bytes, peer, m.size),
+                       peer);
   }
   if (bytes) std::memcpy(data, m.data.get(), bytes);
 }

@@ -492,14 +492,15 @@ void UcxBootstrap::recvTagged(Lock& lk, int peer, uint64_t tag, void* data, size
   }
   waitRequest(lk, req, state, deadline, peer, op, kind, userTag);
   if (mismatch) {
-    throw Error(ErrorCode::ProtocolError,
-                any ? fmt::format("{} from rank {} ({}): rank {} sent {} bytes, more than "
-                                  "bootstrap.max_message ({} bytes); the message was discarded",
-                                  op, peer, tagText(kind, userTag), peer, length, maxMessage_)
-                    : fmt::format("{} from rank {} ({}): expected {} bytes but rank {} sent {} "
-                                  "bytes; the message was discarded",
-                                  op, peer, tagText(kind, userTag), bytes, peer, length),
-                peer);
+    throw mesh::SizeMismatch(
+        ErrorCode::ProtocolError,
+        any ? fmt::format("{} from rank {} ({}): rank {} sent {} bytes, more than "
+                          "bootstrap.max_message ({} bytes); the message was discarded",
+                          op, peer, tagText(kind, userTag), peer, length, maxMessage_)
+            : fmt::format("{} from rank {} ({}): expected {} bytes but rank {} sent {} "
+                          "bytes; the message was discarded",
+                          op, peer, tagText(kind, userTag), bytes, peer, length),
+        peer);
   }
   if (state->status != UCS_OK) {
     if (isPeerFailure(state->status)) {

@@ -90,6 +90,16 @@ class STRATA_API Interrupted : public Error {
   ~Interrupted() override;
 };
 
+/// What a recv throws when the message has another size than the call asked for
+/// (ProtocolError naming the sender): both ranks are alive, in calls that differ. The watch looks
+/// for no other culprit (a rank that has meanwhile left is not the cause), and the bootstrap
+/// wrappers pass it on as it is.
+class STRATA_API SizeMismatch : public Error {
+ public:
+  using Error::Error;
+  ~SizeMismatch() override;
+};
+
 /// The outermost call this thread is in on an interruptible object (a PeerMesh, the ucx
 /// bootstrap) and that object's interrupt count when the call began: an interrupt ends the calls
 /// that began before it, not later ones. Each public call of the object holds one.
