@@ -145,6 +145,13 @@ InterruptKey PeerMesh::interruptKey() const noexcept {
   return {impl_.get(), &impl_->interrupts};
 }
 
+void PeerMesh::throwIfInterrupted() const {
+  auto& I = *impl_;
+  if (!I.interruptedCall()) return;
+  std::lock_guard lk(I.mu);
+  I.throwInterrupted();
+}
+
 void PeerMesh::interrupt(const Error& why) noexcept {
   auto& I = *impl_;
   try {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,8 +17,19 @@
 
 namespace strata::pmix {
 
+// A collective holds a call of the mesh's (mesh::CallScope) from its start, so that a revoke's
+// interrupt (PeerMesh::interrupt) ends its fence too, whether the mesh or PMIx carries it.
+namespace {
+WaitCheck interruptCheck(const mesh::PeerMesh* m) {
+  if (!m) return {};
+  return [m] { m->throwIfInterrupted(); };
+}
+}  // namespace
+
 void PmixBootstrap::allGather(void* data, size_t bytesPerRank) {
   auto& I = *impl_;
+  std::optional<mesh::CallScope> call;
+  if (I.mesh) call.emplace(I.mesh->interruptKey());
   I.checkNotAborted();
   std::lock_guard lk(I.callMu);
   uint64_t seq = ++I.seq;
@@ -32,7 +44,8 @@ void PmixBootstrap::allGather(void* data, size_t bytesPerRank) {
              std::vector<uint8_t>(slot, slot + bytesPerRank)};
   auto rec = encodeValue(mine);
   auto others = I.others();
-  auto values = dataFence(&rec, bytesPerRank, others, I.timeout, "allGather");
+  auto values =
+      dataFence(interruptCheck(I.mesh.get()), &rec, bytesPerRank, others, I.timeout, "allGather");
   for (size_t i = 0; i < others.size(); ++i) {
     int peer = others[i];
     auto payload = decodeValue(values[i], mine, peer);
@@ -51,6 +64,8 @@ void PmixBootstrap::allGather(void* data, size_t bytesPerRank) {
 
 void PmixBootstrap::broadcast(void* data, size_t bytes, int root) {
   auto& I = *impl_;
+  std::optional<mesh::CallScope> call;
+  if (I.mesh) call.emplace(I.mesh->interruptKey());
   if (root < 0 || root >= I.size) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("pmix bootstrap: broadcast root {} is not a rank of this job (0..{})",
@@ -69,10 +84,11 @@ void PmixBootstrap::broadcast(void* data, size_t bytes, int root) {
   if (I.rank == root) {
     expect.payload.assign(p, p + bytes);
     auto rec = encodeValue(expect);
-    dataFence(&rec, bytes, {}, I.timeout, "broadcast");
+    dataFence(interruptCheck(I.mesh.get()), &rec, bytes, {}, I.timeout, "broadcast");
     return;
   }
-  auto values = dataFence(nullptr, bytes, {root}, I.timeout, "broadcast");
+  auto values =
+      dataFence(interruptCheck(I.mesh.get()), nullptr, bytes, {root}, I.timeout, "broadcast");
   auto payload = decodeValue(values[0], expect, root);
   if (payload.size() != bytes) {
     throw Error(ErrorCode::ProtocolError,
@@ -86,13 +102,15 @@ void PmixBootstrap::broadcast(void* data, size_t bytes, int root) {
 
 void PmixBootstrap::barrier() {
   auto& I = *impl_;
+  std::optional<mesh::CallScope> call;
+  if (I.mesh) call.emplace(I.mesh->interruptKey());
   I.checkNotAborted();
   std::lock_guard lk(I.callMu);
   ++I.seq;
   if (I.size == 1) return;
   Session& s = session();
   std::lock_guard fk(s.fenceMu);
-  fence(false, I.timeout, "barrier");
+  fence(false, I.timeout, "barrier", interruptCheck(I.mesh.get()));
 }
 
 }  // namespace strata::pmix

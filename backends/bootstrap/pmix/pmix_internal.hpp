@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,9 @@ struct Session {
   // completed, which every rank entered only after finishing its Gets of fence c.
   std::mutex fenceMu;
   uint64_t dataFences = 0;
+  // A fence this process stopped waiting for (a revoke interrupted it): it stays entered, so the
+  // job's fences are out of step from then on and every later fence here fails at once.
+  std::string abandonedFence;
 };
 
 Session& session();
@@ -82,9 +86,13 @@ void release() noexcept;
 /// naming the bootstrap operation.
 [[noreturn]] void fail(std::string_view what, pmix_status_t rc, double timeout, int peer = -1);
 
+/// Throws when a wait must end early (a revoke's interrupt: PeerMesh::throwIfInterrupted).
+using WaitCheck = std::function<void()>;
+
 /// One job-wide fence (collecting data when `collect`), bounded by `timeout` seconds. The caller
-/// holds session().fenceMu.
-void fence(bool collect, double timeout, std::string_view what);
+/// holds session().fenceMu. `check`, when set, runs every 50 ms of the wait; what it throws ends
+/// the wait (the fence stays entered: Session::abandonedFence).
+void fence(bool collect, double timeout, std::string_view what, const WaitCheck& check = {});
 /// PMIx_Put of `value` as a byte object under `key` (global scope), then PMIx_Commit.
 void put(const char* key, const std::vector<uint8_t>& value, std::string_view what);
 /// Rank `peer`'s byte object under `key`, at most kMaxValue bytes.
@@ -112,7 +120,8 @@ std::vector<uint8_t> decodeValue(const std::vector<uint8_t>& rec, const Value& e
 /// Put (when `mine` is set), one collecting fence, and Gets of the ranks in `from`.
 /// `payloadBound` is the largest payload any rank may put in this call (the same on every rank,
 /// so that all agree on the key).
-std::vector<std::vector<uint8_t>> dataFence(const std::vector<uint8_t>* mine, size_t payloadBound,
+std::vector<std::vector<uint8_t>> dataFence(const WaitCheck& check,
+                                            const std::vector<uint8_t>* mine, size_t payloadBound,
                                             const std::vector<int>& from, double timeout,
                                             std::string_view what);
 

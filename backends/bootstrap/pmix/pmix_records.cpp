@@ -82,7 +82,8 @@ std::vector<uint8_t> decodeValue(const std::vector<uint8_t>& rec, const Value& e
   return payload;
 }
 
-std::vector<std::vector<uint8_t>> dataFence(const std::vector<uint8_t>* mine, size_t payloadBound,
+std::vector<std::vector<uint8_t>> dataFence(const WaitCheck& check,
+                                            const std::vector<uint8_t>* mine, size_t payloadBound,
                                             const std::vector<int>& from, double timeout,
                                             std::string_view what) {
   Session& s = session();
@@ -100,7 +101,7 @@ std::vector<std::vector<uint8_t>> dataFence(const std::vector<uint8_t>* mine, si
     padded.resize(cls, 0);
     put(key.c_str(), padded, what);
   }
-  fence(true, timeout, what);
+  fence(true, timeout, what, check);
   std::vector<std::vector<uint8_t>> out;
   out.reserve(from.size());
   for (int peer : from) out.push_back(get(peer, key.c_str(), timeout, what));
