@@ -4,7 +4,7 @@
 #
 #   tools/bench/coll_vs_peers.sh [--ranks "2 4"] [--min 8] [--max 64M] [--factor 4]
 #       [--ops "allreduce allgather"] [--out DIR] [--build BUILD_DIR] [--bind core|none]
-#       [--registered]
+#       [--registered] [--nodes N]
 #
 #   --out     where the helper programs, JSON lines, logs and plots go (default: a new
 #             /tmp/strata-coll.XXXXXX, kept and printed at the end)
@@ -20,6 +20,12 @@
 #             better peer), and is followed by the algorithm strata-perf reported per size for
 #             the normal and the registered run (a size whose rounds ran different algorithms
 #             lists each, comma-separated).
+#
+#   --nodes   run across N nodes of the local multi-node Slurm (tools/dev/slurm-up.sh --nodes N,
+#             found as tests/harness/run-srun.sh finds it): strata-perf and Open MPI's mpi_coll
+#             under `srun -N N --mpi=pmix` (strata's pmix bootstrap; Open MPI's pml ob1 with btl
+#             self,vader,tcp), both on the nodes' data network (data0); no binding (Slurm's
+#             task/none); Gloo is skipped (it has no srun launch here).
 #
 # After the tables it prints the machine: CPU model, single-thread memcpy (hot and cold, built
 # from memcpy_bw.c) and cross-process reads (process_vm_readv vs a shared mapping, cma_vs_shm.c).
@@ -47,6 +53,7 @@ out=
 build_dir=build
 bind=core
 registered=0
+nodes=
 
 usage() {
   sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -62,6 +69,7 @@ while (($# > 0)); do
     --build) build_dir=$2; shift 2 ;;
     --bind) bind=$2; shift 2 ;;
     --registered) registered=1; shift ;;
+    --nodes) nodes=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "coll_vs_peers: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -105,10 +113,30 @@ export UCX_NET_DEVICES=lo
 export STRATA_CONFIG=/dev/null/none
 export OMPI_MCA_btl_tcp_if_include=lo
 export OMPI_MCA_oob_tcp_if_include=lo
+srun_cmd=()
+if [[ -n $nodes ]]; then
+  [[ $nodes =~ ^[2-8]$ ]] || { echo "coll_vs_peers: --nodes takes 2..8, not '$nodes'" >&2; exit 2; }
+  # shellcheck source=../../tests/harness/find-slurm-nodes.sh
+  . "$repo/tests/harness/find-slurm-nodes.sh"
+  envf=$(find_slurm_nodes_env "$repo")
+  [[ -n $envf ]] || { echo "coll_vs_peers: no local multi-node Slurm is up (tools/dev/slurm-up.sh --nodes $nodes BUILD/slurm-nodes)" >&2; exit 1; }
+  unset SLURM_CONF
+  # shellcheck disable=SC1090  # written by slurm-up.sh
+  . "$envf"
+  iface=${STRATA_SLURM_DATA_IFACE:-data0}
+  export STRATA_BOOTSTRAP_TCP_INTERFACE="=$iface" FI_TCP_IFACE=$iface UCX_NET_DEVICES=$iface
+  export OMPI_MCA_btl_tcp_if_include=$iface OMPI_MCA_oob_tcp_if_include=$iface
+  export STRATA_BOOTSTRAP_BACKEND=pmix
+  srun_cmd=(srun -N "$nodes" --mpi=pmix --export=ALL --kill-on-bad-exit=1)
+  run_bind=()
+  bind=none
+fi
 
 strata_run="$build_dir/tools/strata-run/strata-run"
 strata_perf="$build_dir/tools/strata-perf/strata-perf"
 [[ -x $strata_run ]] || strata_run=
+# Across nodes srun launches instead (strata_run only says "a launcher is there").
+[[ -n $nodes ]] && strata_run=srun
 [[ -x $strata_perf ]] || strata_perf=
 if [[ -z $strata_run ]]; then
   echo "# strata-run not found in $build_dir (build first, or pass --build): strata is skipped" >&2
@@ -161,6 +189,10 @@ else
   done
   ((have_gloo)) || echo "# Gloo skipped: $cxx failed to build gloo_coll.cpp; see $out/gloo_coll.build.log" >&2
 fi
+if ((have_gloo)) && [[ -n $nodes ]]; then
+  echo "# Gloo skipped: no srun launch for it across nodes" >&2
+  have_gloo=0
+fi
 if ((have_gloo)) && [[ -z $strata_run ]] && ((!have_mpi)); then
   echo "# Gloo skipped: it needs a launcher (strata-run or mpirun) and neither is available" >&2
   have_gloo=0
@@ -184,17 +216,27 @@ run_strata() {
   local json="$out/$name-$op-n$n.r$rep.json" log="$out/$name-$op-n$n.r$rep.log"
   local extra=("${@:4}")
   rm -f "$json"
-  echo "# strata-run -n $n ${run_bind[*]} strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0${extra[*]:+ ${extra[*]}} ..." >&2
-  timeout "$run_timeout" "$strata_run" -n "$n" "${run_bind[@]}" "$strata_perf" "$op" -b "$min" -e "$max" \
+  local launch=("$strata_run" -n "$n" "${run_bind[@]}")
+  [[ -n $nodes ]] && launch=("${srun_cmd[@]}" -n "$n")
+  echo "# ${launch[*]/#*strata-run/strata-run} strata-perf $op -b $min -e $max -f $factor ${perf_iters[*]} -c 0${extra[*]:+ ${extra[*]}} ..." >&2
+  timeout "$run_timeout" "${launch[@]}" "$strata_perf" "$op" -b "$min" -e "$max" \
     -f "$factor" "${perf_iters[@]}" -c 0 "${extra[@]}" --json "$json" >"$log" 2>&1 ||
     note_failure "$log" "strata-perf $op ${extra[*]} at N=$n"
 }
 
 run_mpi() {
   local op=$1 n=$2 json="$out/openmpi-$1-n$2.r$rep.json" log="$out/openmpi-$1-n$2.r$rep.log"
-  echo "# mpirun -np $n ${mpi_bind[*]} mpi_coll $op ${peer_args[*]} (pml ob1, btl self,vader) ..." >&2
+  [[ -n $nodes ]] ||
+    echo "# mpirun -np $n ${mpi_bind[*]} mpi_coll $op ${peer_args[*]} (pml ob1, btl self,vader) ..." >&2
   # ob1 with the vader BTL is Open MPI's shared-memory path; without --mca pml ob1 Open MPI 4.1
   # would pick UCX's pml where UCX is installed.
+  if [[ -n $nodes ]]; then
+    echo "# ${srun_cmd[*]} -n $n mpi_coll $op ${peer_args[*]} (pml ob1, btl self,vader,tcp) ..." >&2
+    OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp timeout "$run_timeout" "${srun_cmd[@]}" -n "$n" \
+      "$out/mpi_coll" "$op" "${peer_args[@]}" >"$json" 2>"$log" ||
+      note_failure "$log" "mpi_coll $op at N=$n across $nodes nodes"
+    return
+  fi
   timeout "$run_timeout" mpirun --allow-run-as-root --oversubscribe "${mpi_bind[@]}" -np "$n" \
     --mca pml ob1 --mca btl self,vader --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
     "$out/mpi_coll" "$op" "${peer_args[@]}" >"$json" 2>"$log" ||
