@@ -97,6 +97,11 @@ void PeerMesh::setStarCollectives(bool star) {
 }
 
 Interruptible::~Interruptible() = default;
+Interrupted::Interrupted(std::string_view backend, const Error& why)
+    : Error(
+          why.code(),
+          fmt::format("{} bootstrap: a call in progress was interrupted: {}", backend, why.what()),
+          why.peer()) {}
 Interrupted::~Interrupted() = default;
 SizeMismatch::~SizeMismatch() = default;
 
@@ -134,22 +139,11 @@ bool PeerMesh::Impl::interruptedCall() const {
 }
 
 void PeerMesh::Impl::throwInterrupted() {
-  const Error& why = *interruptWhy;
-  throw Interrupted(
-      why.code(),
-      fmt::format("{} bootstrap: a call in progress was interrupted: {}", opt.backend, why.what()),
-      why.peer());
+  throw Interrupted(opt.backend, *interruptWhy);
 }
 
 InterruptKey PeerMesh::interruptKey() const noexcept {
   return {impl_.get(), &impl_->interrupts};
-}
-
-void PeerMesh::throwIfInterrupted() const {
-  auto& I = *impl_;
-  if (!I.interruptedCall()) return;
-  std::lock_guard lk(I.mu);
-  I.throwInterrupted();
 }
 
 void PeerMesh::interrupt(const Error& why) noexcept {
@@ -168,13 +162,13 @@ void PeerMesh::interrupt(const Error& why) noexcept {
 
 void PeerMesh::send(int peer, int tag, const void* data, size_t bytes, const Deadline& deadline,
                     std::string_view op, bool internal) {
-  CallScope call(impl_.get(), impl_->interrupts);
+  CallScope call(interruptKey());
   impl_->send(peer, tag, data, bytes, deadline, op, internal);
 }
 
 void PeerMesh::recv(int peer, int tag, void* data, size_t bytes, const Deadline& deadline,
                     std::string_view op, bool internal) {
-  CallScope call(impl_.get(), impl_->interrupts);
+  CallScope call(interruptKey());
   impl_->recv(peer, tag, data, bytes, deadline, op, internal);
 }
 
@@ -313,7 +307,7 @@ void PeerMesh::Impl::recv(int peer, int tag, void* data, size_t bytes, const Dea
 
 void PeerMesh::allGather(void* data, size_t bytesPerRank) {
   auto& I = *impl_;
-  CallScope call(&I, I.interrupts);
+  CallScope call(interruptKey());
   if (!p2p::allGatherNeeded(I.opt.size, data, bytesPerRank)) return;
   std::lock_guard coll(I.collMu);
   const bool star = useStar(I, static_cast<size_t>(I.opt.size) * bytesPerRank);
@@ -324,7 +318,7 @@ void PeerMesh::allGather(void* data, size_t bytesPerRank) {
 
 void PeerMesh::broadcast(void* data, size_t bytes, int root) {
   auto& I = *impl_;
-  CallScope call(&I, I.interrupts);
+  CallScope call(interruptKey());
   if (!p2p::broadcastNeeded(I.opt.size, data, bytes, root)) return;
   std::lock_guard coll(I.collMu);
   p2p::broadcast(collectiveMessenger(I, kTagBroadcast, "broadcast"), useStar(I, bytes), data, bytes,
@@ -333,7 +327,7 @@ void PeerMesh::broadcast(void* data, size_t bytes, int root) {
 
 void PeerMesh::barrier() {
   auto& I = *impl_;
-  CallScope call(&I, I.interrupts);
+  CallScope call(interruptKey());
   if (!p2p::barrierNeeded(I.opt.size)) return;
   std::lock_guard coll(I.collMu);
   p2p::barrier(collectiveMessenger(I, kTagBarrier, "barrier"), useStar(I, 0));

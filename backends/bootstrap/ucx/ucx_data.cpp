@@ -187,10 +187,7 @@ void UcxBootstrap::throwAborted() const {
 }
 
 void UcxBootstrap::throwInterrupted() const {
-  const Error& why = *interruptWhy_;
-  throw mesh::Interrupted(
-      why.code(), fmt::format("ucx bootstrap: a call in progress was interrupted: {}", why.what()),
-      why.peer());
+  throw mesh::Interrupted("ucx", *interruptWhy_);
 }
 
 bool UcxBootstrap::interruptCalls(const Error& why) noexcept {

@@ -87,6 +87,8 @@ class STRATA_API Interruptible {
 class STRATA_API Interrupted : public Error {
  public:
   using Error::Error;
+  /// The error of a call of the `backend` bootstrap that the interrupt `why` ended.
+  Interrupted(std::string_view backend, const Error& why);
   ~Interrupted() override;
 };
 
@@ -166,10 +168,6 @@ class STRATA_API PeerMesh {
   void interrupt(const Error& why) noexcept;
   /// The key of this mesh's interrupts (CallScope).
   InterruptKey interruptKey() const noexcept;
-  /// Throws Interrupted when the calling thread is in a call on this mesh (a CallScope of its
-  /// key) that began before the last interrupt: for waits outside the mesh that a revoke must
-  /// end too (the pmix bootstrap's fences).
-  void throwIfInterrupted() const;
   /// Flushes queued frames, sends goodbye on every connection and closes them (idempotent).
   void close() noexcept;
 
