@@ -17,10 +17,6 @@
 
 namespace strata::pmix {
 
-/// Largest allGather slot or broadcast payload (bytes per rank) carried by PMIx itself; larger
-/// ones go over the peer mesh (Bruck allGather, binomial broadcast).
-inline constexpr size_t kInlineMax = 4096;
-
 /// Record kind of the values this backend puts into PMIx (docs/backends.md).
 inline constexpr uint16_t kValueKind = 40;
 inline constexpr uint16_t kValueVersion = 1;

@@ -259,16 +259,7 @@ void release() noexcept {
 
 /// One job-wide fence. PMIX_TIMEOUT asks the server to give up; a local deadline a little later
 /// makes sure this call returns even if a server ignores it.
-void fence(bool collect, double timeout, std::string_view what, const WaitCheck& check) {
-  Session& s = session();
-  if (!s.abandonedFence.empty()) {
-    throw Error(ErrorCode::Aborted,
-                fmt::format("pmix bootstrap: {}: this process stopped waiting for an earlier "
-                            "PMIx fence ({}), which stays entered, so the job's fences are out of "
-                            "step. After a revoke, shrink() (it talks over the peer mesh) and use "
-                            "the new communicator",
-                            what, s.abandonedFence));
-  }
+void fence(bool collect, double timeout, std::string_view what) {
   auto wait = std::make_shared<FenceWait>();
   int seconds = pmixTimeout(timeout);
   wait->ninfo = seconds > 0 ? 2 : 1;
@@ -285,24 +276,7 @@ void fence(bool collect, double timeout, std::string_view what, const WaitCheck&
   Deadline deadline = seconds > 0 ? Deadline::after(seconds + 2.0) : Deadline::never();
   std::unique_lock lk(wait->mu);
   while (!wait->done) {
-    if (check) {
-      // The fence callback's holder keeps `wait` alive if this returns early.
-      try {
-        lk.unlock();
-        check();
-        lk.lock();
-      } catch (const std::exception& e) {
-        s.abandonedFence = fmt::format("{}: {}", what, e.what());
-        throw;
-      }
-      if (wait->done) break;
-      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-      if (!deadline.isNever()) until = std::min(until, deadline.at());
-      wait->cv.wait_until(lk, until);
-      if (!wait->done && !deadline.isNever() && deadline.expired()) {
-        fail(fmt::format("{} (PMIx fence)", what), PMIX_ERR_TIMEOUT, timeout);
-      }
-    } else if (deadline.isNever()) {
+    if (deadline.isNever()) {
       wait->cv.wait(lk);
     } else if (wait->cv.wait_until(lk, deadline.at()) == std::cv_status::timeout && !wait->done) {
       fail(fmt::format("{} (PMIx fence)", what), PMIX_ERR_TIMEOUT, timeout);

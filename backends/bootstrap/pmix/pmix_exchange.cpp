@@ -28,8 +28,7 @@ MeshDirectory exchangeAddresses(uint64_t instance, int rank, int size,
   body.str(address).str(secret);
   Value mine{Op::Create, instance, 0, rank, body.take()};
   auto rec = encodeValue(mine);
-  auto values =
-      dataFence({}, &rec, kCreatePayloadMax, others, timeout, "create (address exchange)");
+  auto values = dataFence(&rec, kCreatePayloadMax, others, timeout, "create (address exchange)");
 
   std::vector<std::string> table(static_cast<size_t>(size));
   table[static_cast<size_t>(rank)] = address;

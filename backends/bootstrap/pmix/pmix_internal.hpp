@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,7 +38,6 @@ inline constexpr size_t kMaxSecret = 256;
 inline constexpr size_t kValueOverhead = wire::kRecordHeaderSize + 1 + 8 + 8 + 4 + 4;
 inline constexpr size_t kCreatePayloadMax = 4 + kMaxAddress + 4 + kMaxSecret;
 inline constexpr size_t kMaxValue = 8192;
-static_assert(kValueOverhead + kInlineMax <= kMaxValue);
 static_assert(kValueOverhead + kCreatePayloadMax <= kMaxValue);
 
 // --- the PMIx library (pmix_client.cpp) ---------------------------------------------------
@@ -69,9 +67,6 @@ struct Session {
   // completed, which every rank entered only after finishing its Gets of fence c.
   std::mutex fenceMu;
   uint64_t dataFences = 0;
-  // A fence this process stopped waiting for (a revoke interrupted it): it stays entered, so the
-  // job's fences are out of step from then on and every later fence here fails at once.
-  std::string abandonedFence;
 };
 
 Session& session();
@@ -86,13 +81,9 @@ void release() noexcept;
 /// naming the bootstrap operation.
 [[noreturn]] void fail(std::string_view what, pmix_status_t rc, double timeout, int peer = -1);
 
-/// Throws when a wait must end early (a revoke's interrupt: PeerMesh::throwIfInterrupted).
-using WaitCheck = std::function<void()>;
-
 /// One job-wide fence (collecting data when `collect`), bounded by `timeout` seconds. The caller
-/// holds session().fenceMu. `check`, when set, runs every 50 ms of the wait; what it throws ends
-/// the wait (the fence stays entered: Session::abandonedFence).
-void fence(bool collect, double timeout, std::string_view what, const WaitCheck& check = {});
+/// holds session().fenceMu.
+void fence(bool collect, double timeout, std::string_view what);
 /// PMIx_Put of `value` as a byte object under `key` (global scope), then PMIx_Commit.
 void put(const char* key, const std::vector<uint8_t>& value, std::string_view what);
 /// Rank `peer`'s byte object under `key`, at most kMaxValue bytes.
@@ -100,9 +91,9 @@ std::vector<uint8_t> get(int peer, const char* key, double timeout, std::string_
 
 // --- records, keys and data fences (pmix_records.cpp) -------------------------------------
 
-enum class Op : uint8_t { Create = 1, AllGather = 2, Broadcast = 3 };
+enum class Op : uint8_t { Create = 1 };
 
-/// One value put into PMIx (docs/backends.md, "PMIx records, keys and the inline limit").
+/// One value put into PMIx (docs/backends.md, "PMIx records and keys").
 struct Value {
   Op op;
   uint64_t instance;
@@ -120,8 +111,7 @@ std::vector<uint8_t> decodeValue(const std::vector<uint8_t>& rec, const Value& e
 /// Put (when `mine` is set), one collecting fence, and Gets of the ranks in `from`.
 /// `payloadBound` is the largest payload any rank may put in this call (the same on every rank,
 /// so that all agree on the key).
-std::vector<std::vector<uint8_t>> dataFence(const WaitCheck& check,
-                                            const std::vector<uint8_t>* mine, size_t payloadBound,
+std::vector<std::vector<uint8_t>> dataFence(const std::vector<uint8_t>* mine, size_t payloadBound,
                                             const std::vector<int>& from, double timeout,
                                             std::string_view what);
 
@@ -148,8 +138,6 @@ struct PmixBootstrap::Impl {
   double timeout = 30;
   bool released = false;
   std::unique_ptr<mesh::PeerMesh> mesh;
-  std::mutex callMu;  // one collective at a time, so that seq follows the order of calls
-  uint64_t seq = 0;
   std::atomic<bool> aborted{false};
   std::string abortReason;
 

@@ -1,6 +1,5 @@
-// The records this backend puts into PMIx (kind 40; docs/backends.md, "PMIx records, keys and
-// the inline limit"), the keys they are put under, and the data fence that moves one call's
-// records between the ranks.
+// The records this backend puts into PMIx at creation (kind 40; docs/backends.md, "PMIx records
+// and keys"), the keys they are put under, and the data fence that moves them between the ranks.
 
 #include <algorithm>
 #include <cstdint>
@@ -34,10 +33,6 @@ const char* opName(Op op) {
   switch (op) {
     case Op::Create:
       return "create";
-    case Op::AllGather:
-      return "allGather";
-    case Op::Broadcast:
-      return "broadcast";
   }
   return "?";
 }
@@ -68,7 +63,7 @@ std::vector<uint8_t> decodeValue(const std::vector<uint8_t>& rec, const Value& e
   uint64_t instance = r.u64("instance");
   uint64_t seq = r.u64("seq");
   int32_t rank = r.i32("rank");
-  auto payload = r.bytes(std::max(kInlineMax, kCreatePayloadMax), "payload");
+  auto payload = r.bytes(kCreatePayloadMax, "payload");
   r.expectEnd();
   if (op != expect.op || instance != expect.instance || seq != expect.seq || rank != from) {
     throw Error(ErrorCode::ProtocolError,
@@ -82,8 +77,7 @@ std::vector<uint8_t> decodeValue(const std::vector<uint8_t>& rec, const Value& e
   return payload;
 }
 
-std::vector<std::vector<uint8_t>> dataFence(const WaitCheck& check,
-                                            const std::vector<uint8_t>* mine, size_t payloadBound,
+std::vector<std::vector<uint8_t>> dataFence(const std::vector<uint8_t>* mine, size_t payloadBound,
                                             const std::vector<int>& from, double timeout,
                                             std::string_view what) {
   Session& s = session();
@@ -101,7 +95,7 @@ std::vector<std::vector<uint8_t>> dataFence(const WaitCheck& check,
     padded.resize(cls, 0);
     put(key.c_str(), padded, what);
   }
-  fence(true, timeout, what, check);
+  fence(true, timeout, what);
   std::vector<std::vector<uint8_t>> out;
   out.reserve(from.size());
   for (int peer : from) out.push_back(get(peer, key.c_str(), timeout, what));
