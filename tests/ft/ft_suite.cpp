@@ -291,10 +291,10 @@ void revokeDuringBootstrapCalls(Communicator& comm, const std::string& reason) {
 
 }  // namespace
 
-// An explicit revoke ends the other ranks' bootstrap calls in progress (tcp, ucx, pmix: point to
-// point and its fences), with bootstrap.timeout at 120 s: on the
-// communicator, then on the communicator that shrink made of it (a subset of its bootstrap, whose
-// errors name its own ranks). After each, all shrink (no loss) and run on.
+// An explicit revoke ends the other ranks' bootstrap calls in progress (tcp, pmix: their peer
+// mesh; ucx), with bootstrap.timeout at 120 s: on the communicator, then on the communicator that
+// shrink made of it (a subset of its bootstrap, whose errors name its own ranks). After each, all
+// shrink (no loss) and run on.
 BOOST_AUTO_TEST_CASE(revoke_interrupts_bootstrap_calls) {
   RANK_SCOPE();
   REQUIRE_RANKS(3);

@@ -77,8 +77,8 @@ link-cut)
   envf=$(find_slurm_nodes_env "$repo")
   [[ -n $envf ]] || { echo "SKIP: no local multi-node Slurm is up"; exit 77; }
   state=$(dirname "$envf")
-  export STRATA_BOOTSTRAP_BACKEND=tcp STRATA_TRANSPORT_TIMEOUT=5
   timeout=5
+  export STRATA_BOOTSTRAP_BACKEND=tcp STRATA_TRANSPORT_TIMEOUT=$timeout
   heal() { bash "$repo/tools/dev/slurm-link.sh" "$state" node2 up >/dev/null 2>&1; }
   trap 'heal; rm -rf "$work"' EXIT
   # Every task reports its own error: --kill-on-bad-exit=0.

@@ -5,7 +5,7 @@
 #
 # One node (the default, suite `slurm`): everything listens on 127.0.0.1 only, on ports above 10000.
 # --nodes N (2..8, suite `slurm-multinode`): N nodes, each a slurmd in its own network, UTS and mount
-# namespace (host name nodeI, its own /tmp for jobs), joined through a "head" namespace that runs
+# namespace (host name nodeI, its own TmpFS and /etc/hosts), joined through a "head" namespace that runs
 # slurmctld, srun and the other client commands. Two networks join them, as in a cluster: the
 # control network (ctl0 in each node, 10.232.0.0/24, head 10.232.0.1) that Slurm uses, and the
 # data network (data0, 10.233.0.0/24, node I at .(10+I)) for the jobs' own traffic, whose links
@@ -86,7 +86,6 @@ tag=sn$(printf '%s' "$state" | cksum | awk '{ printf "%05d", $1 % 100000 }')
 head_ns=$tag-head
 node_names=()
 for ((i = 1; i <= nodes; ++i)); do node_names+=("node$i"); done
-[[ $multi -eq 1 ]] && node=node1
 # Slurm's client commands run where slurmctld listens: the head namespace with --nodes.
 ctl_prefix=()
 [[ $multi -eq 1 ]] && ctl_prefix=(ip netns exec "$head_ns")
