@@ -21,6 +21,7 @@
 #include <strata/device_channel.hpp>
 
 #include "base/float16.hpp"
+#include "net_args.hpp"
 
 #if defined(__CUDA_ARCH__)
 #define STRATA_UNROLL _Pragma("unroll")
@@ -137,6 +138,7 @@ struct KernelArgs {
   uint64_t* started = nullptr;
   uint64_t call = 0;
   ScratchLayout layout;
+  NetArgs net;  ///< the cross-host network step (NetReduce, NetGather)
 
   STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }
 };

@@ -82,6 +82,8 @@ KernelFn reducingKernel(KernelId id) {
       return collectiveKernel<KernelId::ReduceScatterPackets, T>;
     case KernelId::ReduceScatterDirect:
       return collectiveKernel<KernelId::ReduceScatterDirect, T>;
+    case KernelId::NetReduce:
+      return collectiveKernel<KernelId::NetReduce, T>;
     default:
       return nullptr;
   }
@@ -105,6 +107,8 @@ KernelFn copyingKernel(KernelId id) {
       return collectiveKernel<KernelId::Send, uint8_t>;
     case KernelId::Recv:
       return collectiveKernel<KernelId::Recv, uint8_t>;
+    case KernelId::NetGather:
+      return collectiveKernel<KernelId::NetGather, uint8_t>;
     default:
       return nullptr;
   }

@@ -6,6 +6,7 @@
 
 #include "kernel_common.hpp"
 #include "kernel_direct.hpp"
+#include "kernel_net.hpp"
 #include "kernel_packets.hpp"
 
 namespace strata::cuda {
@@ -24,14 +25,16 @@ enum class KernelId : int32_t {
   AllToAllDirect,
   Send,
   Recv,
+  NetReduce,  ///< the network step of a cross-host reduction (kernel_net.hpp)
+  NetGather,  ///< the network step of a cross-host copy
 };
-constexpr int kKernelIds = 13;
+constexpr int kKernelIds = 15;
 
 /// Whether the kernel reduces (and so is instantiated per element type).
 constexpr bool reduces(KernelId id) {
   return id == KernelId::AllReduceOneShot || id == KernelId::AllReduceTwoShot ||
          id == KernelId::AllReduceDirect || id == KernelId::ReduceScatterPackets ||
-         id == KernelId::ReduceScatterDirect;
+         id == KernelId::ReduceScatterDirect || id == KernelId::NetReduce;
 }
 /// Whether it uses packets (and so advances the epoch).
 constexpr bool usesPackets(KernelId id) {
@@ -58,6 +61,8 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void runKernel(Ctx& ctx, const KernelArg
   if constexpr (Id == KernelId::AllToAllDirect) copyDirect(ctx, CopyKind::AllToAll, a);
   if constexpr (Id == KernelId::Send) sendDirect(ctx, a);
   if constexpr (Id == KernelId::Recv) recvDirect(ctx, a);
+  if constexpr (Id == KernelId::NetReduce) netExchange<T>(ctx, a, true);
+  if constexpr (Id == KernelId::NetGather) netExchange<T>(ctx, a, false);
 }
 
 /// Calls f.template operator()<T>() with the element type of t.
@@ -108,6 +113,8 @@ void runKernelDynamic(KernelId id, ElemType t, Ctx& ctx, const KernelArgs& a) {
       STRATA_CASE(AllToAllDirect)
       STRATA_CASE(Send)
       STRATA_CASE(Recv)
+      STRATA_CASE(NetReduce)
+      STRATA_CASE(NetGather)
 #undef STRATA_CASE
     }
   });

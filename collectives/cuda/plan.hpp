@@ -208,6 +208,10 @@ inline std::string toString(KernelId id) {
       return "send-direct";
     case KernelId::Recv:
       return "recv-direct";
+    case KernelId::NetReduce:
+      return "net-reduce";
+    case KernelId::NetGather:
+      return "net-gather";
   }
   return "unknown";
 }

@@ -16,6 +16,7 @@
 // CUDA_DEVICE_MAX_CONNECTIONS: stream k feeds queue k % queues, and a launch waits until the
 // launches before it in its queue have finished, whatever their stream).
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <condition_variable>
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives/cuda/kernels.hpp"
@@ -349,6 +351,11 @@ class World {
     if (device::weakMemory == &weak_) device::weakMemory = nullptr;
   }
   int size() const { return n_; }
+  /// More memory under the weak-memory model (the network step's bounce buffers), unless the
+  /// model is off.
+  void addWeakRange(const char* base, size_t bytes) {
+    if (device::weakMemory == &weak_) weak_.addRange(base, bytes);
+  }
   Rank& rank(int r) { return *ranks_[r]; }
   const ScratchLayout& layout() const { return layout_; }
   /// Arguments with this rank's memory filled in.

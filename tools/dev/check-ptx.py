@@ -7,6 +7,8 @@ Each kernel (.entry) is checked for what its algorithm family must contain:
   LL16 kernels     16-byte volatile packet stores and loads (st/ld.volatile.global.v4.u32)
   direct kernels   release reductions at system scope (red.release.sys.global.add.u64),
                    acquire loads (ld.acquire.sys), 16-byte vector loads and stores (.v4.u32)
+  net kernels      a system-scope fence and the 16-byte FIFO entry store (st.relaxed.sys.global
+                   .v2.u64), acquire loads of the proxies' counters (ld.acquire.sys)
   every kernel     %globaltimer (the bounded waits), no .local
   direct folds     the float AllReduceDirect and ReduceScatterDirect kernels issue at least 4
                    16-byte loads (ld.global.v4) in a row with no f32 arithmetic between them
@@ -24,9 +26,13 @@ import sys
 # KernelId enum order in collectives/cuda/kernels.hpp.
 IDS = ["AllReduceOneShot", "AllReduceTwoShot", "AllReduceDirect", "ReduceScatterPackets",
        "ReduceScatterDirect", "AllGatherPackets", "AllGatherDirect", "BroadcastPackets",
-       "BroadcastDirect", "AllToAllPackets", "AllToAllDirect", "Send", "Recv"]
+       "BroadcastDirect", "AllToAllPackets", "AllToAllDirect", "Send", "Recv", "NetReduce",
+       "NetGather"]
 LL8 = [r"st\.volatile\.global\.u64", r"ld\.volatile\.global\.u64"]
 LL16 = [r"st\.volatile\.global\.v4\.u32", r"ld\.volatile\.global\.v4\.u32"]
+# The network step: FIFO pushes (a system-scope fence, then the 16-byte entry in one store), and
+# acquire loads of the counters the proxies raise.
+NET = [r"fence\.acq_rel\.sys", r"st\.relaxed\.sys\.global\.v2\.u64", r"ld\.acquire\.sys"]
 DIRECT = [r"red\.release\.sys\.global\.add\.u64", r"ld\.acquire\.sys", r"ld(\.global)?\.v4\.u32",
           r"st(\.global)?\.v4\.u32"]
 NEEDS = {
@@ -34,7 +40,7 @@ NEEDS = {
     "AllToAllPackets": LL8, "AllReduceTwoShot": LL16, "ReduceScatterPackets": LL16,
     "AllReduceDirect": DIRECT, "ReduceScatterDirect": DIRECT, "AllGatherDirect": DIRECT,
     "BroadcastDirect": DIRECT, "AllToAllDirect": DIRECT,
-    "Send": DIRECT, "Recv": DIRECT,
+    "Send": DIRECT, "Recv": DIRECT, "NetReduce": NET, "NetGather": NET,
 }
 
 

@@ -173,9 +173,11 @@ struct AbortRecord {
   /// Timeout: a wait saw no progress for the wait limit. Stopped: the host set the stop word
   /// (a peer was lost, the communicator aborted or destroyed), and this wait gave up.
   enum Code : uint32_t { None = 0, Timeout = 1, Stopped = 2 };
-  uint64_t code;      ///< Code, stored last
-  int64_t block;      ///< the block that gave up
-  int64_t peer;       ///< the peer it waited for
+  uint64_t code;  ///< Code, stored last
+  int64_t block;  ///< the block that gave up
+  /// the peer it waited for: its index among the ranks of this host, or, for the cross-host
+  /// network step, -1 - its rank (a rank on another host)
+  int64_t peer;
   uint64_t expected;  ///< the flag or count it waited for
   uint64_t seen;      ///< what it saw last
 

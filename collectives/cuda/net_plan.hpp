@@ -1,0 +1,224 @@
+#pragma once
+
+// The cross-host collectives as sequences of launches on the caller's stream (host code): the
+// one-host direct kernels among the ranks of a host, and the network step (kernel_net.hpp)
+// among the ranks of one local index across the hosts. docs/collectives-cuda.md ("Across
+// hosts") gives the algorithms; the host emulation (tests/cuda-emu/net_emu.cpp) runs exactly
+// these launches.
+//
+// Ranks are host-major: rank = host x localRanks + local, every host with the same number of
+// ranks (crossHostLayout says why a layout is not served).
+
+#include <string>
+#include <vector>
+
+#include "kernels.hpp"
+
+namespace strata::cuda {
+
+/// Where this rank sits among the hosts.
+struct NetLayout {
+  int hosts = 1;
+  int localRanks = 1;
+  int host = 0;
+  int local = 0;
+  int rank() const { return host * localRanks + local; }
+  int nranks() const { return hosts * localRanks; }
+};
+
+/// Why ranks grouped by host (each group in rank order, groups by first rank) cannot run the
+/// cross-host collectives; empty when they can. layout gets this rank's place.
+inline std::string crossHostLayout(const std::vector<std::vector<int>>& groups, int rank,
+                                   NetLayout* layout) {
+  const int hosts = static_cast<int>(groups.size());
+  if (hosts < 2) return "the ranks share one host";
+  if (hosts > kMaxHosts) {
+    return "the ranks span " + std::to_string(hosts) + " hosts, more than the " +
+           std::to_string(kMaxHosts) + " the network step serves";
+  }
+  const int local = static_cast<int>(groups[0].size());
+  if (local > kMaxRanks) {
+    return std::to_string(local) + " ranks per host, more than " + std::to_string(kMaxRanks);
+  }
+  for (int h = 0; h < hosts; ++h) {
+    if (static_cast<int>(groups[h].size()) != local) {
+      return "hosts have different numbers of ranks (" + std::to_string(groups[0].size()) +
+             " and " + std::to_string(groups[h].size()) + ")";
+    }
+    for (int l = 0; l < local; ++l) {
+      if (groups[h][l] != h * local + l) {
+        return "ranks are not host-major (rank " + std::to_string(groups[h][l]) +
+               " is local rank " + std::to_string(l) + " of host " + std::to_string(h) +
+               "; Slurm's --distribution=block gives host-major ranks)";
+      }
+      if (groups[h][l] == rank) *layout = {hosts, local, h, l};
+    }
+  }
+  return {};
+}
+
+enum class NetOp { AllReduce, AllGather, ReduceScatter, Broadcast };
+
+/// One cross-host call as the caller states it (counts as the seam counts them: AllReduce and
+/// Broadcast the whole buffer, AllGather and ReduceScatter one rank's block).
+struct NetCall {
+  NetOp op = NetOp::AllReduce;
+  ElemType type = ElemType::Float;
+  RedOp redOp = RedOp::Sum;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint64_t count = 0;
+  uint64_t elemSize = 1;
+  int root = 0;               ///< Broadcast: the root's rank
+  char* workspace = nullptr;  ///< ReduceScatter: hosts x count x elemSize bytes of device memory
+};
+
+struct PlannedLaunch {
+  KernelId id = KernelId::NetReduce;
+  ElemType type = ElemType::Uint8;
+  KernelArgs args;
+};
+
+/// Bytes of workspace a call needs.
+inline uint64_t netWorkspaceBytes(const NetCall& c, const NetLayout& l) {
+  return c.op == NetOp::ReduceScatter && l.localRanks > 1
+             ? static_cast<uint64_t>(l.hosts) * c.count * c.elemSize
+             : 0;
+}
+
+/// The launches of call c on this rank. local: the one-host arguments of this rank (rank and
+/// nranks its local ones, its host's scratch, state, abort record, timeout); net: the network
+/// step's resources (bounce buffers, FIFO, channels, counters, peers).
+inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayout& l,
+                                                const KernelArgs& local, const NetArgs& net) {
+  std::vector<PlannedLaunch> out;
+  if (c.count == 0) return out;
+  out.reserve(kMaxHosts + 4);  // netLaunch hands out a pointer into it
+  const uint64_t es = c.elemSize;
+  const auto* send = static_cast<const char*>(c.send);
+  auto* recv = static_cast<char*>(c.recv);
+  const uint32_t others = ((1u << l.hosts) - 1u) & ~(1u << l.host);
+  // Inside a host Avg is a sum: the network step divides by every rank.
+  const RedOp localOp = c.redOp == RedOp::Avg ? RedOp::Sum : c.redOp;
+  auto localLaunch = [&](KernelId id, const void* s, void* r, uint64_t count, RedOp op,
+                         int peer = -1) {
+    PlannedLaunch p;
+    p.id = id;
+    p.type = c.type;
+    p.args = local;
+    p.args.send = s;
+    p.args.recv = r;
+    p.args.count = count;
+    p.args.elemSize = es;
+    p.args.op = op;
+    p.args.peer = peer;
+    out.push_back(p);
+  };
+  auto netLaunch = [&](KernelId id, uint32_t sendMask, uint32_t recvMask, uint64_t bytes) {
+    PlannedLaunch p;
+    p.id = id;
+    p.type = id == KernelId::NetReduce ? c.type : ElemType::Uint8;
+    p.args = local;
+    p.args.op = c.redOp;
+    p.args.count = bytes / es;
+    p.args.elemSize = es;
+    p.args.net = net;
+    p.args.net.host = l.host;
+    p.args.net.hosts = l.hosts;
+    p.args.net.ranksTotal = l.nranks();
+    p.args.net.sendMask = sendMask;
+    p.args.net.recvMask = recvMask;
+    p.args.net.bytes = bytes;
+    // Reported as -1 - rank (AbortRecord::peer): a rank on another host.
+    for (int h = 0; h < l.hosts; ++h) p.args.net.peerRank[h] = -1 - (h * l.localRanks + l.local);
+    out.push_back(p);
+    return &out.back().args.net;
+  };
+  switch (c.op) {
+    case NetOp::AllReduce: {
+      // Reduce-scatter inside the host, the shard across the hosts, all-gather inside the
+      // host; a tail of fewer than localRanks elements: all-reduce inside, then across.
+      const uint64_t shard = l.localRanks > 1 ? c.count / l.localRanks : 0;
+      const uint64_t done = shard * l.localRanks;
+      if (shard > 0) {
+        char* mine = recv + l.local * shard * es;
+        localLaunch(KernelId::ReduceScatterDirect, send, mine, shard, localOp);
+        NetArgs* n = netLaunch(KernelId::NetReduce, others, others, shard * es);
+        for (int h = 0; h < l.hosts; ++h) n->src[h] = mine;
+        n->dst[l.host] = mine;
+        localLaunch(KernelId::AllGatherDirect, mine, recv, shard, localOp);
+      }
+      if (c.count > done) {
+        const char* s = send + done * es;
+        char* r = recv + done * es;
+        if (l.localRanks > 1) {
+          localLaunch(KernelId::AllReduceDirect, s, r, c.count - done, localOp);
+          s = r;
+        }
+        NetArgs* n = netLaunch(KernelId::NetReduce, others, others, (c.count - done) * es);
+        for (int h = 0; h < l.hosts; ++h) n->src[h] = s;
+        n->dst[l.host] = r;
+      }
+      break;
+    }
+    case NetOp::AllGather: {
+      // Across the hosts first (rank (h, local) gets every host's block of its local index),
+      // then one all-gather inside the host per host.
+      const uint64_t b = c.count * es;
+      auto at = [&](int h, int q) {
+        return recv + (static_cast<uint64_t>(h) * l.localRanks + q) * b;
+      };
+      NetArgs* n = netLaunch(KernelId::NetGather, others, others, b);
+      for (int h = 0; h < l.hosts; ++h) {
+        n->src[h] = send;
+        n->dst[h] = at(h, l.local);
+      }
+      for (int h = 0; h < l.hosts; ++h) {
+        if (l.localRanks == 1 && h != l.host) continue;  // already in place
+        localLaunch(KernelId::AllGatherDirect, h == l.host ? send : at(h, l.local), at(h, 0),
+                    c.count, localOp);
+      }
+      break;
+    }
+    case NetOp::ReduceScatter: {
+      // Inside the host, the blocks of every host's ranks; across the hosts, each rank's block
+      // from the ranks of its local index.
+      const uint64_t b = c.count * es;
+      const uint64_t hostBlock = b * l.localRanks;
+      auto partial = [&](int h) -> const char* {
+        return l.localRanks > 1 ? c.workspace + h * b : send + h * hostBlock;
+      };
+      if (l.localRanks > 1) {
+        for (int h = 0; h < l.hosts; ++h) {
+          localLaunch(KernelId::ReduceScatterDirect, send + h * hostBlock, c.workspace + h * b,
+                      c.count, localOp);
+        }
+      }
+      NetArgs* n = netLaunch(KernelId::NetReduce, others, others, b);
+      for (int h = 0; h < l.hosts; ++h) n->src[h] = partial(h);
+      n->dst[l.host] = recv;
+      break;
+    }
+    case NetOp::Broadcast: {
+      // The root to the ranks of its local index on the other hosts, then inside every host
+      // from that local index.
+      const int rootHost = c.root / l.localRanks, rootLocal = c.root % l.localRanks;
+      const bool isRoot = c.root == l.rank();
+      if (l.local == rootLocal) {
+        NetArgs* n = l.host == rootHost
+                         ? netLaunch(KernelId::NetGather, others, 0, c.count * es)
+                         : netLaunch(KernelId::NetGather, 0, 1u << rootHost, c.count * es);
+        for (int h = 0; h < l.hosts; ++h) n->src[h] = send;
+        n->dst[rootHost] = recv;
+      }
+      if (l.localRanks > 1 || (isRoot && c.send != c.recv)) {
+        localLaunch(KernelId::BroadcastDirect, isRoot ? c.send : recv, recv, c.count, localOp,
+                    rootLocal);
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::cuda

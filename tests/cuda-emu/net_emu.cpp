@@ -1,0 +1,599 @@
+// cuda-net-emu: the cross-host CUDA collectives (collectives/cuda/net_plan.hpp and
+// kernel_net.hpp) with their kernel bodies in host threads, over the real proxy FIFO, the real
+// ProxyService and a real transport between processes (fabric tcp;ofi_rxm in the tests).
+//
+// One process per host (strata-run -n H, or srun -N H -n H across the namespace nodes), each
+// emulating L local ranks (tests/cuda-emu/emu.hpp: blocks of threads, weak memory over the
+// scratch and the bounce buffers); host memory stands in for device memory, so the bounce
+// path's copies are host copies. Every process runs the same calls in the same order and checks
+// its own ranks' results, bit for bit, against a reference folded in the algorithm's order
+// (inside each host in rank order, then over the hosts in host order; for integer types this
+// is the rank-order fold too, and is checked against it).
+//
+// usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] [--timeout SECONDS]
+//                     [--cut]
+//   --cut  runs calls until one fails (a test cuts the link between the hosts meanwhile), then
+//          prints what each local rank reported and exits 0 when one names a rank on another
+//          host, 1 otherwise.
+// Exit status: 0 passed, 1 failed.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/bootstrap.hpp>
+#include <strata/config.hpp>
+#include <strata/transport.hpp>
+
+#include "collectives/cuda/net_plan.hpp"
+#include "collectives/cuda/net_setup.hpp"
+#include "collectives/cuda/plan.hpp"
+#include "tests/cuda-emu/emu.hpp"
+#include "tests/harness/reference_fold.hpp"
+
+using namespace strata;
+using namespace strata::cuda;
+using strata::cuda::emu::Launch;
+using strata::cuda::emu::World;
+
+namespace {
+
+struct Options {
+  int local = 2;
+  uint64_t chunk = 4096;
+  bool quick = false;
+  bool cut = false;
+  uint64_t seed = 1;
+  double timeout = 20;
+};
+
+const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
+                           ElemType::Int64, ElemType::Uint64, ElemType::Half,  ElemType::BFloat16,
+                           ElemType::Float, ElemType::Double};
+const RedOp kOps[] = {RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg};
+
+DataType dataType(ElemType t) {
+  return static_cast<DataType>(static_cast<int>(t));
+}
+size_t elemSize(ElemType t) {
+  return testing::elemSize(dataType(t));
+}
+
+const char* opName(NetOp op) {
+  switch (op) {
+    case NetOp::AllReduce:
+      return "allreduce";
+    case NetOp::AllGather:
+      return "allgather";
+    case NetOp::ReduceScatter:
+      return "reducescatter";
+    case NetOp::Broadcast:
+      break;
+  }
+  return "broadcast";
+}
+
+/// The fold of one element in the algorithm's order: each host's ranks in rank order (rounded
+/// to the type when the host has several ranks: the one-host kernels store their result), then
+/// the hosts in host order, Avg dividing by every rank, one rounding at the end.
+template <class T, class A>
+void foldHierarchical(ReduceOp op, const std::vector<const char*>& in, size_t i, int hosts,
+                      int local, char* out, A (*load)(const char*), void (*store)(A, char*)) {
+  const ReduceOp inner = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+  A total{};
+  for (int h = 0; h < hosts; ++h) {
+    A part = load(in[h * local] + i * sizeof(T));
+    for (int l = 1; l < local; ++l) {
+      part = testing::fold<A>(inner, part, load(in[h * local + l] + i * sizeof(T)));
+    }
+    if (local > 1) {  // the host's partial result is stored as T
+      char tmp[sizeof(T)];
+      store(part, tmp);
+      part = load(tmp);
+    }
+    total = h == 0 ? part : testing::fold<A>(inner, total, part);
+  }
+  if (op == ReduceOp::Avg) total = static_cast<A>(total / static_cast<A>(hosts * local));
+  store(total, out + i * sizeof(T));
+}
+
+template <class T>
+T loadT(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+void storeT(T v, char* p) {
+  std::memcpy(p, &v, sizeof v);
+}
+float loadHalf(const char* p) {
+  return collectives::halfToFloat(loadT<uint16_t>(p));
+}
+void storeHalf(float v, char* p) {
+  storeT<uint16_t>(collectives::floatToHalf(v), p);
+}
+float loadBf16(const char* p) {
+  return collectives::bf16ToFloat(loadT<uint16_t>(p));
+}
+void storeBf16(float v, char* p) {
+  storeT<uint16_t>(collectives::floatToBf16(v), p);
+}
+
+void reference(ElemType t, RedOp op, const std::vector<const char*>& in, size_t count, int hosts,
+               int local, char* out) {
+  const auto r = static_cast<ReduceOp>(static_cast<int>(op));
+  for (size_t i = 0; i < count; ++i) {
+    switch (t) {
+#define STRATA_REF(E, T)                                                        \
+  case ElemType::E:                                                             \
+    foldHierarchical<T, T>(r, in, i, hosts, local, out, &loadT<T>, &storeT<T>); \
+    break;
+      STRATA_REF(Int8, int8_t)
+      STRATA_REF(Uint8, uint8_t)
+      STRATA_REF(Int32, int32_t)
+      STRATA_REF(Uint32, uint32_t)
+      STRATA_REF(Int64, int64_t)
+      STRATA_REF(Uint64, uint64_t)
+      STRATA_REF(Float, float)
+      STRATA_REF(Double, double)
+#undef STRATA_REF
+      case ElemType::Half:
+        foldHierarchical<uint16_t, float>(r, in, i, hosts, local, out, &loadHalf, &storeHalf);
+        break;
+      case ElemType::BFloat16:
+        foldHierarchical<uint16_t, float>(r, in, i, hosts, local, out, &loadBf16, &storeBf16);
+        break;
+    }
+  }
+}
+
+bool integral(ElemType t) {
+  return t != ElemType::Half && t != ElemType::BFloat16 && t != ElemType::Float &&
+         t != ElemType::Double;
+}
+
+struct Case {
+  NetOp op = NetOp::AllReduce;
+  ElemType type = ElemType::Float;
+  RedOp redOp = RedOp::Sum;
+  uint64_t count = 0;
+  int root = 0;
+  bool inPlace = false;
+
+  std::string describe() const {
+    return std::string(opName(op)) + " type " + std::to_string(static_cast<int>(type)) + " op " +
+           std::to_string(static_cast<int>(redOp)) + " count " + std::to_string(count) +
+           (op == NetOp::Broadcast ? " root " + std::to_string(root) : "") +
+           (inPlace ? " in place" : "");
+  }
+};
+
+/// One process: its L emulated ranks, their network peers and the world of one host.
+class Host {
+ public:
+  Host(const Options& o, std::shared_ptr<Context> ctx)
+      : o_(o), ctx_(std::move(ctx)), hosts_(ctx_->size()), host_(ctx_->rank()) {
+    Tuning t;
+    t.oneShotMax = 1024;
+    t.twoShotMax = 4096;
+    t.packetsMax = 1024;
+    t.staging = 2048;
+    world_ = std::make_unique<World>(o.local, layoutFor(t, o.local),
+                                     static_cast<uint64_t>(o.timeout * 1e9),
+                                     o.seed * 7919 + static_cast<uint64_t>(host_));
+    world_->preload();
+    std::vector<int> peerOf(static_cast<size_t>(hosts_));
+    for (int h = 0; h < hosts_; ++h) peerOf[h] = h;
+    words_.assign(static_cast<size_t>(2 * o.local), 0);
+    states_.resize(static_cast<size_t>(o.local));
+    std::memset(states_.data(), 0, states_.size() * sizeof(NetState));
+    // One set of peers per local rank, made in local-rank order on every host (collective).
+    for (int l = 0; l < o.local; ++l) {
+      peers_.push_back(std::make_unique<NetPeers>(*ctx_, peerOf, host_, o.chunk, o.timeout));
+      NetPeers& p = *peers_.back();
+      world_->addWeakRange(p.sendBounce(), p.bounceBytes());
+      world_->addWeakRange(p.recvBounce(), p.bounceBytes());
+      net_.push_back(p.args(p.hostViews(&words_[2 * l], &states_[l])));
+    }
+  }
+
+  int hosts() const { return hosts_; }
+  int host() const { return host_; }
+  int nranks() const { return hosts_ * o_.local; }
+
+  /// Runs cases back to back (one stream per rank) and checks them; false on the first failure
+  /// (printed). slowRank: a local rank of this host that sleeps now and then (-1: none).
+  bool run(const std::vector<Case>& cases, int slowRank, std::string* failure) {
+    const int L = o_.local;
+    const int n = nranks();
+    std::vector<Buffers> bufs(cases.size());
+    std::vector<std::vector<Launch>> perRank(static_cast<size_t>(L));
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Case& k = cases[c];
+      const size_t es = elemSize(k.type);
+      Buffers& b = bufs[c];
+      // Every rank's input, the same on every host.
+      const uint64_t inCount = k.op == NetOp::ReduceScatter ? k.count * n : k.count;
+      const uint64_t outCount = k.op == NetOp::AllGather ? k.count * n : k.count;
+      for (int r = 0; r < n; ++r) {
+        std::mt19937_64 rng(o_.seed * 1000003 + c * 131 + static_cast<uint64_t>(r));
+        b.input.push_back(testing::randomData(rng, dataType(k.type), inCount));
+      }
+      b.expect = expected(k, b.input);
+      for (int l = 0; l < L; ++l) {
+        const int rank = host_ * L + l;
+        b.send.emplace_back(b.input[rank]);
+        b.recv.emplace_back(outCount * es, static_cast<char>(0x5a));
+        b.work.emplace_back(static_cast<size_t>(hosts_) * k.count * es);
+        NetCall call;
+        call.op = k.op;
+        call.type = k.type;
+        call.redOp = k.redOp;
+        call.count = k.count;
+        call.elemSize = es;
+        call.root = k.root;
+        call.workspace = b.work[l].data();
+        call.send = b.send[l].data();
+        call.recv = b.recv[l].data();
+        if (k.inPlace) {
+          // NCCL's in-place forms: the input inside the output.
+          char* out = b.recv[l].data();
+          const size_t inBytes = b.input[rank].size();
+          size_t at = 0;
+          if (k.op == NetOp::AllGather) at = rank * k.count * es;
+          if (k.op == NetOp::ReduceScatter) {
+            b.recv[l].assign(inBytes, 0);  // the output is block `rank` of the input buffer
+            out = b.recv[l].data();
+            std::memcpy(out, b.input[rank].data(), inBytes);
+            call.send = out;
+            call.recv = out + rank * k.count * es;
+          } else if (k.op != NetOp::Broadcast || rank == k.root) {
+            std::memcpy(out + at, b.input[rank].data(), inBytes);
+            call.send = out + at;
+          } else {
+            call.send = out;
+          }
+        }
+        b.outAt.push_back(
+            static_cast<size_t>(static_cast<const char*>(call.recv) - b.recv[l].data()));
+        const NetLayout layout{hosts_, L, host_, l};
+        // The one-host launches of a call have the same grid on every rank of the host (their
+        // semaphores are per block), as the module's are; a random one per call and launch.
+        uint64_t localLaunches = 0;
+        for (const PlannedLaunch& p : planCrossHost(call, layout, world_->args(l), net_[l])) {
+          Launch x;
+          x.run = true;
+          x.id = p.id;
+          x.type = p.type;
+          x.args = p.args;
+          const bool net = p.id == KernelId::NetReduce || p.id == KernelId::NetGather;
+          std::mt19937_64 shape(o_.seed * 31 + c * 8191 + (net ? 4096 : localLaunches++));
+          x.blocks = net ? 1 : 1 + static_cast<uint32_t>(shape() % 3);
+          x.threads = 2 + static_cast<uint32_t>(shape() % 4);
+          perRank[l].push_back(x);
+        }
+      }
+    }
+    // calls[j][l]: rank l's j-th launch.
+    size_t most = 0;
+    for (auto& v : perRank) most = std::max(most, v.size());
+    std::vector<std::vector<Launch>> calls(most, std::vector<Launch>(static_cast<size_t>(L)));
+    for (int l = 0; l < L; ++l) {
+      for (size_t j = 0; j < perRank[l].size(); ++j) calls[j][l] = perRank[l][j];
+    }
+    std::vector<std::vector<Launch>*> seq;
+    for (auto& c : calls) seq.push_back(&c);
+
+    for (auto& p : peers_) p->proxy().beginDeviceWork();
+    std::atomic<bool> done{false};
+    std::thread monitor([&] { watch(done); });
+    world_->run(seq, slowRank);
+    done = true;
+    monitor.join();
+    for (auto& p : peers_) p->proxy().endDeviceWork();
+
+    if (std::string why = aborts(); !why.empty()) {
+      *failure = why;
+      return false;
+    }
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Case& k = cases[c];
+      const size_t es = elemSize(k.type);
+      for (int l = 0; l < L; ++l) {
+        const int rank = host_ * L + l;
+        const std::vector<char>& want = bufs[c].expect[rank];
+        const char* got = bufs[c].recv[l].data() + bufs[c].outAt[l];
+        for (size_t i = 0; i < want.size(); i += es) {
+          if (std::memcmp(got + i, want.data() + i, es) != 0) {
+            char msg[256];
+            std::snprintf(msg, sizeof msg, "%s: rank %d element %zu differs from the reference",
+                          k.describe().c_str(), rank, i / es);
+            *failure = msg;
+            return false;
+          }
+        }
+        if (k.op == NetOp::AllReduce && integral(k.type)) {
+          // Integer folds do not depend on the order: the rank-order reference too.
+          std::vector<const char*> in;
+          for (auto& v : bufs[c].input) in.push_back(v.data());
+          std::vector<char> flat(want.size());
+          testing::reference(dataType(k.type), static_cast<ReduceOp>(static_cast<int>(k.redOp)), in,
+                             k.count, flat.data());
+          if (std::memcmp(flat.data(), got, want.size()) != 0) {
+            *failure = k.describe() + ": differs from the rank-order reference";
+            return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  /// What each local rank's abort record says; empty when none gave up.
+  std::string aborts() {
+    std::string out;
+    for (int l = 0; l < o_.local; ++l) {
+      const AbortRecord& ab = world_->rank(l).abort;
+      const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
+      if (code == 0) continue;
+      const int rank = host_ * o_.local + l;
+      const int64_t peer = ab.peer < 0 ? -1 - ab.peer : host_ * o_.local + ab.peer;
+      const int peerHost = static_cast<int>(peer / o_.local);
+      char msg[256];
+      std::snprintf(
+          msg, sizeof msg,
+          "rank %d (host %d): %s waiting for rank %lld (host %d, %s), expected %llu, "
+          "saw %llu\n",
+          rank, host_, code == AbortRecord::Timeout ? "timed out" : "stopped",
+          static_cast<long long>(peer), peerHost, peerHost == host_ ? "this host" : "another host",
+          static_cast<unsigned long long>(ab.expected), static_cast<unsigned long long>(ab.seen));
+      out += msg;
+    }
+    return out;
+  }
+
+  /// A timeout of a network wait (naming a rank on another host) among the records.
+  bool namesRemoteRank() {
+    for (int l = 0; l < o_.local; ++l) {
+      const AbortRecord& ab = world_->rank(l).abort;
+      if (__atomic_load_n(&ab.code, __ATOMIC_ACQUIRE) == AbortRecord::Timeout && ab.peer < 0 &&
+          (-1 - ab.peer) / o_.local != host_) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  struct Buffers {
+    std::vector<std::vector<char>> input;             ///< every rank's
+    std::vector<std::vector<char>> expect;            ///< every rank's output
+    std::vector<std::vector<char>> send, recv, work;  ///< this host's ranks'
+    std::vector<size_t> outAt;                        ///< where the output starts in recv
+  };
+
+  std::vector<std::vector<char>> expected(const Case& k,
+                                          const std::vector<std::vector<char>>& in) const {
+    const int n = nranks();
+    const size_t es = elemSize(k.type);
+    std::vector<std::vector<char>> out(static_cast<size_t>(n));
+    std::vector<const char*> ptrs;
+    for (auto& v : in) ptrs.push_back(v.data());
+    switch (k.op) {
+      case NetOp::AllReduce: {
+        std::vector<char> r(k.count * es);
+        reference(k.type, k.redOp, ptrs, k.count, hosts_, o_.local, r.data());
+        for (auto& o : out) o = r;
+        break;
+      }
+      case NetOp::ReduceScatter:
+        for (int q = 0; q < n; ++q) {
+          std::vector<const char*> blocks;
+          for (auto* p : ptrs) blocks.push_back(p + q * k.count * es);
+          out[q].resize(k.count * es);
+          reference(k.type, k.redOp, blocks, k.count, hosts_, o_.local, out[q].data());
+        }
+        break;
+      case NetOp::AllGather: {
+        std::vector<char> r;
+        for (auto& v : in) r.insert(r.end(), v.begin(), v.end());
+        for (auto& o : out) o = r;
+        break;
+      }
+      case NetOp::Broadcast:
+        for (auto& o : out) o = in[k.root];
+        break;
+    }
+    return out;
+  }
+
+  /// The module's monitor: a rank that gave up, or a proxy error, stops every rank's waits.
+  void watch(const std::atomic<bool>& done) {
+    while (!done) {
+      bool stop = false;
+      for (int l = 0; l < o_.local && !stop; ++l) {
+        stop = __atomic_load_n(&world_->rank(l).abortClaim, __ATOMIC_ACQUIRE) != 0;
+        try {
+          peers_[l]->proxy().check();
+        } catch (const Error&) {
+          stop = true;
+        }
+      }
+      if (stop) {
+        for (int l = 0; l < o_.local; ++l) world_->stop(l);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  Options o_;
+  std::shared_ptr<Context> ctx_;
+  int hosts_, host_;
+  std::unique_ptr<World> world_;
+  std::vector<uint64_t> words_;
+  std::vector<NetState> states_;
+  std::vector<std::unique_ptr<NetPeers>> peers_;
+  std::vector<NetArgs> net_;
+};
+
+/// The sweep: every op, type and reduction at odd and multi-chunk counts, in place and not,
+/// then mixed calls back to back and the same with a slow rank.
+std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
+  std::vector<std::vector<Case>> out;
+  // 0 stands for "more than one chunk per peer" (the bytes each rank sends across the hosts).
+  const std::vector<uint64_t> counts =
+      o.quick ? std::vector<uint64_t>{1, 13, 0}
+              : std::vector<uint64_t>{1, 3, static_cast<uint64_t>(o.local) * 5 + 1, 257, 0};
+  for (NetOp op : {NetOp::AllReduce, NetOp::ReduceScatter, NetOp::AllGather, NetOp::Broadcast}) {
+    for (ElemType t : kTypes) {
+      std::vector<Case> batch;
+      const bool reduces = op == NetOp::AllReduce || op == NetOp::ReduceScatter;
+      const uint64_t perPeer = op == NetOp::AllReduce ? o.chunk * o.local : o.chunk;
+      const uint64_t big = perPeer * 3 / 2 / elemSize(t) + 5;
+      for (RedOp r : kOps) {
+        if (!reduces && r != RedOp::Sum) continue;
+        for (uint64_t count : counts) {
+          // Large counts: every type for allReduce, two types for the others (emulation time).
+          if (count == 0 && op != NetOp::AllReduce && t != ElemType::Int8 && t != ElemType::Float) {
+            continue;
+          }
+          if (count == 0) count = big;
+          Case c;
+          c.op = op;
+          c.type = t;
+          c.redOp = r;
+          c.count = count;
+          c.root = static_cast<int>((count + static_cast<uint64_t>(r)) % nranks);
+          c.inPlace = (count + static_cast<uint64_t>(t)) % 2 == 1;
+          batch.push_back(c);
+        }
+      }
+      out.push_back(batch);
+    }
+  }
+  return out;
+}
+
+std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) {
+  std::mt19937_64 rng(seed);
+  std::vector<Case> out;
+  for (int i = 0; i < calls; ++i) {
+    Case c;
+    c.op = static_cast<NetOp>(rng() % 4);
+    c.type = kTypes[rng() % 10];
+    c.redOp = kOps[rng() % 5];
+    c.count = 1 + rng() % (o.chunk / 2);
+    c.root = static_cast<int>(rng() % nranks);
+    c.inPlace = rng() % 2 == 0;
+    out.push_back(c);
+  }
+  return out;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] "
+               "[--timeout SECONDS] [--cut]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool hasValue = i + 1 < argc;
+    if (a == "--local" && hasValue) {
+      o.local = std::atoi(argv[++i]);
+    } else if (a == "--chunk" && hasValue) {
+      o.chunk = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--seed" && hasValue) {
+      o.seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--timeout" && hasValue) {
+      o.timeout = std::atof(argv[++i]);
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--cut") {
+      o.cut = true;
+    } else {
+      return usage();
+    }
+  }
+  if (o.local < 1 || o.local > kMaxRanks || o.chunk < 16 || o.chunk % 16 != 0 || o.timeout <= 0) {
+    return usage();
+  }
+  if (const char* q = std::getenv("STRATA_EMU_QUICK"); q != nullptr && *q == '1') o.quick = true;
+  try {
+    const Config cfg = Config::load();
+    auto ctx = Context::create(Bootstrap::create(cfg), cfg);
+    if (ctx->size() < 2 || ctx->size() > kMaxHosts) {
+      std::fprintf(stderr, "cuda-net-emu: needs 2 to %d processes (one per host), got %d\n",
+                   kMaxHosts, ctx->size());
+      return 1;
+    }
+    Host host(o, ctx);
+    const std::string who = "cuda-net-emu: host " + std::to_string(host.host()) + ": ";
+    std::string failure;
+    if (o.cut) {
+      // Calls until one fails (the test cuts the link); then what every local rank reported.
+      const auto start = std::chrono::steady_clock::now();
+      for (uint64_t i = 0;; ++i) {
+        if (!host.run(mixed(o, host.nranks(), o.seed + i, 8), -1, &failure)) break;
+        if (i == 0) std::printf("%srunning\n", who.c_str());
+        std::fflush(stdout);
+      }
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%sa call failed after %.1f s:\n%s", who.c_str(), took, failure.c_str());
+      const bool ok = host.namesRemoteRank();
+      std::printf("%s%s\n", who.c_str(),
+                  ok ? "a rank timed out waiting for a rank on another host"
+                     : "FAIL: no rank named a rank on another host");
+      std::fflush(stdout);
+      // The link is down: leave without the teardown's goodbyes to the other host.
+      std::_Exit(ok ? 0 : 1);
+    }
+    int calls = 0;
+    for (const auto& batch : batches(o, host.nranks())) {
+      if (!host.run(batch, -1, &failure)) {
+        std::printf("%sFAIL: %s\n", who.c_str(), failure.c_str());
+        std::fflush(stdout);
+        std::_Exit(1);
+      }
+      calls += static_cast<int>(batch.size());
+    }
+    const int rounds = o.quick ? 2 : 6;
+    for (int i = 0; i < rounds; ++i) {
+      // Back to back, mixed ops, types and algorithms; every other round with a slow rank on
+      // host 1.
+      const int slow = i % 2 == 1 && host.host() == 1 ? o.local - 1 : -1;
+      const auto cases = mixed(o, host.nranks(), o.seed * 977 + static_cast<uint64_t>(i), 24);
+      if (!host.run(cases, slow, &failure)) {
+        std::printf("%sFAIL (mixed round %d%s): %s\n", who.c_str(), i,
+                    slow >= 0 ? ", slow rank" : "", failure.c_str());
+        std::fflush(stdout);
+        std::_Exit(1);
+      }
+      calls += static_cast<int>(cases.size());
+    }
+    std::printf("%s%d calls on %d hosts x %d ranks (chunk %llu B) passed\n", who.c_str(), calls,
+                host.hosts(), o.local, static_cast<unsigned long long>(o.chunk));
+    ctx->bootstrap().barrier();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda-net-emu: %s\n", e.what());
+    return 1;
+  }
+}
