@@ -3,16 +3,20 @@
 # Slurm (tools/dev/slurm-up.sh --nodes 2), launched through tests/harness/run-srun.sh with
 # STRATA_SRUN_NODES=2 (meson sets it), which skips (77) when no such Slurm is up.
 #
-# usage: multinode.sh CASE [STRATA_PERF]
+# usage: multinode.sh CASE [PROGRAM]
 #   hostnames  srun -N 2 -n 4 hostname: two different names, two tasks each
 #   perf       srun -N 2 -n 4 --mpi=pmix strata-perf allreduce -b 8 -e 16M: every row correct, the
 #              ranks on both nodes, the hierarchical algorithm between them
 #   link-cut   a 1 MiB allReduce loop (tcp bootstrap); node2's data link is cut: every rank fails
 #              within transport.timeout (5 s) plus 20 s, with an error whose first rank is on the
 #              other node; srun ends and Slurm has no job left; the link is healed afterwards
+#   net-emu-link-cut CUDA_NET_EMU
+#              the emulated cross-host CUDA collectives (one process per node, 2 ranks each) in a
+#              loop; node2's data link is cut: both processes end within the wait limit (5 s)
+#              plus 20 s, each with a kernel that timed out waiting for a rank on the other node
 # Exit status: 0 passed, 1 failed, 77 skipped.
 set -uo pipefail
-case_name=${1:?usage: multinode.sh CASE [STRATA_PERF]}
+case_name=${1:?usage: multinode.sh CASE [PROGRAM]}
 perf=${2:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -137,6 +141,56 @@ link-cut)
   left=$(squeue -h -o '%A %T' 2>/dev/null)
   [[ -z $left ]] || fail "Slurm still has jobs 10 s after srun ended: $left"
   echo "link-cut: every rank failed naming a rank on the other node; srun ended ${took} s after the cut"
+  ;;
+net-emu-link-cut)
+  emu=$perf
+  [[ -x $emu ]] || fail "usage: multinode.sh net-emu-link-cut CUDA_NET_EMU"
+  # shellcheck source=../harness/find-slurm-nodes.sh
+  . "$repo/tests/harness/find-slurm-nodes.sh"
+  envf=$(find_slurm_nodes_env "$repo")
+  [[ -n $envf ]] || { echo "SKIP: no local multi-node Slurm is up"; exit 77; }
+  state=$(dirname "$envf")
+  timeout=5
+  export STRATA_BOOTSTRAP_BACKEND=tcp STRATA_TRANSPORT_TIMEOUT=$timeout
+  heal() { bash "$repo/tools/dev/slurm-link.sh" "$state" node2 up >/dev/null 2>&1; }
+  trap 'heal; rm -rf "$work"' EXIT
+  STRATA_SRUN_TIME=3 bash "$run_srun" --kill-on-bad-exit=0 --label 2 "$emu" --local 2 --cut \
+    --timeout "$timeout" >"$work/out" 2>&1 &
+  srun_pid=$!
+  for _ in $(seq 240); do
+    [[ $(grep -c 'running$' "$work/out") -ge 2 ]] && break
+    kill -0 "$srun_pid" 2>/dev/null || break
+    sleep 0.25
+  done
+  if ! kill -0 "$srun_pid" 2>/dev/null; then
+    wait "$srun_pid"
+    rc=$?
+    cat "$work/out"
+    [[ $rc -eq 77 ]] && exit 77
+    fail "the job ended (status $rc) before the link was cut"
+  fi
+  sleep 1
+  bash "$repo/tools/dev/slurm-link.sh" "$state" node2 down || fail "could not cut node2's link"
+  cut=$SECONDS
+  limit=$((timeout + 20))
+  while kill -0 "$srun_pid" 2>/dev/null && ((SECONDS - cut <= limit)); do sleep 0.25; done
+  if kill -0 "$srun_pid" 2>/dev/null; then
+    kill -INT "$srun_pid"; sleep 1; kill -INT "$srun_pid" 2>/dev/null
+    wait "$srun_pid"
+    cat "$work/out"
+    fail "the job still ran ${limit} s after the cut"
+  fi
+  wait "$srun_pid"
+  rc=$?
+  took=$((SECONDS - cut))
+  heal
+  cat "$work/out"
+  [[ $rc -eq 0 ]] || fail "srun exited $rc (a process found no rank on the other node named)"
+  for t in 0 1; do
+    grep -q "^$t: .*a rank timed out waiting for a rank on another host" "$work/out" ||
+      fail "task $t did not report a timeout naming a rank on the other node"
+  done
+  echo "net-emu-link-cut: both nodes' kernels gave up naming a rank on the other node, ${took} s after the cut"
   ;;
 *)
   echo "multinode.sh: unknown case '$case_name'" >&2
