@@ -57,10 +57,12 @@ inline std::string crossHostLayout(const std::vector<std::vector<int>>& groups, 
   return {};
 }
 
-enum class NetOp { AllReduce, AllGather, ReduceScatter, Broadcast };
+enum class NetOp { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll, SendRecv };
 
 /// One cross-host call as the caller states it (counts as the seam counts them: AllReduce and
-/// Broadcast the whole buffer, AllGather and ReduceScatter one rank's block).
+/// Broadcast the whole buffer, AllGather, ReduceScatter and AllToAll one rank's block, SendRecv
+/// each message). SendRecv: a send to sendTo and a receive from recvFrom (either may be -1), the
+/// peers on other hosts with this rank's local index (a fused send/recv: both at once).
 struct NetCall {
   NetOp op = NetOp::AllReduce;
   ElemType type = ElemType::Float;
@@ -70,7 +72,9 @@ struct NetCall {
   uint64_t count = 0;
   uint64_t elemSize = 1;
   int root = 0;               ///< Broadcast: the root's rank
-  char* workspace = nullptr;  ///< ReduceScatter: hosts x count x elemSize bytes of device memory
+  int sendTo = -1;            ///< SendRecv: the rank this rank sends to (-1: none)
+  int recvFrom = -1;          ///< SendRecv: the rank this rank receives from (-1: none)
+  char* workspace = nullptr;  ///< netWorkspaceBytes() of device memory
 };
 
 struct PlannedLaunch {
@@ -81,9 +85,28 @@ struct PlannedLaunch {
 
 /// Bytes of workspace a call needs.
 inline uint64_t netWorkspaceBytes(const NetCall& c, const NetLayout& l) {
-  return c.op == NetOp::ReduceScatter && l.localRanks > 1
-             ? static_cast<uint64_t>(l.hosts) * c.count * c.elemSize
-             : 0;
+  if (c.op == NetOp::ReduceScatter && l.localRanks > 1) {
+    return static_cast<uint64_t>(l.hosts) * c.count * c.elemSize;
+  }
+  if (c.op == NetOp::AllToAll) {
+    return static_cast<uint64_t>(l.hosts) * l.localRanks * c.count * c.elemSize;
+  }
+  return 0;
+}
+
+/// Why call c cannot run across the hosts (empty: it can).
+inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
+  if (c.op != NetOp::SendRecv) return {};
+  for (int peer : {c.sendTo, c.recvFrom}) {
+    if (peer < 0) continue;
+    if (peer >= l.nranks()) return "peer rank " + std::to_string(peer) + " does not exist";
+    if (peer / l.localRanks == l.host || peer % l.localRanks != l.local) {
+      return "send/recv across hosts runs between ranks of the same local index on different "
+             "hosts (rank " +
+             std::to_string(l.rank()) + " and rank " + std::to_string(peer) + " are not)";
+    }
+  }
+  return {};
 }
 
 /// The launches of call c on this rank. local: the one-host arguments of this rank (rank and
@@ -215,6 +238,31 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
         localLaunch(KernelId::BroadcastDirect, isRoot ? c.send : recv, recv, c.count, localOp,
                     rootLocal);
       }
+      break;
+    }
+    case NetOp::AllToAll: {
+      // Across the hosts, the blocks for host h's ranks go to (h, local) in one piece; then on
+      // every host one all-to-all among its ranks per source host.
+      const uint64_t b = c.count * es;
+      const uint64_t hostBlock = b * l.localRanks;
+      NetArgs* n = netLaunch(KernelId::NetGather, others, others, hostBlock);
+      for (int h = 0; h < l.hosts; ++h) {
+        n->src[h] = send + h * hostBlock;
+        n->dst[h] = c.workspace + h * hostBlock;
+      }
+      for (int h = 0; h < l.hosts; ++h) {
+        localLaunch(KernelId::AllToAllDirect,
+                    h == l.host ? send + h * hostBlock : c.workspace + h * hostBlock,
+                    recv + h * hostBlock, c.count, localOp);
+      }
+      break;
+    }
+    case NetOp::SendRecv: {
+      const uint32_t to = c.sendTo >= 0 ? 1u << (c.sendTo / l.localRanks) : 0;
+      const uint32_t from = c.recvFrom >= 0 ? 1u << (c.recvFrom / l.localRanks) : 0;
+      NetArgs* n = netLaunch(KernelId::NetGather, to, from, c.count * es);
+      if (c.sendTo >= 0) n->src[c.sendTo / l.localRanks] = send;
+      if (c.recvFrom >= 0) n->dst[c.recvFrom / l.localRanks] = recv;
       break;
     }
   }

@@ -77,9 +77,13 @@ const char* opName(NetOp op) {
     case NetOp::ReduceScatter:
       return "reducescatter";
     case NetOp::Broadcast:
+      return "broadcast";
+    case NetOp::AllToAll:
+      return "alltoall";
+    case NetOp::SendRecv:
       break;
   }
-  return "broadcast";
+  return "sendrecv";
 }
 
 /// The fold of one element in the algorithm's order: each host's ranks in rank order (rounded
@@ -169,11 +173,20 @@ struct Case {
   uint64_t count = 0;
   int root = 0;
   bool inPlace = false;
+  bool oneWay = false;  ///< SendRecv: host 0's ranks send to host 1's (else a fused ring)
+
+  /// SendRecv: whom rank r sends to and receives from (-1: nobody).
+  void peers(int r, int hosts, int local, int* to, int* from) const {
+    const int h = r / local, l = r % local;
+    *to = oneWay ? (h == 0 ? local + l : -1) : ((h + 1) % hosts) * local + l;
+    *from = oneWay ? (h == 1 ? l : -1) : ((h + hosts - 1) % hosts) * local + l;
+  }
 
   std::string describe() const {
     return std::string(opName(op)) + " type " + std::to_string(static_cast<int>(type)) + " op " +
            std::to_string(static_cast<int>(redOp)) + " count " + std::to_string(count) +
            (op == NetOp::Broadcast ? " root " + std::to_string(root) : "") +
+           (op == NetOp::SendRecv ? (oneWay ? " one way" : " ring") : "") +
            (inPlace ? " in place" : "");
   }
 };
@@ -223,8 +236,10 @@ class Host {
       const size_t es = elemSize(k.type);
       Buffers& b = bufs[c];
       // Every rank's input, the same on every host.
-      const uint64_t inCount = k.op == NetOp::ReduceScatter ? k.count * n : k.count;
-      const uint64_t outCount = k.op == NetOp::AllGather ? k.count * n : k.count;
+      const bool blocks = k.op == NetOp::ReduceScatter || k.op == NetOp::AllToAll;
+      const uint64_t inCount = blocks ? k.count * n : k.count;
+      const uint64_t outCount =
+          k.op == NetOp::AllGather || k.op == NetOp::AllToAll ? k.count * n : k.count;
       for (int r = 0; r < n; ++r) {
         std::mt19937_64 rng(o_.seed * 1000003 + c * 131 + static_cast<uint64_t>(r));
         b.input.push_back(testing::randomData(rng, dataType(k.type), inCount));
@@ -234,7 +249,6 @@ class Host {
         const int rank = host_ * L + l;
         b.send.emplace_back(b.input[rank]);
         b.recv.emplace_back(outCount * es, static_cast<char>(0x5a));
-        b.work.emplace_back(static_cast<size_t>(hosts_) * k.count * es);
         NetCall call;
         call.op = k.op;
         call.type = k.type;
@@ -242,6 +256,9 @@ class Host {
         call.count = k.count;
         call.elemSize = es;
         call.root = k.root;
+        if (k.op == NetOp::SendRecv) k.peers(rank, hosts_, L, &call.sendTo, &call.recvFrom);
+        const NetLayout layout{hosts_, L, host_, l};
+        b.work.emplace_back(netWorkspaceBytes(call, layout));
         call.workspace = b.work[l].data();
         call.send = b.send[l].data();
         call.recv = b.recv[l].data();
@@ -266,7 +283,6 @@ class Host {
         }
         b.outAt.push_back(
             static_cast<size_t>(static_cast<const char*>(call.recv) - b.recv[l].data()));
-        const NetLayout layout{hosts_, L, host_, l};
         // The one-host launches of a call have the same grid on every rank of the host (their
         // semaphores are per block), as the module's are; a random one per call and launch.
         uint64_t localLaunches = 0;
@@ -413,6 +429,21 @@ class Host {
       case NetOp::Broadcast:
         for (auto& o : out) o = in[k.root];
         break;
+      case NetOp::AllToAll:
+        for (int r = 0; r < n; ++r) {
+          for (int q = 0; q < n; ++q) {
+            const char* blk = in[q].data() + r * k.count * es;
+            out[r].insert(out[r].end(), blk, blk + k.count * es);
+          }
+        }
+        break;
+      case NetOp::SendRecv:
+        for (int r = 0; r < n; ++r) {
+          int to = -1, from = -1;
+          k.peers(r, hosts_, o_.local, &to, &from);
+          if (from >= 0) out[r] = in[from];  // else nothing to check
+        }
+        break;
     }
     return out;
   }
@@ -455,7 +486,8 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
   const std::vector<uint64_t> counts =
       o.quick ? std::vector<uint64_t>{1, 13, 0}
               : std::vector<uint64_t>{1, 3, static_cast<uint64_t>(o.local) * 5 + 1, 257, 0};
-  for (NetOp op : {NetOp::AllReduce, NetOp::ReduceScatter, NetOp::AllGather, NetOp::Broadcast}) {
+  for (NetOp op : {NetOp::AllReduce, NetOp::ReduceScatter, NetOp::AllGather, NetOp::Broadcast,
+                   NetOp::AllToAll, NetOp::SendRecv}) {
     for (ElemType t : kTypes) {
       std::vector<Case> batch;
       const bool reduces = op == NetOp::AllReduce || op == NetOp::ReduceScatter;
@@ -475,7 +507,9 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
           c.redOp = r;
           c.count = count;
           c.root = static_cast<int>((count + static_cast<uint64_t>(r)) % nranks);
-          c.inPlace = (count + static_cast<uint64_t>(t)) % 2 == 1;
+          const bool inPlaceForm = op != NetOp::AllToAll && op != NetOp::SendRecv;
+          c.inPlace = inPlaceForm && (count + static_cast<uint64_t>(t)) % 2 == 1;
+          c.oneWay = (count + static_cast<uint64_t>(t)) % 2 == 0;
           batch.push_back(c);
         }
       }
@@ -490,12 +524,13 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
   std::vector<Case> out;
   for (int i = 0; i < calls; ++i) {
     Case c;
-    c.op = static_cast<NetOp>(rng() % 4);
+    c.op = static_cast<NetOp>(rng() % 6);
     c.type = kTypes[rng() % 10];
     c.redOp = kOps[rng() % 5];
     c.count = 1 + rng() % (o.chunk / 2);
     c.root = static_cast<int>(rng() % nranks);
-    c.inPlace = rng() % 2 == 0;
+    c.inPlace = c.op != NetOp::AllToAll && c.op != NetOp::SendRecv && rng() % 2 == 0;
+    c.oneWay = rng() % 2 == 0;
     out.push_back(c);
   }
   return out;
