@@ -50,6 +50,8 @@
 #include "base/log.hpp"
 #include "launch.hpp"
 #include "monitor.hpp"
+#include "net_plan.hpp"
+#include "net_setup.hpp"
 #include "stall.hpp"
 #include "teardown.hpp"
 
@@ -76,6 +78,7 @@ Tuning readTuning(const Config& c) {
   t.staging = config::getBytes(c, "collectives.cuda.staging_bytes");
   t.maxBlocks = static_cast<uint32_t>(config::getInt(c, "collectives.cuda.max_blocks"));
   t.threads = static_cast<uint32_t>(config::getInt(c, "collectives.cuda.threads"));
+  t.netChunk = config::getBytes(c, "collectives.cuda.net_chunk_bytes");
   return t;
 }
 
@@ -126,7 +129,7 @@ class CudaBackend;
 /// One family of kernels, one kernel per op.
 class CudaAlgorithm final : public Algorithm {
  public:
-  enum class Family { OneShot, TwoShot, Direct };
+  enum class Family { OneShot, TwoShot, Direct, CrossHost };
   CudaAlgorithm(CudaBackend& be, Family f) : be_(be), family_(f) {}
 
   std::string_view name() const noexcept override {
@@ -137,6 +140,8 @@ class CudaAlgorithm final : public Algorithm {
         return "twoshot-ll16";
       case Family::Direct:
         break;
+      case Family::CrossHost:
+        return "cross-host";
     }
     return "direct-staged";
   }
@@ -148,6 +153,7 @@ class CudaAlgorithm final : public Algorithm {
       case Family::TwoShot:
         return {CollectiveOp::AllReduce, CollectiveOp::ReduceScatter};
       case Family::Direct:
+      case Family::CrossHost:
         break;
     }
     return {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
@@ -160,6 +166,7 @@ class CudaAlgorithm final : public Algorithm {
   bool prefers(const CollectiveRequest& r) const override;
   void run(const CollectiveRequest& r) override;
   std::string launchShape() const override { return shape_; }
+  Family family() const { return family_; }
 
   KernelId kernelFor(CollectiveOp op) const {
     const bool packets = family_ != Family::Direct;
@@ -197,7 +204,9 @@ class CudaBackend final : public backend::CollectivesBackend {
   ~CudaBackend() override;
   std::string_view name() const noexcept override { return "cuda"; }
   std::vector<BufferKind> memoryKinds() const override { return {BufferKind::CudaDevice}; }
-  std::vector<Algorithm*> algorithms() override { return {&oneShot_, &twoShot_, &direct_}; }
+  std::vector<Algorithm*> algorithms() override {
+    return {&oneShot_, &twoShot_, &direct_, &crossHostAlgo_};
+  }
   /// The abort record as Timeout (or PeerLost when the peer process is gone).
   std::optional<Error> asyncError() const override;
 
@@ -206,6 +215,13 @@ class CudaBackend final : public backend::CollectivesBackend {
   const Tuning& tuning() const { return tuning_; }
   const ScratchLayout& layout() const { return base_.layout; }
   int size() const { return size_; }
+  /// The ranks of this rank's host (all of them on one host).
+  int localSize() const { return localSize_; }
+  /// Ranks on several hosts, served by the cross-host family (net_plan.hpp).
+  bool crossHost() const { return crossHost_; }
+  const NetLayout& netLayout() const { return net_; }
+  /// Enqueues a call across the hosts (planCrossHost's launches); returns what ran.
+  std::string launchCrossHost(const CollectiveRequest& r);
   /// Enqueues the kernel (with `shape`, or the one shapeFor gives); returns the launch shape.
   std::string launch(KernelId id, const CollectiveRequest& r,
                      std::optional<Shape> shape = std::nullopt);
@@ -225,11 +241,36 @@ class CudaBackend final : public backend::CollectivesBackend {
   std::string probeDevice();
   std::string allocate();
   std::string exchange();
+  /// Ranks on several hosts: the network step's peers, bounce buffers (pinned and mapped) and
+  /// proxy; collective among the ranks of this local index.
+  std::string setUpNet();
+  /// Stops the proxy, unregisters the pinned memory and frees the network step's resources.
+  void releaseNet() noexcept;
+  /// The network step's failure (its proxy's first error), or nullopt.
+  std::optional<Error> netError() const;
+  /// The rank an abort record's peer names (local index, or -1 - rank across hosts); -1 if none.
+  int recordedPeer(int64_t recorded) const;
   void release() noexcept;
 
   std::shared_ptr<Context> context_;
   int rank_ = 0;
   int size_ = 1;
+  // This rank's host: its ranks (in rank order), this rank's index and their number. On one
+  // host, every rank; across hosts the one-host kernels run among these.
+  std::vector<int> localRanks_;
+  int localRank_ = 0;
+  int localSize_ = 1;
+  // Across hosts (net_plan.hpp, net_setup.hpp).
+  bool crossHost_ = false;
+  NetLayout net_;
+  std::unique_ptr<NetPeers> netPeers_;
+  NetArgs netArgs_;
+  bool netPolling_ = false;    ///< the proxy polls (beginDeviceWork)
+  std::vector<void*> pinned_;  ///< host ranges registered with cudaHostRegister
+  void* netDevice_ = nullptr;  ///< device memory: NetState, then the FIFO's 2 words
+  char* workspace_ = nullptr;  ///< device memory for planCrossHost's workspace
+  uint64_t workspaceBytes_ = 0;
+  std::vector<void*> oldWorkspaces_;  ///< outgrown, kept until teardown (launches may use them)
   int device_ = -1;
   GpuUuid uuid_{};
   bool mps_ = false;  ///< an MPS control daemon answers here (its pipe exists)
@@ -294,6 +335,7 @@ class CudaBackend final : public backend::CollectivesBackend {
   CudaAlgorithm oneShot_{*this, CudaAlgorithm::Family::OneShot};
   CudaAlgorithm twoShot_{*this, CudaAlgorithm::Family::TwoShot};
   CudaAlgorithm direct_{*this, CudaAlgorithm::Family::Direct};
+  CudaAlgorithm crossHostAlgo_{*this, CudaAlgorithm::Family::CrossHost};
 };
 
 std::string CudaAlgorithm::describe() const {
@@ -318,6 +360,14 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
           t.twoShotMax, t.packetsMax);
     case Family::Direct:
       break;
+    case Family::CrossHost:
+      return fmt::format(
+          "device memory, several hosts (same ranks per host, host-major): allReduce as "
+          "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
+          "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
+          "host; allGather, reduceScatter, broadcast, allToAll likewise; send/recv between "
+          "ranks of one local index; every size",
+          t.netChunk);
   }
   return fmt::format(
       "device memory, one host: staged in {} B chunks that peers read with 16-byte loads, "
@@ -327,6 +377,27 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
 
 std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
   if (!be_.why().empty()) return be_.why();
+  if (family_ == Family::CrossHost) {
+    if (!be_.crossHost()) return "the ranks share one host (the one-host algorithms serve them)";
+    std::vector<std::pair<int, int>> peers;  // (sendTo, recvFrom)
+    if (r.op == CollectiveOp::Send) peers.push_back({r.peer, -1});
+    if (r.op == CollectiveOp::Recv) peers.push_back({-1, r.peer});
+    if (r.op == CollectiveOp::SendRecv) {
+      for (const PointToPoint& p : r.batch) {
+        peers.push_back(p.kind == PointToPoint::Kind::Send ? std::pair{p.peer, -1}
+                                                           : std::pair{-1, p.peer});
+      }
+    }
+    for (auto [to, from] : peers) {
+      NetCall c;
+      c.op = NetOp::SendRecv;
+      c.sendTo = to;
+      c.recvFrom = from;
+      if (std::string why = netUnsuitable(c, be_.netLayout()); !why.empty()) return why;
+    }
+    return {};
+  }
+  if (be_.crossHost()) return "the ranks span several hosts (cross-host serves them)";
   const KernelId id = kernelFor(r.op);
   if (usesPackets(id) && !fitsPackets(id, r.bytes(), be_.size(), be_.layout())) {
     return fmt::format(
@@ -347,12 +418,17 @@ bool CudaAlgorithm::prefers(const CollectiveRequest& r) const {
       return r.op == CollectiveOp::AllReduce ? r.bytes() <= t.twoShotMax
                                              : r.bytes() <= t.packetsMax;
     case Family::Direct:
+    case Family::CrossHost:
       break;
   }
   return true;
 }
 
 void CudaAlgorithm::run(const CollectiveRequest& r) {
+  if (family_ == Family::CrossHost) {
+    shape_ = be_.launchCrossHost(r);
+    return;
+  }
   shape_ = r.op == CollectiveOp::SendRecv ? be_.launchBatch(r) : be_.launch(kernelFor(r.op), r);
 }
 
@@ -361,8 +437,22 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
   tuning_ = readTuning(*init.config);
   timeoutSeconds_ = config::getDouble(*init.config, "transport.timeout");
   waitLimitSeconds_ = config::getDouble(*init.config, "collectives.cuda.wait_limit");
-  if (init.topology.hosts.size() != 1) {
-    why_ = "the ranks are on several hosts: the cuda module runs within one host so far";
+  for (const auto& group : init.topology.hosts) {
+    if (std::find(group.begin(), group.end(), rank_) != group.end()) localRanks_ = group;
+  }
+  if (localRanks_.empty()) localRanks_ = {rank_};
+  localSize_ = static_cast<int>(localRanks_.size());
+  localRank_ = static_cast<int>(std::find(localRanks_.begin(), localRanks_.end(), rank_) -
+                                localRanks_.begin());
+  if (init.topology.hosts.size() > 1) {
+    if (std::string why = crossHostLayout(init.topology.hosts, rank_, &net_); !why.empty()) {
+      why_ = "the ranks are on several hosts and " + why;
+    } else if (tuning_.netChunk == 0 || tuning_.netChunk % 16 != 0) {
+      why_ = fmt::format("collectives.cuda.net_chunk_bytes is {}, not a positive multiple of 16",
+                         tuning_.netChunk);
+    } else {
+      crossHost_ = true;
+    }
   } else if (size_ > kMaxRanks) {
     why_ = fmt::format("{} ranks on one host: the cuda module serves at most {}", size_, kMaxRanks);
   }
@@ -377,6 +467,10 @@ CudaBackend::CudaBackend(const backend::CollectivesInit& init)
   }
   if (failed < 0) {
     local = exchange();
+    failed = agree(local);
+  }
+  if (failed < 0 && crossHost_) {
+    local = setUpNet();
     failed = agree(local);
   }
   if (failed >= 0) {
@@ -396,7 +490,7 @@ CudaBackend::~CudaBackend() {
     STRATA_LOG(Error, kLog,
                "a cuda collective of this communicator timed out (rank {} waited for rank {}) "
                "and was never reported by a later call",
-               rank_, abortHost_->peer);
+               rank_, recordedPeer(abortHost_->peer));
   }
   release();
 }
@@ -411,6 +505,7 @@ void CudaBackend::startMonitor() {
       // kernels' waits give up at their next abort-word poll; nothing more to watch then.
       const StopDecision d =
           monitorTurn(context_->revoked().has_value(), rank_, size_, [this](int q) {
+            if (!context_->sameHost(q)) return false;  // another host's pid means nothing here
             const int32_t pid = context_->pid(q);
             return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
           });
@@ -421,6 +516,11 @@ void CudaBackend::startMonitor() {
       }
       if (d.why != kNoStop) {
         raiseStop(d.why, d.peer);
+        return;
+      }
+      if (std::optional<Error> e = netError()) {
+        STRATA_LOG(Error, kLog, "stopping this rank's cuda collectives: {}", e->what());
+        raiseStop(kNetwork, e->peer());
         return;
       }
       lk.unlock();
@@ -499,6 +599,7 @@ void CudaBackend::teardown() noexcept {
     }
     void barrier() { be.context_->bootstrap().barrier(); }
     void unmapPeers() {
+      be.releaseNet();
       be.peers_.clear();
       be.boards_.clear();
       be.peerBoards_.clear();
@@ -514,6 +615,14 @@ void CudaBackend::teardown() noexcept {
       static auto* graveyard = new std::vector<RegisteredMemory>();
       graveyard->push_back(std::move(be.scratch_));
       for (auto& p : be.peers_) graveyard->push_back(std::move(p));
+      // The network step's too, with its proxy stopped (nothing more moves).
+      if (be.netPeers_) be.netPeers_->proxy().stop();
+      static auto* netGraveyard = new std::vector<std::unique_ptr<NetPeers>>();
+      netGraveyard->push_back(std::move(be.netPeers_));
+      be.pinned_.clear();
+      be.netDevice_ = nullptr;
+      be.workspace_ = nullptr;
+      be.oldWorkspaces_.clear();
       be.peers_.clear();
       be.host_ = nullptr;
       be.abortHost_ = nullptr;
@@ -525,6 +634,7 @@ void CudaBackend::teardown() noexcept {
 }
 
 void CudaBackend::release() noexcept {
+  releaseNet();
   peers_.clear();
   boards_.clear();
   peerBoards_.clear();
@@ -540,7 +650,7 @@ void CudaBackend::release() noexcept {
 int CudaBackend::agreeOnStart(const std::string& localError) {
   // The six keys, whether this rank's step worked, its GPU's UUID (two words) and whether it
   // runs under MPS.
-  constexpr int kWords = 10;
+  constexpr int kWords = 11;
   uint64_t uuid[2] = {};
   std::memcpy(uuid, uuid_.data(), sizeof uuid);
   const uint64_t mine[kWords] = {tuning_.oneShotMax,
@@ -549,15 +659,17 @@ int CudaBackend::agreeOnStart(const std::string& localError) {
                                  tuning_.staging,
                                  tuning_.maxBlocks,
                                  tuning_.threads,
+                                 tuning_.netChunk,
                                  localError.empty() ? 1u : 0u,
                                  uuid[0],
                                  uuid[1],
                                  mps_ ? 1u : 0u};
-  constexpr int kKeyWords = 6;
+  constexpr int kKeyWords = 7;
   static const char* const kKeys[kKeyWords] = {
       "collectives.cuda.oneshot_max_bytes", "collectives.cuda.twoshot_max_bytes",
       "collectives.cuda.packets_max_bytes", "collectives.cuda.staging_bytes",
-      "collectives.cuda.max_blocks",        "collectives.cuda.threads"};
+      "collectives.cuda.max_blocks",        "collectives.cuda.threads",
+      "collectives.cuda.net_chunk_bytes"};
   std::vector<uint64_t> all(kWords * static_cast<size_t>(size_));
   std::copy(std::begin(mine), std::end(mine), all.begin() + kWords * rank_);
   context_->bootstrap().allGather(all.data(), sizeof(mine));
@@ -621,7 +733,7 @@ std::string CudaBackend::allocate() {
         !bad.empty()) {
       return bad;
     }
-    base_.layout = layoutFor(tuning_, size_);
+    base_.layout = layoutFor(tuning_, localSize_);
     scratch_ = context_->allocate(base_.layout.total(), MemoryKind::Cuda);
     // Zeroed on a private stream: the legacy stream would wait for every kernel on the device
     // (another communicator's, which may be waiting for this very rank).
@@ -649,10 +761,10 @@ std::string CudaBackend::allocate() {
     new (board_.data()) LaunchBoard();
     base_.state = state_->blocks;
     base_.abortClaim = &state_->abortClaim;
-    base_.rank = rank_;
-    base_.nranks = size_;
+    base_.rank = localRank_;
+    base_.nranks = localSize_;
     base_.timeoutNs = kernelWaitLimitNs(waitLimitSeconds_);
-    base_.scratch[rank_] = static_cast<char*>(scratch_.data());
+    base_.scratch[localRank_] = static_cast<char*>(scratch_.data());
     return {};
   } catch (const Error& e) {
     return fmt::format("allocating the collectives' scratch through the context: {}", e.what());
@@ -669,39 +781,44 @@ std::string CudaBackend::exchange() {
   std::vector<uint8_t> all(most * size_);
   std::copy(mine.begin(), mine.end(), all.begin() + most * rank_);
   context_->bootstrap().allGather(all.data(), most);
-  try {
-    // The boards of the stall monitor: host memory every rank of the host maps.
-    std::vector<int> others;
-    for (int q = 0; q < size_; ++q) {
-      if (q != rank_) others.push_back(q);
-    }
-    peerBoards_ = context_->exchange(board_, others);
-    boards_.assign(static_cast<size_t>(size_), nullptr);
-    boards_[rank_] = static_cast<const LaunchBoard*>(board_.data());
-    for (size_t i = 0; i < others.size(); ++i) {
-      boards_[others[i]] = static_cast<const LaunchBoard*>(peerBoards_[i].hostPointer());
-      if (boards_[others[i]] == nullptr) {
-        return fmt::format("rank {}'s launch board is not mapped into this process", others[i]);
+  // The boards of the stall monitor: host memory every rank of the host maps. Across hosts
+  // there are none (no stall monitor: the kernels' wait limit and the proxy's errors remain).
+  if (!crossHost_) {
+    try {
+      std::vector<int> others;
+      for (int q = 0; q < size_; ++q) {
+        if (q != rank_) others.push_back(q);
       }
+      peerBoards_ = context_->exchange(board_, others);
+      boards_.assign(static_cast<size_t>(size_), nullptr);
+      boards_[rank_] = static_cast<const LaunchBoard*>(board_.data());
+      for (size_t i = 0; i < others.size(); ++i) {
+        boards_[others[i]] = static_cast<const LaunchBoard*>(peerBoards_[i].hostPointer());
+        if (boards_[others[i]] == nullptr) {
+          return fmt::format("rank {}'s launch board is not mapped into this process", others[i]);
+        }
+      }
+    } catch (const Error& e) {
+      boards_.clear();
+      return fmt::format("mapping the peers' launch boards: {}", e.what());
     }
-  } catch (const Error& e) {
-    boards_.clear();
-    return fmt::format("mapping the peers' launch boards: {}", e.what());
   }
   try {
-    peers_.resize(static_cast<size_t>(size_));
-    for (int q = 0; q < size_; ++q) {
+    // The scratch of this host's ranks (indexed by local rank; all ranks on one host).
+    peers_.resize(static_cast<size_t>(localSize_));
+    for (int i = 0; i < localSize_; ++i) {
+      const int q = localRanks_[i];
       if (q == rank_) continue;
-      peers_[q] = RegisteredMemory::deserialize(
+      peers_[i] = RegisteredMemory::deserialize(
           *context_, std::span<const uint8_t>(all.data() + most * q, sizes[q]), q);
-      void* p = peers_[q].devicePointer();
+      void* p = peers_[i].devicePointer();
       if (p == nullptr) {
         return fmt::format(
             "rank {}'s scratch is not mapped into this process (needs the nvlink "
             "transport: transport.intra_node)",
             q);
       }
-      base_.scratch[q] = static_cast<char*>(p);
+      base_.scratch[i] = static_cast<char*>(p);
     }
   } catch (const Error& e) {
     return fmt::format("mapping the peers' scratch: {}", e.what());
@@ -709,7 +826,233 @@ std::string CudaBackend::exchange() {
   return {};
 }
 
+std::string CudaBackend::setUpNet() {
+  try {
+    DeviceGuard guard(device_);
+    std::vector<int> peerOf(static_cast<size_t>(net_.hosts));
+    for (int h = 0; h < net_.hosts; ++h) peerOf[h] = h * net_.localRanks + net_.local;
+    netPeers_ =
+        std::make_unique<NetPeers>(*context_, peerOf, net_.host, tuning_.netChunk, timeoutSeconds_);
+    // Pinned and mapped: the kernels write the send bounce and the FIFO, read the receive
+    // bounce and the counters (which the fabric transport writes).
+    auto pin = [&](void* p, size_t bytes, void** dev) -> std::string {
+      cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
+      if (e != cudaSuccess) return cudaWhy("pinning the network step's host memory", e);
+      pinned_.push_back(p);
+      e = cudaHostGetDevicePointer(dev, p, 0);
+      return e == cudaSuccess ? std::string() : cudaWhy("mapping the network step's memory", e);
+    };
+    NetPeers::Views v;
+    void* send = nullptr;
+    void* recv = nullptr;
+    void* flags = nullptr;
+    void* fifo = nullptr;
+    std::span<std::byte> fifoMem = netPeers_->proxy().fifoMemory();
+    std::string why = pin(netPeers_->sendBounce(), netPeers_->bounceBytes(), &send);
+    if (why.empty()) why = pin(netPeers_->recvBounce(), netPeers_->bounceBytes(), &recv);
+    if (why.empty()) why = pin(netPeers_->flags(), NetPeers::kFlagBytes, &flags);
+    if (why.empty()) why = pin(fifoMem.data(), fifoMem.size(), &fifo);
+    if (!why.empty()) return why;
+    const size_t deviceBytes = sizeof(NetState) + 2 * sizeof(uint64_t);
+    cudaError_t e = cudaMalloc(&netDevice_, deviceBytes);
+    cudaStream_t zero = nullptr;
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemsetAsync(netDevice_, 0, deviceBytes, zero);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(zero);
+    if (zero != nullptr) cudaStreamDestroy(zero);
+    if (e != cudaSuccess) return cudaWhy("allocating the network step's counters", e);
+    v.sendBounce = static_cast<char*>(send);
+    v.recvBounce = static_cast<const char*>(recv);
+    v.flags = static_cast<uint64_t*>(flags);
+    v.fifo = fifo;
+    v.state = static_cast<NetState*>(netDevice_);
+    v.fifoProducerWords =
+        reinterpret_cast<uint64_t*>(static_cast<char*>(netDevice_) + sizeof(NetState));
+    netArgs_ = netPeers_->args(v);
+    // Kernels cannot wake the proxy: it polls while the communicator lives (docs).
+    netPeers_->proxy().beginDeviceWork();
+    netPolling_ = true;
+    return {};
+  } catch (const Error& e) {
+    return fmt::format("setting up the network step across the hosts: {}", e.what());
+  }
+}
+
+void CudaBackend::releaseNet() noexcept {
+  if (netPeers_) {
+    if (netPolling_) netPeers_->proxy().endDeviceWork();
+    netPolling_ = false;
+    netPeers_->proxy().stop();
+  }
+  for (void* p : pinned_) cudaHostUnregister(p);
+  pinned_.clear();
+  netPeers_.reset();
+  if (netDevice_ != nullptr) cudaFree(netDevice_);
+  netDevice_ = nullptr;
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  for (void* w : oldWorkspaces_) cudaFree(w);
+  workspace_ = nullptr;
+  workspaceBytes_ = 0;
+  oldWorkspaces_.clear();
+}
+
+std::optional<Error> CudaBackend::netError() const {
+  if (!netPeers_) return std::nullopt;
+  try {
+    netPeers_->proxy().check();
+  } catch (const Error& e) {
+    const int peer = e.peer();
+    return Error(
+        e.code(),
+        fmt::format("cuda collectives: the network step of rank {} failed{}: {}; that "
+                    "collective's results are not valid and this communicator cannot "
+                    "be used any more",
+                    rank_,
+                    peer >= 0 && peer < size_ ? fmt::format(" talking to rank {} on host {}", peer,
+                                                            context_->hostName(peer))
+                                              : std::string(),
+                    e.what()),
+        peer);
+  }
+  return std::nullopt;
+}
+
+int CudaBackend::recordedPeer(int64_t recorded) const {
+  if (recorded < 0) {
+    const int64_t rank = -1 - recorded;
+    return rank < size_ ? static_cast<int>(rank) : -1;
+  }
+  return recorded < localSize_ ? localRanks_[static_cast<size_t>(recorded)] : -1;
+}
+
+std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
+  if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
+  if (!crossHost_) {
+    throw Error(ErrorCode::NotSupported, "cuda collectives: the ranks share one host");
+  }
+  const auto stream = static_cast<cudaStream_t>(r.stream.handle);
+  // The calls: one, or a send/recv batch as fused pairs (the k-th send with the k-th receive
+  // when their sizes match: a send of more than two bounce slots waits for its receiver).
+  std::vector<NetCall> calls;
+  auto base = [&](DataType t) {
+    NetCall c;
+    c.type = static_cast<ElemType>(static_cast<int>(t));
+    c.elemSize = sizeOf(t);
+    return c;
+  };
+  switch (r.op) {
+    case CollectiveOp::AllReduce:
+    case CollectiveOp::AllGather:
+    case CollectiveOp::ReduceScatter:
+    case CollectiveOp::Broadcast:
+    case CollectiveOp::AllToAll: {
+      NetCall c = base(r.type);
+      c.op = r.op == CollectiveOp::AllReduce       ? NetOp::AllReduce
+             : r.op == CollectiveOp::AllGather     ? NetOp::AllGather
+             : r.op == CollectiveOp::ReduceScatter ? NetOp::ReduceScatter
+             : r.op == CollectiveOp::Broadcast     ? NetOp::Broadcast
+                                                   : NetOp::AllToAll;
+      c.redOp = static_cast<RedOp>(static_cast<int>(r.redop));
+      c.send = r.send;
+      c.recv = r.recv;
+      c.count = r.count;
+      c.root = r.root;
+      calls.push_back(c);
+      break;
+    }
+    case CollectiveOp::Send:
+    case CollectiveOp::Recv: {
+      NetCall c = base(r.type);
+      c.op = NetOp::SendRecv;
+      c.send = r.send;
+      c.recv = r.recv;
+      c.count = r.count;
+      (r.op == CollectiveOp::Send ? c.sendTo : c.recvFrom) = r.peer;
+      calls.push_back(c);
+      break;
+    }
+    case CollectiveOp::SendRecv: {
+      std::vector<const PointToPoint*> sends, recvs;
+      for (const PointToPoint& p : r.batch) {
+        (p.kind == PointToPoint::Kind::Send ? sends : recvs).push_back(&p);
+      }
+      for (size_t k = 0; k < std::max(sends.size(), recvs.size()); ++k) {
+        const PointToPoint* s = k < sends.size() ? sends[k] : nullptr;
+        const PointToPoint* v = k < recvs.size() ? recvs[k] : nullptr;
+        const bool fuse = s != nullptr && v != nullptr &&
+                          s->count * sizeOf(s->type) == v->count * sizeOf(v->type);
+        for (const PointToPoint* p : fuse ? std::vector{s} : std::vector{s, v}) {
+          if (p == nullptr) continue;
+          NetCall c = base(DataType::Uint8);
+          c.op = NetOp::SendRecv;
+          c.count = p->count * sizeOf(p->type);
+          if (fuse || p->kind == PointToPoint::Kind::Send) {
+            c.send = p->send;
+            c.sendTo = p->peer;
+          }
+          if (fuse || p->kind == PointToPoint::Kind::Recv) {
+            c.recv = fuse ? v->recv : p->recv;
+            c.recvFrom = fuse ? v->peer : p->peer;
+          }
+          calls.push_back(c);
+        }
+      }
+      break;
+    }
+  }
+  DeviceGuard guard(device_);
+  std::string what;
+  size_t launches = 0;
+  for (NetCall& c : calls) {
+    if (std::string why = netUnsuitable(c, net_); !why.empty()) {
+      throw Error(ErrorCode::NotSupported, "cuda collectives: " + why);
+    }
+    const uint64_t need = netWorkspaceBytes(c, net_);
+    if (need > workspaceBytes_) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+          capture != cudaStreamCaptureStatusNone) {
+        throw Error(ErrorCode::NotSupported,
+                    fmt::format("cuda collectives: this call needs {} B of workspace, more than "
+                                "the {} B allocated so far, and a stream being captured cannot "
+                                "allocate: run the call once before capturing it",
+                                need, workspaceBytes_));
+      }
+      void* w = nullptr;
+      const cudaError_t e = cudaMalloc(&w, need);
+      if (e != cudaSuccess) {
+        throw Error(ErrorCode::BackendError,
+                    "cuda collectives: " + cudaWhy("allocating the cross-host workspace", e));
+      }
+      if (workspace_ != nullptr) oldWorkspaces_.push_back(workspace_);  // launches may use it
+      workspace_ = static_cast<char*>(w);
+      workspaceBytes_ = need;
+    }
+    c.workspace = workspace_;
+    KernelArgs local = base_;
+    local.started = nullptr;  // no stall monitor across hosts
+    local.call = 0;
+    for (const PlannedLaunch& p : planCrossHost(c, net_, local, netArgs_)) {
+      const bool net = p.id == KernelId::NetReduce || p.id == KernelId::NetGather;
+      Shape shape = shapeFor(p.id, p.args.bytes(), localSize_, tuning_, base_.layout);
+      if (net) shape.blocks = 1;  // the network step runs in one block
+      const int e = launchKernel(p.id, p.type, p.args, shape, r.stream.handle);
+      if (e != 0) {
+        throw Error(
+            ErrorCode::BackendError,
+            "cuda collectives: " + cudaWhy(fmt::format("launching {}", toString(p.id)).c_str(),
+                                           static_cast<cudaError_t>(e)));
+      }
+      if (launches++ < 8) what += (what.empty() ? "" : " + ") + toString(p.id);
+    }
+  }
+  trackLaunch(stream);
+  return fmt::format("cross-host: {}{} ({} launches, bounce slots of {} B)", what,
+                     launches > 8 ? " + ..." : "", launches, tuning_.netChunk);
+}
+
 std::optional<Error> CudaBackend::asyncError() const {
+  if (std::optional<Error> e = netError()) return e;
   {
     std::lock_guard lk(flightMu_);
     if (verdict_.kind != StallVerdict::None) {
@@ -719,8 +1062,8 @@ std::optional<Error> CudaBackend::asyncError() const {
       std::string waited;
       if (verdict_.kind == StallVerdict::Stall && abortHost_ != nullptr &&
           __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == AbortRecord::Stopped &&
-          abortHost_->peer >= 0 && abortHost_->peer < size_) {
-        peer = static_cast<int>(abortHost_->peer);
+          recordedPeer(abortHost_->peer) >= 0) {
+        peer = recordedPeer(abortHost_->peer);
         waited = fmt::format("; a kernel of rank {} (block {}) waited for rank {}", rank_,
                              abortHost_->block, peer);
       }
@@ -734,7 +1077,7 @@ std::optional<Error> CudaBackend::asyncError() const {
   if (abortHost_ == nullptr || __atomic_load_n(&abortHost_->code, __ATOMIC_ACQUIRE) == 0) {
     return std::nullopt;
   }
-  const int peer = static_cast<int>(abortHost_->peer);
+  const int peer = recordedPeer(abortHost_->peer);
   if (abortHost_->code == AbortRecord::Stopped) {
     const std::optional<Error> revoked = context_->revoked();
     const StoppedBy by = stoppedBy(host_->stopReason, host_->stopPeer, size_, revoked.has_value());
@@ -754,16 +1097,23 @@ std::optional<Error> CudaBackend::asyncError() const {
                              rank_, abortHost_->block, peer),
                  peer);
   }
-  const int32_t pid = peer >= 0 && peer < size_ ? context_->pid(peer) : 0;
+  const int32_t pid =
+      peer >= 0 && peer < size_ && context_->sameHost(peer) ? context_->pid(peer) : 0;
   const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
-  return Error(gone ? ErrorCode::PeerLost : ErrorCode::Timeout,
-               fmt::format("cuda collectives: a kernel of rank {} (block {}) waited for rank {} "
-                           "with no progress for collectives.cuda.wait_limit = {} s (expected "
-                           "flag or count {}, saw {}){}; that collective's results are not valid "
-                           "and this communicator cannot be used any more",
-                           rank_, abortHost_->block, peer, waitLimitSeconds_, abortHost_->expected,
-                           abortHost_->seen, gone ? ": the peer process has exited" : ""),
-               peer);
+  const std::string where =
+      peer >= 0 && !context_->sameHost(peer)
+          ? fmt::format(" on host {} (across the network: its host, the link or the proxy)",
+                        context_->hostName(peer))
+          : std::string();
+  return Error(
+      gone ? ErrorCode::PeerLost : ErrorCode::Timeout,
+      fmt::format("cuda collectives: a kernel of rank {} (block {}) waited for rank {}{} "
+                  "with no progress for collectives.cuda.wait_limit = {} s (expected "
+                  "flag or count {}, saw {}){}; that collective's results are not valid "
+                  "and this communicator cannot be used any more",
+                  rank_, abortHost_->block, peer, where, waitLimitSeconds_, abortHost_->expected,
+                  abortHost_->seen, gone ? ": the peer process has exited" : ""),
+      peer);
 }
 
 std::string CudaBackend::launchBatch(const CollectiveRequest& r) {
@@ -809,7 +1159,7 @@ std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r,
   a.count = r.count;
   a.elemSize = sizeOf(r.type);
   a.peer = r.op == CollectiveOp::Broadcast ? r.root : r.peer;
-  const Shape s = shape ? *shape : shapeFor(id, r.bytes(), size_, tuning_, base_.layout);
+  const Shape s = shape ? *shape : shapeFor(id, r.bytes(), localSize_, tuning_, base_.layout);
   DeviceGuard guard(device_);
   a.call = publish(r);
   if (a.call == 0) a.started = nullptr;

@@ -16,6 +16,8 @@ enum StopReason : uint64_t {
   kDestroyed = 2,  ///< the communicator is being destroyed with work still running
   kJudged = 3,     ///< the stall monitor judged a stall or a mismatch
   kRevoked = 4,    ///< Context::revoke (Communicator::revoke, this rank's or a peer's)
+  kNetwork = 5,    ///< the cross-host network step's proxy failed a connection (its peer is
+                   ///< unreachable: another host, a cut link)
 };
 
 struct StopDecision {
@@ -52,7 +54,7 @@ inline StoppedBy stoppedBy(uint64_t reason, int64_t stopPeer, int size, bool rev
 /// Teardown skips its barriers with the peers: a lost peer cannot come, and the peers of a
 /// revoked communicator may be dead or stopped (the survivors shrink without them).
 inline bool peersMayBeGone(uint64_t reason, bool revoked) {
-  return reason == kPeerLost || reason == kRevoked || revoked;
+  return reason == kPeerLost || reason == kRevoked || reason == kNetwork || revoked;
 }
 
 }  // namespace strata::cuda

@@ -22,6 +22,7 @@ struct Tuning {
   uint64_t staging = 8 << 20;      ///< bytes of the staging area (direct algorithms' chunk)
   uint32_t maxBlocks = 16;
   uint32_t threads = 512;
+  uint64_t netChunk = 512 << 10;  ///< bytes of a bounce slot of the cross-host network step
 };
 
 /// The kernels' wait limit (KernelArgs::timeoutNs) from collectives.cuda.wait_limit seconds; 0:

@@ -221,6 +221,10 @@ constexpr KeyInfo kKeys[] = {
      "CUDA module: bytes of each rank's staging area, the chunk the direct algorithms pipeline "
      "through (peers read it with 16-byte loads).",
      false},
+    {"collectives.cuda.net_chunk_bytes", Type::Bytes, "512K", "",
+     "CUDA module, ranks on several hosts: bytes of each bounce slot of the network step (a rank "
+     "pins 4 x hosts x this in host memory); a multiple of 16 (docs/collectives-cuda.md).",
+     false},
     {"collectives.cuda.wait_limit", Type::Double, "600", "0..",
      "CUDA module: seconds a kernel waits for a peer that makes no progress before it gives up "
      "and the communicator reports Timeout naming that peer (0: never). Not transport.timeout: a "

@@ -112,7 +112,8 @@ BOOST_AUTO_TEST_CASE(auto_selection_follows_the_documented_order) {
   // Modules come after the built-ins: the CUDA module where it was built (collectives.modules
   // = auto loads it even without a GPU; it then serves nothing).
   if (names.size() > expected.size()) {
-    for (const char* n : {"cuda/oneshot-ll8", "cuda/twoshot-ll16", "cuda/direct-staged"}) {
+    for (const char* n :
+         {"cuda/oneshot-ll8", "cuda/twoshot-ll16", "cuda/direct-staged", "cuda/cross-host"}) {
       expected.push_back(n);
     }
   }
