@@ -45,6 +45,54 @@ rank_nodes() {
   sed -n 's/^\([0-9]*: \)\{0,1\}#  Rank *\([0-9]*\) Group *[0-9]* Pid *[0-9]* on *\([^ ]*\) .*/\2 \3/p' "$work/out"
 }
 
+# cut_during READY_REGEX READY_COUNT SETTLE SRUN_ARGS...: starts the job (tcp bootstrap,
+# transport.timeout $timeout, every task reporting its own error), waits until READY_REGEX
+# matches READY_COUNT lines of its output, SETTLE seconds more, then cuts node2's data link and
+# waits at most $timeout + 20 s for the job to end. Sets rc (srun's status) and took (seconds from
+# the cut); the link is healed again at exit and after the job. Exits 77 when no multi-node Slurm
+# is up or the job skipped.
+cut_during() {
+  local ready=$1 count=$2 settle=$3
+  shift 3
+  # shellcheck source=../harness/find-slurm-nodes.sh
+  . "$repo/tests/harness/find-slurm-nodes.sh"
+  envf=$(find_slurm_nodes_env "$repo")
+  [[ -n $envf ]] || { echo "SKIP: no local multi-node Slurm is up"; exit 77; }
+  state=$(dirname "$envf")
+  export STRATA_BOOTSTRAP_BACKEND=tcp STRATA_TRANSPORT_TIMEOUT=$timeout
+  heal() { bash "$repo/tools/dev/slurm-link.sh" "$state" node2 up >/dev/null 2>&1; }
+  trap 'heal; rm -rf "$work"' EXIT
+  STRATA_SRUN_TIME=3 bash "$run_srun" --kill-on-bad-exit=0 "$@" >"$work/out" 2>&1 &
+  local srun_pid=$!
+  for _ in $(seq 240); do
+    [[ $(grep -c -- "$ready" "$work/out") -ge $count ]] && break
+    kill -0 "$srun_pid" 2>/dev/null || break
+    sleep 0.25
+  done
+  if ! kill -0 "$srun_pid" 2>/dev/null; then
+    wait "$srun_pid"
+    rc=$?
+    cat "$work/out"
+    [[ $rc -eq 77 ]] && exit 77
+    fail "the job ended (status $rc) before the link was cut"
+  fi
+  sleep "$settle"
+  bash "$repo/tools/dev/slurm-link.sh" "$state" node2 down || fail "could not cut node2's link"
+  local cut=$SECONDS limit=$((timeout + 20))
+  while kill -0 "$srun_pid" 2>/dev/null && ((SECONDS - cut <= limit)); do sleep 0.25; done
+  if kill -0 "$srun_pid" 2>/dev/null; then
+    kill -INT "$srun_pid"; sleep 1; kill -INT "$srun_pid" 2>/dev/null
+    wait "$srun_pid"
+    cat "$work/out"
+    fail "the job still ran ${limit} s after the cut"
+  fi
+  wait "$srun_pid"
+  rc=$?
+  took=$((SECONDS - cut))
+  heal
+  cat "$work/out"
+}
+
 case $case_name in
 hostnames)
   job 4 hostname
@@ -76,47 +124,9 @@ perf)
   ;;
 link-cut)
   [[ -x $perf ]] || fail "usage: multinode.sh link-cut STRATA_PERF"
-  # shellcheck source=../harness/find-slurm-nodes.sh
-  . "$repo/tests/harness/find-slurm-nodes.sh"
-  envf=$(find_slurm_nodes_env "$repo")
-  [[ -n $envf ]] || { echo "SKIP: no local multi-node Slurm is up"; exit 77; }
-  state=$(dirname "$envf")
   timeout=5
-  export STRATA_BOOTSTRAP_BACKEND=tcp STRATA_TRANSPORT_TIMEOUT=$timeout
-  heal() { bash "$repo/tools/dev/slurm-link.sh" "$state" node2 up >/dev/null 2>&1; }
-  trap 'heal; rm -rf "$work"' EXIT
-  # Every task reports its own error: --kill-on-bad-exit=0.
-  STRATA_SRUN_TIME=3 bash "$run_srun" --kill-on-bad-exit=0 --label 4 "$perf" allreduce \
-    -b 1M -e 1M -n 1000000 -w 1 >"$work/out" 2>&1 &
-  srun_pid=$!
-  for _ in $(seq 240); do
-    grep -q 'Using devices' "$work/out" && break
-    kill -0 "$srun_pid" 2>/dev/null || break
-    sleep 0.25
-  done
-  if ! kill -0 "$srun_pid" 2>/dev/null; then
-    wait "$srun_pid"
-    rc=$?
-    cat "$work/out"
-    [[ $rc -eq 77 ]] && exit 77
-    fail "the job ended (status $rc) before the link was cut"
-  fi
-  sleep 2  # a few calls in
-  bash "$repo/tools/dev/slurm-link.sh" "$state" node2 down || fail "could not cut node2's link"
-  cut=$SECONDS
-  limit=$((timeout + 20))
-  while kill -0 "$srun_pid" 2>/dev/null && ((SECONDS - cut <= limit)); do sleep 0.25; done
-  if kill -0 "$srun_pid" 2>/dev/null; then
-    kill -INT "$srun_pid"; sleep 1; kill -INT "$srun_pid" 2>/dev/null
-    wait "$srun_pid"
-    cat "$work/out"
-    fail "the job still ran ${limit} s after the cut"
-  fi
-  wait "$srun_pid"
-  rc=$?
-  took=$((SECONDS - cut))
-  heal
-  cat "$work/out"
+  # A few calls in (2 s after every rank's "Using devices" line).
+  cut_during 'Using devices' 1 2 --label 4 "$perf" allreduce -b 1M -e 1M -n 1000000 -w 1
   [[ $rc -ne 0 ]] || fail "srun exited 0 although the link was cut"
   declare -A node_of=()
   while read -r r nd; do node_of[$r]=$nd; done < <(rank_nodes | sed 's/^[0-9]*: //')
@@ -145,46 +155,8 @@ link-cut)
 net-emu-link-cut)
   emu=$perf
   [[ -x $emu ]] || fail "usage: multinode.sh net-emu-link-cut CUDA_NET_EMU"
-  # shellcheck source=../harness/find-slurm-nodes.sh
-  . "$repo/tests/harness/find-slurm-nodes.sh"
-  envf=$(find_slurm_nodes_env "$repo")
-  [[ -n $envf ]] || { echo "SKIP: no local multi-node Slurm is up"; exit 77; }
-  state=$(dirname "$envf")
   timeout=5
-  export STRATA_BOOTSTRAP_BACKEND=tcp STRATA_TRANSPORT_TIMEOUT=$timeout
-  heal() { bash "$repo/tools/dev/slurm-link.sh" "$state" node2 up >/dev/null 2>&1; }
-  trap 'heal; rm -rf "$work"' EXIT
-  STRATA_SRUN_TIME=3 bash "$run_srun" --kill-on-bad-exit=0 --label 2 "$emu" --local 2 --cut \
-    --timeout "$timeout" >"$work/out" 2>&1 &
-  srun_pid=$!
-  for _ in $(seq 240); do
-    [[ $(grep -c 'running$' "$work/out") -ge 2 ]] && break
-    kill -0 "$srun_pid" 2>/dev/null || break
-    sleep 0.25
-  done
-  if ! kill -0 "$srun_pid" 2>/dev/null; then
-    wait "$srun_pid"
-    rc=$?
-    cat "$work/out"
-    [[ $rc -eq 77 ]] && exit 77
-    fail "the job ended (status $rc) before the link was cut"
-  fi
-  sleep 1
-  bash "$repo/tools/dev/slurm-link.sh" "$state" node2 down || fail "could not cut node2's link"
-  cut=$SECONDS
-  limit=$((timeout + 20))
-  while kill -0 "$srun_pid" 2>/dev/null && ((SECONDS - cut <= limit)); do sleep 0.25; done
-  if kill -0 "$srun_pid" 2>/dev/null; then
-    kill -INT "$srun_pid"; sleep 1; kill -INT "$srun_pid" 2>/dev/null
-    wait "$srun_pid"
-    cat "$work/out"
-    fail "the job still ran ${limit} s after the cut"
-  fi
-  wait "$srun_pid"
-  rc=$?
-  took=$((SECONDS - cut))
-  heal
-  cat "$work/out"
+  cut_during 'running$' 2 1 --label 2 "$emu" --local 2 --cut --timeout "$timeout"
   [[ $rc -eq 0 ]] || fail "srun exited $rc (a process found no rank on the other node named)"
   for t in 0 1; do
     grep -q "^$t: .*a rank timed out waiting for a rank on another host" "$work/out" ||
