@@ -34,6 +34,7 @@ inline std::atomic<uint64_t> emuByteAccesses{0};
 #include <strata/backend/device_guard.hpp>
 
 #include "collectives/cuda/monitor.hpp"
+#include "collectives/cuda/net_plan.hpp"
 #include "collectives/cuda/plan.hpp"
 #include "collectives/cuda/stall.hpp"
 #include "collectives/cuda/teardown.hpp"
@@ -1790,4 +1791,74 @@ BOOST_AUTO_TEST_CASE(survivors_of_a_lost_rank_stop_shrink_and_run_on) {
       runAll(w3, calls, static_cast<int>(rng() % static_cast<uint64_t>(m2)));
     }
   }
+}
+
+// The cross-host plan's host-side rules (collectives/cuda/net_plan.hpp); cuda-net-emu runs the
+// plans themselves over the real proxy and fabric.
+BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
+  auto has = [](const std::string& s, const char* part) {
+    return s.find(part) != std::string::npos;
+  };
+  NetLayout l;
+  BOOST_TEST(has(crossHostLayout({{0, 1}}, 0, &l), "one host"));
+  BOOST_TEST(crossHostLayout({{0, 1}, {2, 3}}, 3, &l).empty());
+  BOOST_TEST((l.hosts == 2 && l.localRanks == 2 && l.host == 1 && l.local == 1));
+  BOOST_TEST(has(crossHostLayout({{0, 1, 2}, {3}}, 0, &l), "different numbers of ranks"));
+  BOOST_TEST(has(crossHostLayout({{0, 2}, {1, 3}}, 0, &l), "not host-major"));
+  std::vector<std::vector<int>> nine;
+  for (int h = 0; h < 9; ++h) nine.push_back({h});
+  BOOST_TEST(has(crossHostLayout(nine, 0, &l), "more than the 8"));
+
+  const NetLayout two{2, 2, 0, 1};  // rank 1 of 4, host 0
+  NetCall p2p;
+  p2p.op = NetOp::SendRecv;
+  p2p.sendTo = 3;
+  BOOST_TEST(netUnsuitable(p2p, two).empty());
+  p2p.sendTo = 0;  // same host
+  BOOST_TEST(has(netUnsuitable(p2p, two), "same local index"));
+  p2p.sendTo = 2;  // other host, other local index
+  BOOST_TEST(has(netUnsuitable(p2p, two), "same local index"));
+  p2p.sendTo = 4;
+  BOOST_TEST(has(netUnsuitable(p2p, two), "does not exist"));
+
+  // allReduce of 5 elements at L = 2: shards of 2 (reduce-scatter, network, all-gather), then a
+  // tail of 1 (all-reduce in the host, network); Avg is a sum in the host.
+  KernelArgs local;
+  NetArgs net;
+  std::vector<float> in(5), out(5);
+  NetCall c;
+  c.op = NetOp::AllReduce;
+  c.redOp = RedOp::Avg;
+  c.send = in.data();
+  c.recv = out.data();
+  c.count = 5;
+  c.elemSize = 4;
+  const auto plan = planCrossHost(c, two, local, net);
+  BOOST_REQUIRE_EQUAL(plan.size(), 5u);
+  const KernelId want[] = {KernelId::ReduceScatterDirect, KernelId::NetReduce,
+                           KernelId::AllGatherDirect, KernelId::AllReduceDirect,
+                           KernelId::NetReduce};
+  for (size_t i = 0; i < plan.size(); ++i) {
+    BOOST_TEST(static_cast<int>(plan[i].id) == static_cast<int>(want[i]));
+    const bool isNet = plan[i].id == KernelId::NetReduce;
+    BOOST_TEST(static_cast<int>(plan[i].args.op) ==
+               static_cast<int>(isNet ? RedOp::Avg : RedOp::Sum));
+  }
+  const NetArgs& n = plan[1].args.net;
+  BOOST_TEST(n.ranksTotal == 4);
+  BOOST_TEST(n.sendMask == 2u);  // host 1
+  BOOST_TEST(n.recvMask == 2u);
+  BOOST_TEST(n.peerRank[1] == -1 - 3);  // rank 3, reported as -1 - rank
+  BOOST_TEST(n.bytes == 8u);
+  BOOST_TEST(n.src[0] == reinterpret_cast<const char*>(out.data() + 2));  // shard 1, in place
+  BOOST_TEST(plan[4].args.net.bytes == 4u);
+  c.count = 0;
+  BOOST_TEST(planCrossHost(c, two, local, net).empty());
+  c.op = NetOp::AllToAll;
+  c.count = 3;
+  BOOST_TEST(netWorkspaceBytes(c, two) == 2u * 2u * 3u * 4u);
+  c.op = NetOp::ReduceScatter;
+  BOOST_TEST(netWorkspaceBytes(c, two) == 2u * 3u * 4u);
+  c.op = NetOp::AllGather;
+  BOOST_TEST(netWorkspaceBytes(c, two) == 0u);
 }
