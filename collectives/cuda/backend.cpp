@@ -1,13 +1,16 @@
 // strata-collectives-cuda.so: collectives on CUDA device memory (docs/collectives-cuda.md).
 //
 // The backend is created with every Communicator (collective over its ranks). When every rank
-// has a CUDA device and all ranks share one host, it allocates each rank's scratch through the
-// Context (the nvlink transport: device memory, exported by CUDA IPC), maps every peer's, and
-// keeps per-block state in device memory and the abort record in mapped host memory. Otherwise
-// it serves nothing and says why (unsuitable()), so that host-memory use is unaffected.
+// has a CUDA device, it allocates each rank's scratch through the Context (the nvlink transport:
+// device memory, exported by CUDA IPC), maps the scratch of every rank of its host, and keeps
+// per-block state in device memory and the abort record in mapped host memory. When the ranks
+// span several hosts (host-major, the same count on each), it also sets up the network step to
+// the ranks of its local index on the other hosts (net_setup.hpp: a proxy, pinned bounce
+// buffers), and the cross-host algorithm serves every call (net_plan.hpp). Otherwise it serves
+// nothing and says why (unsuitable()), so that host-memory use is unaffected.
 //
-// A call builds the kernel arguments and enqueues one kernel on the caller's stream, records an
-// event after it (teardown waits for them), and does not wait. Kernels wait for their peers as
+// A call builds the kernel arguments and enqueues one kernel (across hosts: the plan's few) on
+// the caller's stream, records an event after it (teardown waits for them), and does not wait. Kernels wait for their peers as
 // long as the peers may still come: a rank that reaches a call late is not an error. A wait
 // ends early when the host sets the stop word (a monitor thread checks the peers' processes
 // every 50 ms; destroying the communicator sets it too), or after collectives.cuda.wait_limit
@@ -166,7 +169,6 @@ class CudaAlgorithm final : public Algorithm {
   bool prefers(const CollectiveRequest& r) const override;
   void run(const CollectiveRequest& r) override;
   std::string launchShape() const override { return shape_; }
-  Family family() const { return family_; }
 
   KernelId kernelFor(CollectiveOp op) const {
     const bool packets = family_ != Family::Direct;
@@ -648,7 +650,7 @@ void CudaBackend::release() noexcept {
 }
 
 int CudaBackend::agreeOnStart(const std::string& localError) {
-  // The six keys, whether this rank's step worked, its GPU's UUID (two words) and whether it
+  // The seven keys, whether this rank's step worked, its GPU's UUID (two words) and whether it
   // runs under MPS.
   constexpr int kWords = 11;
   uint64_t uuid[2] = {};
