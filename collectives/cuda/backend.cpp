@@ -10,13 +10,13 @@
 // nothing and says why (unsuitable()), so that host-memory use is unaffected.
 //
 // A call builds the kernel arguments and enqueues one kernel (across hosts: the plan's few) on
-// the caller's stream, records an event after it (teardown waits for them), and does not wait. Kernels wait for their peers as
-// long as the peers may still come: a rank that reaches a call late is not an error. A wait
-// ends early when the host sets the stop word (a monitor thread checks the peers' processes
-// every 50 ms; destroying the communicator sets it too), or after collectives.cuda.wait_limit
-// without progress; the kernel then writes the abort record and exits, and asyncError() turns it
-// into PeerLost or Timeout naming the peer, which Communicator::asyncError() and the next call
-// report; the Communicator is then unusable.
+// the caller's stream, records an event after it (teardown waits for them), and does not wait.
+// Kernels wait for their peers as long as the peers may still come: a rank that reaches a call
+// late is not an error. A wait ends early when the host sets the stop word (a monitor thread checks
+// the peers' processes every 50 ms; destroying the communicator sets it too), or after
+// collectives.cuda.wait_limit without progress; the kernel then writes the abort record and exits,
+// and asyncError() turns it into PeerLost or Timeout naming the peer, which
+// Communicator::asyncError() and the next call report; the Communicator is then unusable.
 
 #include <cuda_runtime.h>
 #include <signal.h>
