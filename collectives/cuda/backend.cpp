@@ -1049,8 +1049,9 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     }
   }
   trackLaunch(stream);
-  return fmt::format("cross-host: {}{} ({} launches, bounce slots of {} B)", what,
-                     launches > 8 ? " + ..." : "", launches, tuning_.netChunk);
+  // The path, for strata-perf's "algorithm:" lines: only the bounce path exists (no FI_HMEM).
+  return fmt::format("cross-host, bounce path: {}{} ({} launches, pinned host slots of {} B)",
+                     what, launches > 8 ? " + ..." : "", launches, tuning_.netChunk);
 }
 
 std::optional<Error> CudaBackend::asyncError() const {
