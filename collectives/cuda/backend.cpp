@@ -1050,8 +1050,8 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
   }
   trackLaunch(stream);
   // The path, for strata-perf's "algorithm:" lines: only the bounce path exists (no FI_HMEM).
-  return fmt::format("cross-host, bounce path: {}{} ({} launches, pinned host slots of {} B)",
-                     what, launches > 8 ? " + ..." : "", launches, tuning_.netChunk);
+  return fmt::format("cross-host, bounce path: {}{} ({} launches, pinned host slots of {} B)", what,
+                     launches > 8 ? " + ..." : "", launches, tuning_.netChunk);
 }
 
 std::optional<Error> CudaBackend::asyncError() const {
