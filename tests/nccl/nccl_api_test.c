@@ -691,6 +691,10 @@ static ncclResult_t sumCheck(ncclComm_t comm, int n, const char* what) {
 static int shrinkMode(ncclComm_t comm) {
   float x = 1, y = 0;
   ncclResult_t r;
+  /* Every rank's init has completed before rank 0 revokes: a rank still polling its
+   * non-blocking init saw the revoke instead (state 6, CI at stop 40). */
+  NCCL_OK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL));
+  y = 0;
   if (rank_ == 0) {
     NCCL_OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
     ncclResult_t state = ncclInProgress;
