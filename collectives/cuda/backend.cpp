@@ -217,8 +217,6 @@ class CudaBackend final : public backend::CollectivesBackend {
   const Tuning& tuning() const { return tuning_; }
   const ScratchLayout& layout() const { return base_.layout; }
   int size() const { return size_; }
-  /// The ranks of this rank's host (all of them on one host).
-  int localSize() const { return localSize_; }
   /// Ranks on several hosts, served by the cross-host family (net_plan.hpp).
   bool crossHost() const { return crossHost_; }
   const NetLayout& netLayout() const { return net_; }
