@@ -435,6 +435,28 @@ torch)
   else
     expect_in "$WORK/stderr" "::1"  # a host without IPv6 loopback
   fi
+  # MASTER_PORT stays reserved while the job runs: a bind without SO_REUSEADDR (any other
+  # process) fails, a bind and listen with it (what torch's TCPStore does in rank 0) works.
+  need python3
+  cat >"$WORK/hold.py" <<'EOF'
+import errno, os, socket
+port = int(os.environ["MASTER_PORT"])
+plain = socket.socket()
+try:
+    plain.bind(("127.0.0.1", port))
+    print("plain bind took the port")
+except OSError as e:
+    print("plain bind:", errno.errorcode[e.errno])
+store = socket.socket()
+store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+store.bind(("127.0.0.1", port))
+store.listen(1)
+print("reuse bind and listen: ok")
+EOF
+  run --torch -n 1 python3 "$WORK/hold.py"
+  expect_rc 0
+  [[ $(cat "$WORK/stdout") == $'plain bind: EADDRINUSE\nreuse bind and listen: ok' ]] ||
+    fail "MASTER_PORT not reserved for torch: $(cat "$WORK/stdout")"
   ;;
 
 torch-env)

@@ -31,9 +31,13 @@ def main():
     expect = [x if x == "hang" else int(x) for x in a.expect.split(",")] if a.expect \
         else [0] * a.n
     assert len(expect) == a.n, "--expect needs one code per rank"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # The port stays bound (SO_REUSEADDR, not listening) until the ranks are done, so that no
+    # other process takes it before rank 0's TCPStore binds it (which SO_REUSEADDR allows);
+    # strata-run --torch does the same.
+    hold = socket.socket()
+    hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    hold.bind(("127.0.0.1", 0))
+    port = hold.getsockname()[1]
     procs = []
     logs = [tempfile.TemporaryFile(mode="w+") for _ in range(a.n)]
     for r in range(a.n):

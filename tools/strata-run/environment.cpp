@@ -77,7 +77,7 @@ bool Environment::chooseTorchMaster(int rootPort) {
   } else {
     int picked = 0;
     std::string error;
-    if (!pickFreePort(masterAddr_, rootPort, picked, error)) {
+    if (!pickFreePort(masterAddr_, rootPort, picked, masterPortHold_, error)) {
       say(error);
       return false;
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "io.hpp"
 #include "options.hpp"
 
 namespace strata::run {
@@ -18,8 +19,8 @@ class Environment {
 
   /// The job secret every rank gets. False with `error` saying why.
   bool makeSecret(std::string& error);
-  /// --torch: MASTER_ADDR and MASTER_PORT (a free port other than `rootPort`), unless --env
-  /// gives them. False after saying why.
+  /// --torch: MASTER_ADDR and MASTER_PORT (a free port other than `rootPort`, reserved until
+  /// this object goes away), unless --env gives them. False after saying why.
   bool chooseTorchMaster(int rootPort);
   /// What every rank inherits; with --verbose, says which inherited variables it replaces.
   void buildBase();
@@ -31,6 +32,7 @@ class Environment {
   std::string secret_;
   std::string masterAddr_;  ///< --torch: MASTER_ADDR and MASTER_PORT as the ranks get them
   std::string masterPort_;
+  Fd masterPortHold_;  ///< keeps the picked MASTER_PORT from other processes (see pickFreePort)
   std::vector<std::string> base_;
 };
 

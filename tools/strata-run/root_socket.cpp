@@ -20,7 +20,7 @@ struct BoundSocket {
   bool v6 = false;
 };
 
-// Resolves host, then binds (and with backlog > 0 listens, with SO_REUSEADDR) the first address
+// Resolves host, then binds (with SO_REUSEADDR) and with backlog > 0 listens on the first address
 // that works. Returns "" on success, else why not; `unresolved` tells a name that did not
 // resolve (the text is gai_strerror's) from a socket call that failed.
 std::string bindFirst(const std::string& host, int port, int backlog, BoundSocket& out,
@@ -43,10 +43,8 @@ std::string bindFirst(const std::string& host, int port, int backlog, BoundSocke
       lastError = "socket: " + errnoText(errno);
       continue;
     }
-    if (backlog > 0) {
-      int one = 1;
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    }
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
       lastError = "bind: " + errnoText(errno);
       continue;
@@ -109,11 +107,15 @@ bool openRootSocket(const Options& options, Fd& listener, std::string& address, 
 }
 
 // --torch: a free TCP port on `host` for MASTER_PORT. torch's rank 0 binds it itself (env://
-// cannot adopt an inherited listener), so this is bind port 0, read the port back, close: another
-// process could take the port before torch binds it, unlike the root listener. `avoid` (the root
-// port) is still bound while this runs, so the kernel does not hand it out; a probe that gets it
-// anyway stays open until the end, so that the next one gets another port.
-bool pickFreePort(const std::string& host, int avoid, int& port, std::string& error) {
+// cannot adopt an inherited listener). Binding port 0, reading the port back and closing raced
+// with every other process on the machine: one took the port between the close and torch's bind
+// (CI saw "errno 98 - Address already in use" in rank 0's TCPStore). So the probe stays bound,
+// with SO_REUSEADDR and not listening, for the whole run (`hold`): the kernel then gives the port
+// to no other bind and to no outgoing connection, while torch's TCPStore, which also sets
+// SO_REUSEADDR, can still bind and listen on it (Linux allows that while the holder does not
+// listen). `avoid` (the root port) is still bound while this runs, so the kernel does not hand it
+// out; a probe that gets it anyway stays open until the end, so that the next one gets another.
+bool pickFreePort(const std::string& host, int avoid, int& port, Fd& hold, std::string& error) {
   std::vector<Fd> held;
   std::string lastError = "no address";
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -134,7 +136,8 @@ bool pickFreePort(const std::string& host, int avoid, int& port, std::string& er
       continue;
     }
     port = b.port;
-    return true;  // b.fd closes here: the port is free for torch's rank 0
+    hold = std::move(b.fd);
+    return true;
   }
   error = "--torch: cannot find a free port for MASTER_PORT on " + host + " (" + lastError +
           "); give one with --env MASTER_PORT=P";

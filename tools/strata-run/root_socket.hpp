@@ -16,7 +16,9 @@ namespace strata::run {
 bool openRootSocket(const Options& options, Fd& listener, std::string& address, int& boundPort,
                     std::string& error);
 
-/// A TCP port on `host` that is free now (never `avoid`), or false with `error` saying why.
-bool pickFreePort(const std::string& host, int avoid, int& port, std::string& error);
+/// A free TCP port on `host` (never `avoid`), reserved for as long as `hold` stays open: it is
+/// bound with SO_REUSEADDR and not listening, so no other process gets the port while a listener
+/// that also sets SO_REUSEADDR (torch's TCPStore) can still take it. False with `error` saying why.
+bool pickFreePort(const std::string& host, int avoid, int& port, Fd& hold, std::string& error);
 
 }  // namespace strata::run
