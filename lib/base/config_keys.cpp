@@ -106,8 +106,9 @@ constexpr KeyInfo kKeys[] = {
      "\"shm\"). auto prefers verbs;ofi_rxm, then efa, then tcp;ofi_rxm.",
      true},
     {"transport.fabric.probe_timeout", Type::Double, "5", "0..",
-     "Seconds an 8-byte liveness write to a peer may stay unanswered before the fabric transport "
-     "reports the peer lost (waits probe every 100 ms). 0 turns the probe deadline off.",
+     "Seconds a peer may go without completing any write (data, or the 8-byte liveness write "
+     "that waits send every 100 ms) while a liveness write is pending, before the fabric "
+     "transport reports the peer lost. 0 turns the probe deadline off.",
      false},
     {"collectives.buffer_bytes", Type::Int, "8388608", "65536..",
      "Bytes of the receive buffer each rank shares with its peers for host collectives: one "

@@ -152,7 +152,9 @@ class ConnState {
   int32_t pid = 0;
   std::atomic<int64_t> outstanding{0};
   std::atomic<bool> probeInFlight{false};
-  std::atomic<uint64_t> probesCompleted{0};
+  /// Every write to this peer that completed without error (probes and data): while these
+  /// advance the peer is alive, however long a probe waits behind the data.
+  std::atomic<uint64_t> completions{0};
   std::mutex errorMutex;
   std::optional<Error> error;  ///< the first failed completion
   void fail(Error e) {

@@ -65,10 +65,8 @@ size_t Endpoint::drainLocked() noexcept {
   auto finish = [&](OpContext* op) {
     if (!op || live_.erase(op) == 0) return;  // not one of ours (or already reaped)
     if (op->slot >= 0) freeSlots_.push_back(op->slot);
-    if (op->probe) {
-      op->conn->probesCompleted.fetch_add(1);
-      op->conn->probeInFlight = false;
-    }
+    if (op->probe) op->conn->probeInFlight = false;
+    op->conn->completions.fetch_add(1);
     op->conn->outstanding.fetch_sub(1);
     delete op;
     ++handled;

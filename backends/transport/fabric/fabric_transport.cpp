@@ -176,22 +176,28 @@ class FabricConnection final : public backend::TransportConnection {
     lastProbe_ = now;
     endpoint_->progressOnce();
     state_->rethrow();
-    uint64_t done = state_->probesCompleted.load();
-    if (done != probesSeen_) {
-      probesSeen_ = done;
+    // Any write to the peer that completed since the last look (the probe or data) shows it
+    // alive and restarts the clock. Only the probe's own completion did before: under load (an
+    // allToAll's megabytes on tcp;ofi_rxm between 2-CPU namespace nodes) the probe waited behind
+    // the data, or was refused with -FI_EAGAIN by a full queue, for more than 5 s while the data
+    // kept completing, and a live peer was reported lost.
+    uint64_t done = state_->completions.load();
+    if (done != completionsSeen_) {
+      completionsSeen_ = done;
       probeWaiting_ = false;
     }
-    // A probe that neither completes nor fails within transport.fabric.probe_timeout (still
-    // queued, or refused with -FI_EAGAIN on every attempt) means the peer is unreachable:
+    // No write completing or failing within transport.fabric.probe_timeout while a probe is
+    // queued (or refused with -FI_EAGAIN on every attempt) means the peer is unreachable:
     // ofi_rxm keeps retrying a refused connection instead of failing the write. A live peer's
-    // progress thread completes it in microseconds.
+    // progress thread completes the probe in microseconds when the link is idle.
     if (probeWaiting_ && endpoint_->probeTimeout_ > 0) {
       double waited = std::chrono::duration<double>(now - probeSince_).count();
       if (waited > endpoint_->probeTimeout_) {
         state_->fail(Error(ErrorCode::PeerLost,
-                           fmt::format("{}: rank {} did not complete an 8-byte liveness write in "
-                                       "{:.1f} s (transport.fabric.probe_timeout); the peer "
-                                       "is gone or unreachable",
+                           fmt::format("{}: rank {} completed no write, not even an 8-byte "
+                                       "liveness write, in {:.1f} s "
+                                       "(transport.fabric.probe_timeout); the peer is gone or "
+                                       "unreachable",
                                        endpoint_->describe(), state_->rank, waited),
                            state_->rank));
         state_->rethrow();
@@ -237,7 +243,7 @@ class FabricConnection final : public backend::TransportConnection {
   std::shared_ptr<ConnState> state_;
   std::chrono::steady_clock::time_point lastProbe_{};
   std::chrono::steady_clock::time_point probeSince_{};
-  uint64_t probesSeen_ = 0;
+  uint64_t completionsSeen_ = 0;
   bool probeWaiting_ = false;
 };
 
