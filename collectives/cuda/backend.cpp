@@ -89,6 +89,14 @@ std::string cudaWhy(const char* what, cudaError_t e) {
   return fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/// Whether work on `stream` is being captured into a graph (a status that cannot be read counts
+/// as capturing: the callers then take the path that is safe in a capture).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+         capture != cudaStreamCaptureStatusNone;
+}
+
 /// The driver's context calls, through the runtime (the module links no libcuda: a machine
 /// without the driver must still load it and say why it serves nothing).
 struct RuntimeContextApi {
@@ -1009,9 +1017,7 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     }
     const uint64_t need = netWorkspaceBytes(c, net_);
     if (need > workspaceBytes_) {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-          capture != cudaStreamCaptureStatusNone) {
+      if (capturing(stream)) {
         throw Error(ErrorCode::NotSupported,
                     fmt::format("cuda collectives: this call needs {} B of workspace, more than "
                                 "the {} B allocated so far, and a stream being captured cannot "
@@ -1178,9 +1184,7 @@ std::string CudaBackend::launch(KernelId id, const CollectiveRequest& r,
 
 uint64_t CudaBackend::publish(const CollectiveRequest& r) {
   if (boards_.empty() || r.op == CollectiveOp::Send || r.op == CollectiveOp::Recv) return 0;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(r.stream.handle), &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
+  if (capturing(static_cast<cudaStream_t>(r.stream.handle))) {
     return 0;  // a graph's launches run later, as often as the user replays them
   }
   const CallSignature sig =
@@ -1266,11 +1270,7 @@ void CudaBackend::checkCalls() {
 }
 
 void CudaBackend::trackLaunch(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    return;
-  }
+  if (capturing(stream)) return;
   // Completed events are reused, so that a long job keeps a handful.
   for (cudaEvent_t& ev : pending_) {
     if (ev != nullptr && cudaEventQuery(ev) == cudaSuccess) {
