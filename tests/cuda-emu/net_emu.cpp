@@ -378,11 +378,17 @@ class Host {
     return out;
   }
 
-  /// A timeout of a network wait (naming a rank on another host) among the records.
+  /// A network wait (naming a rank on another host) among the records, timed out or stopped.
+  /// Stopped counts too: which rank of a host times out first is a race. When a rank that had
+  /// already moved on to a step inside the host started waiting for a local rank before that
+  /// rank began its network wait, the local wait times out first and stops the network wait,
+  /// whose record still names the rank on the other host (CI, stop 41: "rank 1 timed out
+  /// waiting for rank 0 (this host)", "rank 0 stopped waiting for rank 2 (another host)").
   bool namesRemoteRank() {
     for (int l = 0; l < o_.local; ++l) {
       const AbortRecord& ab = world_->rank(l).abort;
-      if (__atomic_load_n(&ab.code, __ATOMIC_ACQUIRE) == AbortRecord::Timeout && ab.peer < 0 &&
+      const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
+      if ((code == AbortRecord::Timeout || code == AbortRecord::Stopped) && ab.peer < 0 &&
           (-1 - ab.peer) / o_.local != host_) {
         return true;
       }
@@ -594,7 +600,7 @@ int main(int argc, char** argv) {
       std::printf("%sa call failed after %.1f s:\n%s", who.c_str(), took, failure.c_str());
       const bool ok = host.namesRemoteRank();
       std::printf("%s%s\n", who.c_str(),
-                  ok ? "a rank timed out waiting for a rank on another host"
+                  ok ? "a rank gave up waiting for a rank on another host"
                      : "FAIL: no rank named a rank on another host");
       std::fflush(stdout);
       // The link is down: leave without the teardown's goodbyes to the other host.
