@@ -88,6 +88,7 @@ void Engine::drainOnExit() noexcept {
           }
         }
       }
+      driveTransports();
       lock.unlock();
       timespec ts{0, 100'000};
       nanosleep(&ts, nullptr);

@@ -342,8 +342,13 @@ void Engine::run(Plan& plan, const char* what) {
                     culprit);
       }
     }
+    driveTransports();
     backoff.pause();
   }
+}
+
+void Engine::driveTransports() {
+  for (int p : progressPeers_) links_[p].progress();
 }
 
 }  // namespace strata::collectives

@@ -233,7 +233,14 @@ class Engine {
   std::vector<const char*> runPayloads_;
   RegisteredMemory area_;     ///< receive area: region per source rank, depth slots each
   RegisteredMemory flags_;    ///< semaphore words (Link::flagBytes)
-  RegisteredMemory staging_;  ///< proxied links: source of puts, region per destination
+  RegisteredMemory staging_;  ///< links across hosts: source of puts, region per destination
+  /// collectives.net_path: links that are not mapped write from the calling thread (direct)
+  /// rather than through the proxy thread.
+  bool netDirect_ = true;
+  /// Direct links, one per transport: driving one drives its transport's endpoint.
+  std::vector<int> progressPeers_;
+  /// Drives the transports of the direct links (run() and the drain at exit, while waiting).
+  void driveTransports();
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
   bool zeroCopy_ = false;

@@ -82,6 +82,28 @@ Link Link::mapped(const LinkEnds& ends) {
   return link;
 }
 
+void Link::watchOwnFlags(const LinkEnds& ends) {
+  data_.inbound = reinterpret_cast<uint64_t*>(ends.ownFlags + dataFlagOffset(ends.peer));
+  data_.expected = &consumedSignals_[0];
+  ack_.inbound = reinterpret_cast<uint64_t*>(ends.ownFlags + ackFlagOffset(ends.peer));
+  ack_.expected = &consumedSignals_[1];
+  // Signals that arrived before the link existed are not pending.
+  consumedSignals_[0] = device::loadAcquire(data_.inbound);
+  consumedSignals_[1] = device::loadAcquire(ack_.inbound);
+}
+
+Link Link::direct(const LinkEnds& ends, const RegisteredMemory& staging) {
+  Link link(ends);
+  link.direct_ = true;
+  link.stagingMem_ = staging;
+  link.stagingOffset_ = ends.slots.regionOffset(ends.peer);
+  link.staging_ = static_cast<char*>(staging.data()) + link.stagingOffset_;
+  link.dataFlagOut_ = dataFlagOffset(ends.rank);
+  link.ackFlagOut_ = ackFlagOffset(ends.rank);
+  link.watchOwnFlags(ends);
+  return link;
+}
+
 Link Link::proxied(const LinkEnds& ends, ProxyService& proxy, const RegisteredMemory& staging,
                    double timeoutSeconds) {
   Link link(ends);
@@ -124,15 +146,27 @@ void Link::putChunk(ChunkHeader header, const char* payload) {
     data_.putFrom(slot, encoded, kChunkHeaderBytes);
     data_.signal();
   } else {
+    // The slot's staging copy is free: its last chunk was acknowledged, so it has landed.
     char* staged = staging_ + slot;
     encodeChunkHeader(header, staged);
     std::memcpy(staged + kChunkHeaderBytes, payload, bytes);
+    if (direct_) {
+      conn_->write(peerArea_, regionOffset_ + slot, stagingMem_, stagingOffset_ + slot,
+                   kChunkHeaderBytes + bytes);
+      signalDirect(dataFlagOut_, ++outbound_[0]);
+      ++sent_;
+      return;
+    }
     pushToProxy([&](uint64_t* id) {
       return dataPort_.tryPutWithSignal(regionOffset_ + slot, stagingOffset_ + slot,
                                         kChunkHeaderBytes + bytes, id);
     });
   }
   ++sent_;
+}
+
+void Link::signalDirect(uint64_t flagOffset, uint64_t value) {
+  conn_->updateAndSync(peerFlags_, flagOffset, value);
 }
 
 void Link::signalThroughProxy() {

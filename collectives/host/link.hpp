@@ -2,9 +2,10 @@
 
 // One peer as the host collectives engine sees it: the chunks this rank writes into the peer's
 // slots and the chunks the peer wrote into this rank's, with the pair's data and ack semaphores.
-// Whether the peer's memory is mapped here (a MemoryChannel: memcpy and a release store) or
-// reached through the proxy (PortChannels: stage, then a put-with-signal trigger) is decided
-// once, when the Link is made; the engine only asks for what it wants done.
+// Whether the peer's memory is mapped here (a MemoryChannel: memcpy and a release store), written
+// directly over the pair's Connection by the calling thread (stage, then write and
+// updateAndSync), or reached through the proxy (PortChannels: stage, then a put-with-signal
+// trigger) is decided once, when the Link is made; the engine only asks for what it wants done.
 //
 // Every write into the peer's memory stays inside the slots this rank owns there, which the
 // Link checks against the size the peer registered when it is made, and again per chunk: a
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include <strata/channel.hpp>
 #include <strata/transport.hpp>
@@ -51,10 +53,21 @@ class Link {
   /// must not have started.
   static Link proxied(const LinkEnds& ends, ProxyService& proxy, const RegisteredMemory& staging,
                       double timeoutSeconds);
+  /// A link whose chunks the calling thread stages in `staging` (as proxied) and writes over the
+  /// Connection itself, with no proxy thread between (collectives.net_path = direct).
+  static Link direct(const LinkEnds& ends, const RegisteredMemory& staging);
 
   /// The peer's rank; -1 for this rank's own entry.
   int peer() const noexcept { return peer_; }
   bool isMapped() const noexcept { return mapped_; }
+  bool isDirect() const noexcept { return direct_; }
+  /// The transport this link's writes go through ("shm", "fabric"); "" for this rank's entry.
+  std::string_view transport() const noexcept { return conn_ ? conn_->transport() : ""; }
+  /// Drives the transport for a direct link (fabric providers with manual progress land the
+  /// peer's writes only while someone reads the endpoint); nothing for the others.
+  void progress() {
+    if (direct_) conn_->progress();
+  }
 
   // Sending: chunk k goes into slot k % depth of this rank's region in the peer's area.
 
@@ -71,7 +84,7 @@ class Link {
   void putChunk(ChunkHeader header, const char* payload);
   /// Takes one ack if one came.
   bool pollAck() {
-    if (acked_ == sent_ || !(mapped_ ? ack_.poll() : ackPort_.poll())) return false;
+    if (acked_ == sent_ || !(mapped_ || direct_ ? ack_.poll() : ackPort_.poll())) return false;
     ++acked_;
     return true;
   }
@@ -84,7 +97,7 @@ class Link {
 
   /// Takes one data signal if one came (at most depth chunks wait unconsumed).
   bool pollArrival() {
-    if (arrived_ - consumed_ >= depth_ || !(mapped_ ? data_.poll() : dataPort_.poll())) {
+    if (arrived_ - consumed_ >= depth_ || !(mapped_ || direct_ ? data_.poll() : dataPort_.poll())) {
       return false;
     }
     ++arrived_;
@@ -103,6 +116,8 @@ class Link {
     if (gone_) return;  // it sent all it had and left: nobody reads the ack
     if (mapped_) {
       ack_.signal();
+    } else if (direct_) {
+      signalDirect(ackFlagOut_, ++outbound_[1]);
     } else {
       signalThroughProxy();
     }
@@ -124,12 +139,17 @@ class Link {
  private:
   explicit Link(const LinkEnds& ends);
   void signalThroughProxy();
+  void signalDirect(uint64_t flagOffset, uint64_t value);
+  /// Points data_/ack_ (their inbound words and counters) at this rank's semaphore words for
+  /// the peer, counting signals that came before the link existed as consumed.
+  void watchOwnFlags(const LinkEnds& ends);
   /// Retries tryPush(&id) while the proxy FIFO is full, up to the timeout.
   template <typename TryPush>
   void pushToProxy(TryPush tryPush);
 
   int peer_ = -1;
   bool mapped_ = false;
+  bool direct_ = false;
   bool gone_ = false;
   uint32_t depth_ = 1;
   uint64_t slotBytes_ = 0;
@@ -144,8 +164,14 @@ class Link {
   /// The signals consumed from the peer's data and ack counters (the channels' `expected`
   /// words: on the heap, so a moved Link keeps them where its channels point).
   std::unique_ptr<uint64_t[]> consumedSignals_;
-  // Mapped: payload and data semaphore, and the ack semaphore (no payload).
+  // Mapped: payload and data semaphore, and the ack semaphore (no payload). Direct: only their
+  // inbound words and counters (polled the same way).
   MemoryChannel data_, ack_;
+  // Direct: the staging memory (source of the writes), where this rank's semaphore words are
+  // in the peer's block, and the values last written to them (data, ack).
+  RegisteredMemory stagingMem_;
+  uint64_t dataFlagOut_ = 0, ackFlagOut_ = 0;
+  uint64_t outbound_[2] = {0, 0};
   // Proxied: the same through the proxy, the chunk staged at staging_ first.
   PortChannel dataPort_, ackPort_;
   ProxyService* proxy_ = nullptr;

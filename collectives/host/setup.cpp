@@ -49,6 +49,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   size_ = context_->size();
   timeout_ = config::getDouble(config, "transport.timeout");
   singleCopyMin_ = static_cast<size_t>(config::getInt(config, "collectives.single_copy_min_bytes"));
+  netDirect_ = config::getString(config, "collectives.net_path") != "proxy";
   allRanks_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) allRanks_[r] = r;
   links_.resize(static_cast<size_t>(size_));
@@ -73,10 +74,11 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
   tune(config);
   STRATA_LOG(Debug, "coll",
              "host collectives: {} ranks, chunk {} B, {} slots per peer, {} peers "
-             "through the proxy",
+             "not mapped ({})",
              size_, slots_.chunkBytes, slots_.depth,
              std::count_if(links_.begin(), links_.end(),
-                           [](const Link& l) { return l.peer() >= 0 && !l.isMapped(); }));
+                           [](const Link& l) { return l.peer() >= 0 && !l.isMapped(); }),
+             netDirect_ ? "written by the calling thread" : "through the proxy");
 }
 
 void Engine::connectLinks() {
@@ -102,10 +104,15 @@ void Engine::connectLinks() {
       links_[peers[i]] = Link::mapped(ends);
       continue;
     }
-    if (!proxy_) {
-      proxy_ = std::make_unique<ProxyService>(kProxyFifoEntries, timeout_);
-      staging_ = context_->allocate(slots_.areaBytes);
+    if (!staging_) staging_ = context_->allocate(slots_.areaBytes);
+    if (netDirect_) {
+      links_[peers[i]] = Link::direct(ends, staging_);
+      bool seen = false;
+      for (int p : progressPeers_) seen = seen || links_[p].transport() == conns[i]->transport();
+      if (!seen) progressPeers_.push_back(peers[i]);
+      continue;
     }
+    if (!proxy_) proxy_ = std::make_unique<ProxyService>(kProxyFifoEntries, timeout_);
     links_[peers[i]] = Link::proxied(ends, *proxy_, staging_, timeout_);
   }
 }

@@ -161,6 +161,12 @@ constexpr KeyInfo kKeys[] = {
      "measured crossover applies unless this key is set explicitly. Smaller calls go through the "
      "shared receive buffers.",
      true},
+    {"collectives.net_path", Type::Enum, "direct", "direct|proxy",
+     "How the host collectives write to ranks whose memory is not mapped (on other hosts, over "
+     "the fabric transport): direct: the calling thread stages each chunk and posts the write "
+     "and its signal itself, and drives the transport while it waits; proxy: it queues them for "
+     "the proxy thread (one more thread per rank, as the device collectives use).",
+     false},
     {"collectives.zero_copy", Type::Enum, "auto", "auto|off",
      "Calls whose buffers are Communicator::allocHost memory on every rank read the peers' "
      "buffers through shared mappings (plain loads, no kernel copy) when every rank of the job is "

@@ -60,6 +60,12 @@ class Endpoint {
   /// Drives the CQ once (takes the mutex) and wakes waiters when something completed or a
   /// watched word changed. Returns how many completions it handled.
   size_t progressOnce() noexcept;
+  /// progressOnce() for a thread that polls its own words and drives the endpoint while it
+  /// waits (Connection::progress, the host collectives' direct links): the progress thread
+  /// leaves the endpoint to it while it keeps doing so.
+  size_t progressFromCaller() noexcept;
+  /// Whether a caller drove the endpoint within the last kCallerDrivesNs.
+  bool callerDriving() const noexcept;
   /// Waits for a completion notification or the timeout, whichever comes first.
   void waitForCompletion(double maxSeconds);
   /// Posts one fi_write, retrying -FI_EAGAIN until the deadline. Takes ownership of op.
@@ -123,6 +129,8 @@ class Endpoint {
 
   uint64_t posts_ = 0;           ///< writes posted so far; guarded by mutex_
   std::atomic<int> wakeFd_{-1};  ///< eventfd of the progress thread (owned by the transport)
+  /// steady_clock nanoseconds of the last progressFromCaller() (0: never).
+  std::atomic<int64_t> callerProgressNs_{0};
   std::atomic<bool> progressAsleep_{false};  ///< the progress thread is about to sleep or sleeps
 
   /// A thread in waitWord(): the word it waits on and the value it must exceed.

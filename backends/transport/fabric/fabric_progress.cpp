@@ -32,6 +32,10 @@ constexpr auto kBusySpin = std::chrono::milliseconds(20);
 // (see ProgressThread::loop).
 constexpr int64_t kFirstSleepUs = 100;
 constexpr int64_t kLongestSleepUs = 1'000'000;
+// A caller that drove the endpoint (progressFromCaller) within this time is still driving it:
+// the progress thread does not spin beside it, it looks again after kCallerNapUs.
+constexpr int64_t kCallerDrivesNs = 1'000'000;
+constexpr int64_t kCallerNapUs = 500;
 // A waitForCompletion() waits at most this long, so that its caller re-checks its deadline
 // and its connection's errors.
 constexpr double kMaxCompletionWaitSeconds = 0.001;
@@ -127,7 +131,34 @@ size_t Endpoint::progressOnce() noexcept {
   return n;
 }
 
+namespace {
+int64_t steadyNs() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+size_t Endpoint::progressFromCaller() noexcept {
+  callerProgressNs_.store(steadyNs(), std::memory_order_relaxed);
+  return progressOnce();
+}
+
+bool Endpoint::callerDriving() const noexcept {
+  int64_t last = callerProgressNs_.load(std::memory_order_relaxed);
+  return last != 0 && steadyNs() - last < kCallerDrivesNs;
+}
+
 bool Endpoint::waitWord(const uint64_t* word, uint64_t above, double maxSeconds) {
+  // A caller that drove the endpoint and now blocks leaves it to the progress thread: wake it
+  // from its nap rather than let the word wait for it.
+  if (callerProgressNs_.exchange(0) != 0) {
+    int fd = wakeFd_.load();
+    uint64_t one = 1;
+    if (fd >= 0 && ::write(fd, &one, sizeof(one)) < 0) {
+      // EAGAIN: the counter is already non-zero, the thread wakes anyway.
+    }
+  }
   auto reached = [&] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) > above; };
   Watch watch{word, above};
   std::unique_lock<std::mutex> lock(watchMutex_);
@@ -296,6 +327,18 @@ void ProgressThread::loop() noexcept {
     if (c.progressOnce() > 0) {
       lastActivity = std::chrono::steady_clock::now();
       sleepUs = kFirstSleepUs;
+    }
+    // A caller drives the endpoint while it waits (the host collectives' direct links): another
+    // thread spinning beside it on the same CPUs only slows both. Nap (a post does not kick: the
+    // nap is short) and look again; once the caller stops, within kCallerDrivesNs, this thread
+    // takes over.
+    if (c.callerDriving()) {
+      pollfd nap{wakeFd_, POLLIN, 0};
+      timespec ts{0, kCallerNapUs * 1000};
+      if (::ppoll(&nap, 1, &ts, nullptr) > 0) drainWakeFd();
+      lastActivity = std::chrono::steady_clock::now();
+      sleepUs = kFirstSleepUs;
+      continue;
     }
     // From here on a new post kicks the eventfd; a post before this store is seen below.
     c.progressAsleep_.store(true);

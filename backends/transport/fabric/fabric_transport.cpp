@@ -157,7 +157,7 @@ class FabricConnection final : public backend::TransportConnection {
     waitIdle(Deadline::after(deadlineSeconds), "flush");
   }
 
-  void progress() override { endpoint_->progressOnce(); }
+  void progress() override { endpoint_->progressFromCaller(); }
 
   void checkPeer() override {
     state_->rethrow();
