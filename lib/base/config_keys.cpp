@@ -117,7 +117,10 @@ constexpr KeyInfo kKeys[] = {
      "default 1 MiB at 2 ranks, 512 KiB at 4, 256 KiB at 8.",
      true},
     {"collectives.chunk_bytes", Type::Int, "1048576", "4096..",
-     "Largest piece of a host collective sent in one step (pipelining unit).", true},
+     "Largest piece of a host collective sent in one step (pipelining unit). When the ranks span "
+     "several hosts and this key is not set, 262144 (smaller pieces overlap the network with "
+     "the copies).",
+     true},
     {"collectives.algorithm", Type::String, "auto", "",
      "Algorithm forced for every operation that has one of this name (others choose "
      "automatically); auto lets each call choose (docs/collectives.md: the backends' algorithms "

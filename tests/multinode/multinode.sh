@@ -120,7 +120,16 @@ perf)
   grep -q 'Out of bounds values : 0 OK' "$work/out" || fail "no 'Out of bounds values : 0 OK'"
   grep -q 'algorithm: host/hierarchical' "$work/out" ||
     fail "the hierarchical algorithm (across the nodes) ran at no size"
-  echo "perf: 8 sizes correct on nodes $nodes"
+  # How the host collectives reach the other node (debug log of each rank's set-up): written by
+  # the calling thread (collectives.net_path = direct), 256 KiB chunks (the default across hosts).
+  STRATA_LOG_LEVEL=debug job --mpi=pmix 4 "$perf" allreduce -b 1M -e 1M -n 2 -w 1
+  [[ $rc -eq 0 ]] || { cat "$work/out"; fail "the debug-logged job exited $rc"; }
+  setup=$(grep -c 'host collectives: 4 ranks, chunk 262144 B, .* 2 peers not mapped (written by the calling thread)' "$work/out")
+  [[ $setup -eq 4 ]] || {
+    grep 'host collectives:' "$work/out"
+    fail "expected every rank's set-up with 256 KiB chunks and its 2 peers on the other node written directly, got $setup of 4"
+  }
+  echo "perf: 8 sizes correct on nodes $nodes; links across the nodes written directly, 256 KiB chunks"
   ;;
 link-cut)
   [[ -x $perf ]] || fail "usage: multinode.sh link-cut STRATA_PERF"
