@@ -52,9 +52,14 @@ if [ "${mode%%:*}" = scalable ]; then
   exit
 fi
 if [ "$mode" = comm-id ]; then
-  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  export NCCL_COMM_ID=127.0.0.1:$port
+  # shellcheck source=../harness/hold-port.sh
+  . "$harness/hold-port.sh"
+  hold_port
+  export NCCL_COMM_ID=127.0.0.1:$HOLD_PORT
   "${cmd[@]}"
+  rc=$?
+  release_port
+  exit "$rc"
 else
   "${cmd[@]}" "$dir/id"
 fi

@@ -171,8 +171,13 @@ EOF
   run -n 1 sh -c 'echo $STRATA_SECRET'
   [[ $s1 != "$(cat "$WORK/stdout")" ]] || fail "two runs got the same secret"
   # An explicit root port is used as given.
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  # (The port stays held until strata-run binds it: tests/harness/hold-port.sh.)
+  # shellcheck source=../harness/hold-port.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/../harness/hold-port.sh"
+  hold_port
+  port=$HOLD_PORT
   run -n 2 --root-port "$port" sh -c 'echo $STRATA_ROOT'
+  release_port
   expect_rc 0
   [[ $(sort -u "$WORK/stdout") == "127.0.0.1:$port" ]] || fail "--root-port $port not used"
   ;;
