@@ -189,7 +189,17 @@ void Engine::run(Plan& plan, const char* what) {
     bool progress = false;
     for (Link& link : links_) {
       if (link.peer() < 0) continue;
-      while (trySend(link)) progress = true;
+      try {
+        while (trySend(link)) progress = true;
+      } catch (const Error& e) {
+        // A write over a Connection (a direct link) found the peer lost: fail the call naming
+        // it and what it still needed, as a wait would, or, when this call no longer needs it,
+        // drop what was queued for it (nobody will read it).
+        if (e.code() != ErrorCode::PeerLost) throw;
+        checkNeededPeers(plan, idx, what);
+        if (!link.gone()) throw;
+        out_[link.peer()].clear();
+      }
       while (link.pollArrival()) progress = true;
     }
     if (plan.localWork) {

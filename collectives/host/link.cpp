@@ -169,6 +169,19 @@ void Link::signalDirect(uint64_t flagOffset, uint64_t value) {
   conn_->updateAndSync(peerFlags_, flagOffset, value);
 }
 
+void Link::ackDirect() {
+  try {
+    signalDirect(ackFlagOut_, ++outbound_[1]);
+  } catch (const Error& e) {
+    // As through the proxy (which records a failed trigger instead of throwing): a peer that
+    // sent all this rank needed and left cannot take its last acks, and that is no error of
+    // this call. A call that still needs the peer finds its Connection lost when it checks
+    // (checkNeededPeers) and fails then, naming the peer and what it still needed.
+    if (e.code() != ErrorCode::PeerLost) throw;
+    STRATA_LOG(Debug, "coll", "ack to rank {} not sent: {}", peer_, e.what());
+  }
+}
+
 void Link::signalThroughProxy() {
   pushToProxy([&](uint64_t* id) { return ackPort_.trySignal(id); });
 }

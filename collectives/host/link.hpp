@@ -117,7 +117,7 @@ class Link {
     if (mapped_) {
       ack_.signal();
     } else if (direct_) {
-      signalDirect(ackFlagOut_, ++outbound_[1]);
+      ackDirect();
     } else {
       signalThroughProxy();
     }
@@ -140,6 +140,8 @@ class Link {
   explicit Link(const LinkEnds& ends);
   void signalThroughProxy();
   void signalDirect(uint64_t flagOffset, uint64_t value);
+  /// The ack over the Connection; a peer already lost is not this call's error (see link.cpp).
+  void ackDirect();
   /// Points data_/ack_ (their inbound words and counters) at this rank's semaphore words for
   /// the peer, counting signals that came before the link existed as consumed.
   void watchOwnFlags(const LinkEnds& ends);

@@ -15,6 +15,7 @@
 #include <rdma/fi_rma.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,13 @@ class Endpoint {
   /// Posts one fi_write, retrying -FI_EAGAIN until the deadline. Takes ownership of op.
   void postWrite(std::unique_ptr<OpContext> op, const void* src, size_t bytes, void* desc,
                  uint64_t target, uint64_t key, const Deadline& deadline);
+  /// While postWrite() retries a refused write: the error that says the peer is gone (its
+  /// connection failed, its pid on this host has exited, or no write to it completed for
+  /// probe_timeout), else nothing. Updates the caller's bookkeeping.
+  std::optional<Error> refusedPeerLost(ConnState& conn, std::chrono::steady_clock::time_point since,
+                                       uint64_t& completionsSeen,
+                                       std::chrono::steady_clock::time_point& lastAlive,
+                                       std::chrono::steady_clock::time_point& lastPidCheck);
   /// A free signal slot (driving the CQ while all are busy), or Timeout.
   int acquireSlot(const Deadline& deadline, int peer);
   uint64_t* slotWord(int slot) noexcept;

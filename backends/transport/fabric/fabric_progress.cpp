@@ -3,6 +3,7 @@
 // background thread that drives the endpoint (fabric_progress.hpp).
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -36,6 +37,8 @@ constexpr int64_t kLongestSleepUs = 1'000'000;
 // the progress thread does not spin beside it, it looks again after kCallerNapUs.
 constexpr int64_t kCallerDrivesNs = 1'000'000;
 constexpr int64_t kCallerNapUs = 500;
+// While the provider refuses a write, the same-host peer's pid is checked this often.
+constexpr auto kRefusedPidCheck = std::chrono::milliseconds(10);
 // A waitForCompletion() waits at most this long, so that its caller re-checks its deadline
 // and its connection's errors.
 constexpr double kMaxCompletionWaitSeconds = 0.001;
@@ -202,6 +205,12 @@ void Endpoint::postWrite(std::unique_ptr<OpContext> op, const void* src, size_t 
                          uint64_t target, uint64_t key, const Deadline& deadline) {
   auto& conn = *op->conn;
   Backoff backoff;
+  // While the provider refuses the write: when the peer looked alive last (a write to it
+  // completed), and when its pid was last checked.
+  const auto refusedSince = std::chrono::steady_clock::now();
+  uint64_t completionsSeen = conn.completions.load();
+  auto lastAlive = refusedSince;
+  auto lastPidCheck = refusedSince;
   for (;;) {
     size_t reaped;
     {
@@ -227,6 +236,15 @@ void Endpoint::postWrite(std::unique_ptr<OpContext> op, const void* src, size_t 
     }
     if (reaped) cv_.notify_all();
     notifyWatchers();
+    // A dead peer fills the queue and never drains it: say so now, not at the deadline. (The
+    // caller may be the thread that would otherwise find it lost: the host collectives post
+    // from their own loop.)
+    if (auto lost = refusedPeerLost(conn, refusedSince, completionsSeen, lastAlive, lastPidCheck)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (op->slot >= 0) freeSlots_.push_back(op->slot);
+      conn.fail(std::move(*lost));
+      conn.rethrow();
+    }
     if (deadline.expired()) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (op->slot >= 0) freeSlots_.push_back(op->slot);
@@ -239,6 +257,43 @@ void Endpoint::postWrite(std::unique_ptr<OpContext> op, const void* src, size_t 
     }
     backoff.pause();
   }
+}
+
+std::optional<Error> Endpoint::refusedPeerLost(
+    ConnState& conn, std::chrono::steady_clock::time_point since, uint64_t& completionsSeen,
+    std::chrono::steady_clock::time_point& lastAlive,
+    std::chrono::steady_clock::time_point& lastPidCheck) {
+  {
+    std::lock_guard<std::mutex> lock(conn.errorMutex);
+    if (conn.error) return *conn.error;  // failed meanwhile (a completion error, checkPeer)
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (conn.sameHost && conn.pid > 0 && now - lastPidCheck > kRefusedPidCheck) {
+    lastPidCheck = now;
+    if (::kill(conn.pid, 0) != 0 && errno == ESRCH) {
+      return Error(ErrorCode::PeerLost,
+                   fmt::format("{}: rank {} (pid {}) has exited (its writes were refused, "
+                               "-FI_EAGAIN, since {:.1f} s ago)",
+                               describe(), conn.rank, conn.pid,
+                               std::chrono::duration<double>(now - since).count()),
+                   conn.rank);
+    }
+  }
+  const uint64_t done = conn.completions.load();
+  if (done != completionsSeen) {
+    completionsSeen = done;
+    lastAlive = now;
+  }
+  const double quiet = std::chrono::duration<double>(now - lastAlive).count();
+  if (probeTimeout_ > 0 && quiet > probeTimeout_) {
+    return Error(ErrorCode::PeerLost,
+                 fmt::format("{}: rank {} completed no write in {:.1f} s while the provider "
+                             "refused new ones (queue full, -FI_EAGAIN) "
+                             "(transport.fabric.probe_timeout); the peer is gone or unreachable",
+                             describe(), conn.rank, quiet),
+                 conn.rank);
+  }
+  return std::nullopt;
 }
 
 void Endpoint::kickProgress() noexcept {
