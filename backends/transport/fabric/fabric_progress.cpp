@@ -279,8 +279,11 @@ std::optional<Error> Endpoint::refusedPeerLost(
                    conn.rank);
     }
   }
+  // A write to the peer completing shows it alive. With none of its writes in flight the
+  // refusal comes from the endpoint's queue (writes to other peers), which says nothing of this
+  // one.
   const uint64_t done = conn.completions.load();
-  if (done != completionsSeen) {
+  if (done != completionsSeen || conn.outstanding.load() == 0) {
     completionsSeen = done;
     lastAlive = now;
   }
