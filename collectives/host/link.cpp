@@ -82,7 +82,10 @@ Link Link::mapped(const LinkEnds& ends) {
   return link;
 }
 
-void Link::watchOwnFlags(const LinkEnds& ends) {
+void Link::stageAndWatch(const LinkEnds& ends, const RegisteredMemory& staging) {
+  stagingMem_ = staging;
+  stagingOffset_ = ends.slots.regionOffset(ends.peer);
+  staging_ = static_cast<char*>(staging.data()) + stagingOffset_;
   data_.inbound = reinterpret_cast<uint64_t*>(ends.ownFlags + dataFlagOffset(ends.peer));
   data_.expected = &consumedSignals_[0];
   ack_.inbound = reinterpret_cast<uint64_t*>(ends.ownFlags + ackFlagOffset(ends.peer));
@@ -95,12 +98,9 @@ void Link::watchOwnFlags(const LinkEnds& ends) {
 Link Link::direct(const LinkEnds& ends, const RegisteredMemory& staging) {
   Link link(ends);
   link.direct_ = true;
-  link.stagingMem_ = staging;
-  link.stagingOffset_ = ends.slots.regionOffset(ends.peer);
-  link.staging_ = static_cast<char*>(staging.data()) + link.stagingOffset_;
   link.dataFlagOut_ = dataFlagOffset(ends.rank);
   link.ackFlagOut_ = ackFlagOffset(ends.rank);
-  link.watchOwnFlags(ends);
+  link.stageAndWatch(ends, staging);
   return link;
 }
 
@@ -109,19 +109,13 @@ Link Link::proxied(const LinkEnds& ends, ProxyService& proxy, const RegisteredMe
   Link link(ends);
   link.proxy_ = &proxy;
   link.timeout_ = timeoutSeconds;
-  link.stagingOffset_ = ends.slots.regionOffset(ends.peer);
-  link.staging_ = static_cast<char*>(staging.data()) + link.stagingOffset_;
+  link.stageAndWatch(ends, staging);
   uint32_t data = proxy.addChannel(ends.conn, ends.peerArea, staging, ends.peerFlags,
                                    dataFlagOffset(ends.rank));
   uint32_t ack =
       proxy.addChannel(ends.conn, ends.peerArea, staging, ends.peerFlags, ackFlagOffset(ends.rank));
-  auto* dataIn = reinterpret_cast<uint64_t*>(ends.ownFlags + dataFlagOffset(ends.peer));
-  auto* ackIn = reinterpret_cast<uint64_t*>(ends.ownFlags + ackFlagOffset(ends.peer));
-  // Signals that arrived before the link existed are not pending.
-  link.consumedSignals_[0] = device::loadAcquire(dataIn);
-  link.consumedSignals_[1] = device::loadAcquire(ackIn);
-  link.dataPort_ = proxy.portChannel(data, dataIn, &link.consumedSignals_[0]);
-  link.ackPort_ = proxy.portChannel(ack, ackIn, &link.consumedSignals_[1]);
+  link.dataPort_ = proxy.portChannel(data, link.data_.inbound, &link.consumedSignals_[0]);
+  link.ackPort_ = proxy.portChannel(ack, link.ack_.inbound, &link.consumedSignals_[1]);
   link.dataChannel_ = data;
   return link;
 }

@@ -60,7 +60,6 @@ class Link {
   /// The peer's rank; -1 for this rank's own entry.
   int peer() const noexcept { return peer_; }
   bool isMapped() const noexcept { return mapped_; }
-  bool isDirect() const noexcept { return direct_; }
   /// The transport this link's writes go through ("shm", "fabric"); "" for this rank's entry.
   std::string_view transport() const noexcept { return conn_ ? conn_->transport() : ""; }
   /// Drives the transport for a direct link (fabric providers with manual progress land the
@@ -142,9 +141,10 @@ class Link {
   void signalDirect(uint64_t flagOffset, uint64_t value);
   /// The ack over the Connection; a peer already lost is not this call's error (see link.cpp).
   void ackDirect();
-  /// Points data_/ack_ (their inbound words and counters) at this rank's semaphore words for
-  /// the peer, counting signals that came before the link existed as consumed.
-  void watchOwnFlags(const LinkEnds& ends);
+  /// Direct and proxied links: chunks staged in `staging` (this link's region of it), and
+  /// data_/ack_'s inbound words and counters pointed at this rank's semaphore words for the
+  /// peer, counting signals that came before the link existed as consumed.
+  void stageAndWatch(const LinkEnds& ends, const RegisteredMemory& staging);
   /// Retries tryPush(&id) while the proxy FIFO is full, up to the timeout.
   template <typename TryPush>
   void pushToProxy(TryPush tryPush);
@@ -166,10 +166,11 @@ class Link {
   /// The signals consumed from the peer's data and ack counters (the channels' `expected`
   /// words: on the heap, so a moved Link keeps them where its channels point).
   std::unique_ptr<uint64_t[]> consumedSignals_;
-  // Mapped: payload and data semaphore, and the ack semaphore (no payload). Direct: only their
-  // inbound words and counters (polled the same way).
+  // Mapped: payload and data semaphore, and the ack semaphore (no payload). Direct and proxied:
+  // only their inbound words and counters (direct polls them the same way; proxied hands them
+  // to its PortChannels).
   MemoryChannel data_, ack_;
-  // Direct: the staging memory (source of the writes), where this rank's semaphore words are
+  // The staging memory (source of the writes). Direct: where this rank's semaphore words are
   // in the peer's block, and the values last written to them (data, ack).
   RegisteredMemory stagingMem_;
   uint64_t dataFlagOut_ = 0, ackFlagOut_ = 0;

@@ -14,7 +14,10 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <signal.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -95,6 +98,8 @@ class Endpoint {
   /// Wakes the progress thread if it sleeps (after a new write was posted: providers with
   /// manual progress send the rest of a large write only while someone drives the endpoint).
   void kickProgress() noexcept;
+  /// Wakes the progress thread from any sleep or nap (a write to its eventfd).
+  void wakeProgressThread() noexcept;
 
   std::string describe() const;  ///< "fabric transport (rank R, provider P)"
   fid_mr* registerRegion(void* data, size_t bytes, uint64_t access, bool cuda, int cudaDevice);
@@ -173,6 +178,10 @@ class ConnState {
   std::atomic<uint64_t> completions{0};
   std::mutex errorMutex;
   std::optional<Error> error;  ///< the first failed completion
+  /// A peer on this host (its pid known) whose process has exited.
+  bool processExited() const noexcept {
+    return sameHost && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+  }
   void fail(Error e) {
     std::lock_guard<std::mutex> lock(errorMutex);
     if (!error) error = std::move(e);

@@ -3,7 +3,6 @@
 // background thread that drives the endpoint (fabric_progress.hpp).
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -155,13 +154,7 @@ bool Endpoint::callerDriving() const noexcept {
 bool Endpoint::waitWord(const uint64_t* word, uint64_t above, double maxSeconds) {
   // A caller that drove the endpoint and now blocks leaves it to the progress thread: wake it
   // from its nap rather than let the word wait for it.
-  if (callerProgressNs_.exchange(0) != 0) {
-    int fd = wakeFd_.load();
-    uint64_t one = 1;
-    if (fd >= 0 && ::write(fd, &one, sizeof(one)) < 0) {
-      // EAGAIN: the counter is already non-zero, the thread wakes anyway.
-    }
-  }
+  if (callerProgressNs_.exchange(0) != 0) wakeProgressThread();
   auto reached = [&] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) > above; };
   Watch watch{word, above};
   std::unique_lock<std::mutex> lock(watchMutex_);
@@ -268,9 +261,9 @@ std::optional<Error> Endpoint::refusedPeerLost(
     if (conn.error) return *conn.error;  // failed meanwhile (a completion error, checkPeer)
   }
   const auto now = std::chrono::steady_clock::now();
-  if (conn.sameHost && conn.pid > 0 && now - lastPidCheck > kRefusedPidCheck) {
+  if (conn.sameHost && now - lastPidCheck > kRefusedPidCheck) {
     lastPidCheck = now;
-    if (::kill(conn.pid, 0) != 0 && errno == ESRCH) {
+    if (conn.processExited()) {
       return Error(ErrorCode::PeerLost,
                    fmt::format("{}: rank {} (pid {}) has exited (its writes were refused, "
                                "-FI_EAGAIN, since {:.1f} s ago)",
@@ -300,7 +293,10 @@ std::optional<Error> Endpoint::refusedPeerLost(
 }
 
 void Endpoint::kickProgress() noexcept {
-  if (!progressAsleep_.load()) return;
+  if (progressAsleep_.load()) wakeProgressThread();
+}
+
+void Endpoint::wakeProgressThread() noexcept {
   int fd = wakeFd_.load();
   uint64_t one = 1;
   if (fd >= 0 && ::write(fd, &one, sizeof(one)) < 0) {

@@ -1,7 +1,6 @@
 #include "fabric_transport.hpp"
 
 #include <dlfcn.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,7 +163,7 @@ class FabricConnection final : public backend::TransportConnection {
     // A peer process on this host that has exited is gone whatever the provider says: shm never
     // completes a write to a dead process, and ofi_rxm keeps retrying a refused connection
     // instead of failing the write.
-    if (state_->sameHost && state_->pid > 0 && ::kill(state_->pid, 0) != 0 && errno == ESRCH) {
+    if (state_->processExited()) {
       state_->fail(Error(ErrorCode::PeerLost,
                          fmt::format("{}: rank {} (pid {}) has exited", endpoint_->describe(),
                                      state_->rank, state_->pid),
