@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -300,8 +301,9 @@ struct Rank {
   std::condition_variable idle;
   bool loaded[kKernelIds] = {};
   int running = 0;
-  int lazyLoads = 0;        ///< launches that had to load their kernel
-  int loadsThatWaited = 0;  ///< ... and found launches of this rank running
+  std::atomic<uint64_t> begun{0};  ///< launches begun (diagnostics)
+  int lazyLoads = 0;               ///< launches that had to load their kernel
+  int loadsThatWaited = 0;         ///< ... and found launches of this rank running
 
   /// A launch of kernel id begins: a kernel not loaded yet is loaded first, which waits until
   /// no launch of this rank runs (the lazy-loading rule).
@@ -315,6 +317,7 @@ struct Rank {
       loaded[k] = true;
     }
     ++running;
+    begun.fetch_add(1, std::memory_order_relaxed);
   }
   void endLaunch() {
     std::lock_guard lk(mu);
@@ -410,6 +413,9 @@ class World {
   void delayStart(int r, std::chrono::microseconds d) { startDelay_[r] = d; }
   /// What the module's host side does when it finds a peer lost: sets rank r's stop word.
   void stop(int r) { __atomic_store_n(&ranks_[r]->stop, uint64_t{1}, __ATOMIC_RELEASE); }
+  /// Called (from rank r's stream) right after the launch in which the first rank of a run
+  /// gave up has ended, while the other ranks still sit where they waited (diagnostics).
+  std::function<void(int)> onFirstAbort;
   /// Sets every block's epoch (flags near the 32-bit wrap).
   void setEpoch(uint64_t e) {
     for (auto& r : ranks_) {
@@ -428,6 +434,7 @@ class World {
   /// late, so that stream 0's first launch is running when stream 1's begins.
   void runStreams(const std::vector<std::vector<std::vector<Launch>*>>& streams, int slowRank = -1,
                   std::chrono::microseconds startGap = std::chrono::microseconds(0)) {
+    abortSeen_ = false;
     std::vector<std::thread> drivers;
     for (int r = 0; r < n_; ++r) {
       for (size_t k = 0; k < streams.size(); ++k) {
@@ -491,6 +498,10 @@ class World {
       if (gpu.owns_lock()) gpu.unlock();
       rank.endLaunch();
       if (queue.owns_lock()) queue.unlock();
+      if (onFirstAbort && __atomic_load_n(&rank.abortClaim, __ATOMIC_ACQUIRE) != 0 &&
+          !abortSeen_.exchange(true)) {
+        onFirstAbort(r);
+      }
     }
   }
 
@@ -504,6 +515,7 @@ class World {
   std::vector<std::shared_ptr<SmSlots>> slots_;       ///< per rank: its GPU's, when limited
   std::vector<std::vector<std::unique_ptr<std::mutex>>> queues_;  ///< per rank, when modelled
   WeakModel weak_;
+  std::atomic<bool> abortSeen_{false};
 };
 
 }  // namespace strata::cuda::emu

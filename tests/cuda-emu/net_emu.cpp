@@ -205,6 +205,10 @@ class Host {
                                      static_cast<uint64_t>(o.timeout * 1e9),
                                      o.seed * 7919 + static_cast<uint64_t>(host_));
     world_->preload();
+    world_->onFirstAbort = [this](int l) {
+      firstAbortCounts_ = "network counts when rank " + std::to_string(host_ * o_.local + l) +
+                          " gave up (its launch has ended):\n" + netCounts();
+    };
     std::vector<int> peerOf(static_cast<size_t>(hosts_));
     for (int h = 0; h < hosts_; ++h) peerOf[h] = h;
     words_.assign(static_cast<size_t>(2 * o.local), 0);
@@ -231,6 +235,7 @@ class Host {
     const int n = nranks();
     std::vector<Buffers> bufs(cases.size());
     std::vector<std::vector<Launch>> perRank(static_cast<size_t>(L));
+    std::vector<std::vector<size_t>> callOf(static_cast<size_t>(L));
     for (size_t c = 0; c < cases.size(); ++c) {
       const Case& k = cases[c];
       const size_t es = elemSize(k.type);
@@ -297,6 +302,7 @@ class Host {
           x.blocks = net ? 1 : 1 + static_cast<uint32_t>(shape() % 3);
           x.threads = 2 + static_cast<uint32_t>(shape() % 4);
           perRank[l].push_back(x);
+          callOf[l].push_back(c);
         }
       }
     }
@@ -310,6 +316,16 @@ class Host {
     std::vector<std::vector<Launch>*> seq;
     for (auto& c : calls) seq.push_back(&c);
 
+    firstAbortCounts_.clear();
+    stopCounts_.clear();
+    begunBefore_.clear();
+    where_.assign(static_cast<size_t>(L), {});
+    for (int l = 0; l < L; ++l) {
+      begunBefore_.push_back(world_->rank(l).begun.load());
+      for (size_t j = 0; j < perRank[l].size(); ++j) {
+        where_[l].push_back({callOf[l][j], static_cast<int>(perRank[l][j].id)});
+      }
+    }
     for (auto& p : peers_) p->proxy().beginDeviceWork();
     std::atomic<bool> done{false};
     std::thread monitor([&] { watch(done); });
@@ -319,7 +335,8 @@ class Host {
     for (auto& p : peers_) p->proxy().endDeviceWork();
 
     if (std::string why = aborts(); !why.empty()) {
-      *failure = why;
+      *failure = why + firstAbortCounts_ + "network counts when the monitor stopped the ranks:\n" +
+                 stopCounts_;
       return false;
     }
     for (size_t c = 0; c < cases.size(); ++c) {
@@ -374,6 +391,39 @@ class Host {
           static_cast<long long>(peer), peerHost, peerHost == host_ ? "this host" : "another host",
           static_cast<unsigned long long>(ab.expected), static_cast<unsigned long long>(ab.seen));
       out += msg;
+    }
+    return out;
+  }
+
+  /// Each local rank's place and network counts, to compare with the other hosts' after a
+  /// failure: the launch it is in (the call and KernelId), the chunks it sent to and consumed
+  /// from each host (NetState), the data and ack counters the peers' proxies raised here, its
+  /// FIFO's pushes and the triggers its proxy executed.
+  std::string netCounts() {
+    std::string out;
+    for (int l = 0; l < o_.local; ++l) {
+      const uint64_t* flags = peers_[l]->flags();
+      const uint64_t begun = world_->rank(l).begun.load(std::memory_order_relaxed);
+      std::string at = "launch " + std::to_string(begun - begunBefore_[l]);
+      if (begun > begunBefore_[l] && begun - begunBefore_[l] <= where_[l].size()) {
+        const auto& w = where_[l][begun - begunBefore_[l] - 1];
+        at += " (call " + std::to_string(w.first) + ", kernel " + std::to_string(w.second) + ")";
+      }
+      out += "  rank " + std::to_string(host_ * o_.local + l) + " in " + at + ": pushed " +
+             std::to_string(__atomic_load_n(&words_[2 * l], __ATOMIC_ACQUIRE)) + ", executed " +
+             std::to_string(peers_[l]->proxy().executed());
+      for (int h = 0; h < hosts_; ++h) {
+        if (h == host_) continue;
+        out +=
+            "; host " + std::to_string(h) + ": sent " +
+            std::to_string(__atomic_load_n(&states_[l].sent[h], __ATOMIC_RELAXED)) + " received " +
+            std::to_string(__atomic_load_n(&states_[l].received[h], __ATOMIC_RELAXED)) +
+            " data in " +
+            std::to_string(__atomic_load_n(&flags[NetPeers::dataFlag(h) / 8], __ATOMIC_ACQUIRE)) +
+            " acks in " +
+            std::to_string(__atomic_load_n(&flags[NetPeers::ackFlag(h) / 8], __ATOMIC_ACQUIRE));
+      }
+      out += "\n";
     }
     return out;
   }
@@ -467,6 +517,7 @@ class Host {
         }
       }
       if (stop) {
+        stopCounts_ = netCounts();
         for (int l = 0; l < o_.local; ++l) world_->stop(l);
         return;
       }
@@ -482,6 +533,13 @@ class Host {
   std::vector<NetState> states_;
   std::vector<std::unique_ptr<NetPeers>> peers_;
   std::vector<NetArgs> net_;
+  // Diagnostics of a failed batch (netCounts()): when the first rank gave up, and when the
+  // monitor stopped the others (by then the rank that gave up may have run on: its later waits
+  // fail at once, but pushes and waits that need no waiting still go through).
+  std::string firstAbortCounts_, stopCounts_;
+  std::vector<uint64_t> begunBefore_;  ///< per local rank: launches begun before this batch
+  /// Per local rank, per launch of the batch: its call and KernelId (as a number).
+  std::vector<std::vector<std::pair<size_t, int>>> where_;
 };
 
 /// The sweep: every op, type and reduction at odd and multi-chunk counts, in place and not,
