@@ -11,10 +11,15 @@
 // is the rank-order fold too, and is checked against it).
 //
 // usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] [--timeout SECONDS]
-//                     [--cut]
+//                     [--cut] [--stall-report]
 //   --cut  runs calls until one fails (a test cuts the link between the hosts meanwhile), then
 //          prints what each local rank reported and exits 0 when one names a rank on another
 //          host, 1 otherwise.
+//   --stall-report  prints this host's network counts and collective semaphores whenever
+//          nothing moved for 3, 6, 9 ... s, and when it moves again (diagnosing a stall).
+//   --timeout  the kernels' wait limit (default 20 s).
+// A failure prints each local rank's launch and network counts when the first rank gave up and
+// when the monitor stopped the others.
 // Exit status: 0 passed, 1 failed.
 
 #include <unistd.h>
@@ -54,6 +59,7 @@ struct Options {
   bool cut = false;
   uint64_t seed = 1;
   double timeout = 20;
+  bool stallReport = false;
 };
 
 const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
@@ -504,9 +510,56 @@ class Host {
     return out;
   }
 
+  /// Each local rank's collective semaphores with each local peer, per block (this test's grids
+  /// have at most 3): the signals that came in and those its waits consumed or claimed (a wait
+  /// in progress has claimed one more than came).
+  std::string localSemaphores() {
+    std::string out;
+    for (int l = 0; l < o_.local; ++l) {
+      strata::cuda::emu::Rank& r = world_->rank(l);
+      out += "  local rank " + std::to_string(l) + ":";
+      for (int b = 0; b < 3; ++b) {
+        out += " block " + std::to_string(b) + " [";
+        for (int q = 0; q < o_.local; ++q) {
+          if (q == l) continue;
+          const auto* in = reinterpret_cast<const uint64_t*>(
+              r.scratch + ScratchLayout::kSemaphores + (b * kMaxRanks + q) * 8);
+          out += " from " + std::to_string(q) + ": in " +
+                 std::to_string(__atomic_load_n(in, __ATOMIC_RELAXED)) + " claimed " +
+                 std::to_string(__atomic_load_n(&r.state[b].expected[q], __ATOMIC_RELAXED));
+        }
+        out += " ]";
+      }
+      out += "\n";
+    }
+    return out;
+  }
+
   /// The module's monitor: a rank that gave up, or a proxy error, stops every rank's waits.
+  /// With --stall-report it also prints the host's counts whenever none moved for 3, 6, 9 ...
+  /// s, and when they move again.
   void watch(const std::atomic<bool>& done) {
+    std::string last;
+    auto lastChange = std::chrono::steady_clock::now();
+    int reports = 0;
     while (!done) {
+      if (o_.stallReport) {
+        std::string now = netCounts() + localSemaphores();
+        const auto t = std::chrono::steady_clock::now();
+        if (now != last) {
+          if (reports > 0) {
+            std::fprintf(stderr, "cuda-net-emu: host %d: moving again after %d s\n", host_,
+                         3 * reports);
+          }
+          last = std::move(now);
+          lastChange = t;
+          reports = 0;
+        } else if (t - lastChange > std::chrono::seconds(3 * (reports + 1))) {
+          ++reports;
+          std::fprintf(stderr, "cuda-net-emu: host %d: nothing moved for %d s:\n%s", host_,
+                       3 * reports, now.c_str());
+        }
+      }
       bool stop = false;
       for (int l = 0; l < o_.local && !stop; ++l) {
         stop = __atomic_load_n(&world_->rank(l).abortClaim, __ATOMIC_ACQUIRE) != 0;
@@ -603,7 +656,7 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
 int usage() {
   std::fprintf(stderr,
                "usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] "
-               "[--timeout SECONDS] [--cut]\n");
+               "[--timeout SECONDS] [--cut] [--stall-report]\n");
   return 2;
 }
 
@@ -626,6 +679,8 @@ int main(int argc, char** argv) {
       o.quick = true;
     } else if (a == "--cut") {
       o.cut = true;
+    } else if (a == "--stall-report") {
+      o.stallReport = true;
     } else {
       return usage();
     }
