@@ -52,6 +52,9 @@ using strata::cuda::emu::World;
 
 namespace {
 
+/// Blocks of a one-host launch at most (each launch draws 1 to this many).
+constexpr uint32_t kMostBlocks = 3;
+
 struct Options {
   int local = 2;
   uint64_t chunk = 4096;
@@ -241,7 +244,7 @@ class Host {
     const int n = nranks();
     std::vector<Buffers> bufs(cases.size());
     std::vector<std::vector<Launch>> perRank(static_cast<size_t>(L));
-    std::vector<std::vector<size_t>> callOf(static_cast<size_t>(L));
+    where_.assign(static_cast<size_t>(L), {});
     for (size_t c = 0; c < cases.size(); ++c) {
       const Case& k = cases[c];
       const size_t es = elemSize(k.type);
@@ -305,10 +308,10 @@ class Host {
           x.args = p.args;
           const bool net = p.id == KernelId::NetReduce || p.id == KernelId::NetGather;
           std::mt19937_64 shape(o_.seed * 31 + c * 8191 + (net ? 4096 : localLaunches++));
-          x.blocks = net ? 1 : 1 + static_cast<uint32_t>(shape() % 3);
+          x.blocks = net ? 1 : 1 + static_cast<uint32_t>(shape() % kMostBlocks);
           x.threads = 2 + static_cast<uint32_t>(shape() % 4);
           perRank[l].push_back(x);
-          callOf[l].push_back(c);
+          where_[l].push_back({c, static_cast<int>(p.id)});
         }
       }
     }
@@ -325,13 +328,7 @@ class Host {
     firstAbortCounts_.clear();
     stopCounts_.clear();
     begunBefore_.clear();
-    where_.assign(static_cast<size_t>(L), {});
-    for (int l = 0; l < L; ++l) {
-      begunBefore_.push_back(world_->rank(l).begun.load());
-      for (size_t j = 0; j < perRank[l].size(); ++j) {
-        where_[l].push_back({callOf[l][j], static_cast<int>(perRank[l][j].id)});
-      }
-    }
+    for (int l = 0; l < L; ++l) begunBefore_.push_back(world_->rank(l).begun.load());
     for (auto& p : peers_) p->proxy().beginDeviceWork();
     std::atomic<bool> done{false};
     std::thread monitor([&] { watch(done); });
@@ -510,15 +507,15 @@ class Host {
     return out;
   }
 
-  /// Each local rank's collective semaphores with each local peer, per block (this test's grids
-  /// have at most 3): the signals that came in and those its waits consumed or claimed (a wait
-  /// in progress has claimed one more than came).
+  /// Each local rank's collective semaphores with each local peer, per block (of the
+  /// kMostBlocks a one-host launch here may have): the signals that came in and those its waits
+  /// consumed or claimed (a wait in progress has claimed one more than came).
   std::string localSemaphores() {
     std::string out;
     for (int l = 0; l < o_.local; ++l) {
       strata::cuda::emu::Rank& r = world_->rank(l);
       out += "  local rank " + std::to_string(l) + ":";
-      for (int b = 0; b < 3; ++b) {
+      for (uint32_t b = 0; b < kMostBlocks; ++b) {
         out += " block " + std::to_string(b) + " [";
         for (int q = 0; q < o_.local; ++q) {
           if (q == l) continue;
