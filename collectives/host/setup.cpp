@@ -43,6 +43,27 @@ const std::vector<int>& hostOf(const std::vector<std::vector<int>>& hosts, int r
   throw Error(ErrorCode::Internal, fmt::format("rank {} is in no host group", rank));
 }
 
+/// Maps every page of [p, p + bytes) writable in this process now (MADV_POPULATE_WRITE, Linux
+/// 5.14), so that the first calls do not take a page fault per 4 KiB of slot they touch: a call
+/// of 512 KiB per rank at 2 ranks took 240 us instead of 45 while its four slots were first
+/// written, which also misled the measured choice (measured_choice.hpp). The contents stay as
+/// they are. Where the kernel does not have it the pages fault in on first use, as before.
+void prefault(void* p, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  if (!p || bytes == 0) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const auto end = reinterpret_cast<uintptr_t>(p) + bytes;
+  if (madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) != 0) {
+    STRATA_LOG(Debug, "coll",
+               "madvise(MADV_POPULATE_WRITE) of {} bytes: {} (pages fault in on "
+               "first use)",
+               end - start, std::strerror(errno));
+  }
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<Context> context, const Config& config)
@@ -77,6 +98,7 @@ Engine::Engine(std::shared_ptr<Context> context, const Config& config)
 
   area_ = context_->allocate(slots_.areaBytes);
   flags_ = context_->allocate(Link::flagBytes(size_));
+  prefault(area_.data(), slots_.areaBytes);
   connectLinks();
   if (proxy_) proxy_->start();
   probePeerAccess(config);
@@ -111,6 +133,9 @@ void Engine::connectLinks() {
       probePeerView_ = static_cast<const char*>(areas[i].hostPointer());
     if (Link::mappable(ends)) {
       links_[peers[i]] = Link::mapped(ends);
+      // This rank's region of the peer's area, which it writes.
+      prefault(static_cast<char*>(areas[i].hostPointer()) + slots_.regionOffset(rank_),
+               slots_.regionBytes());
       continue;
     }
     if (!staging_) staging_ = context_->allocate(slots_.areaBytes);
