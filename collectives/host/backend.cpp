@@ -1,6 +1,7 @@
 // The host collectives as a built-in collectives backend: one Engine per Communicator and the
 // algorithms of algorithms.cpp behind the SDK's Algorithm interface.
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,7 +16,9 @@
 
 #include "algorithms.hpp"
 #include "base/config_keys.hpp"
+#include "base/log.hpp"
 #include "engine.hpp"
+#include "measured_choice.hpp"
 
 namespace strata::collectives::host {
 namespace {
@@ -32,11 +35,19 @@ struct Shared {
   std::unique_ptr<Engine> engine;
   size_t oneshotMax = 0;     ///< auto's oneshot limit at this rank count
   uint64_t zeroCopyMin = 0;  ///< collectives.zero_copy_min_bytes
+  MeasuredChoice measured;   ///< single copy against the slots, timed on the first calls
+  std::string measuredWhy;   ///< whether and where auto measures (strata-info --tuning)
+
+  using Way = MeasuredChoice::Way;
+  /// The measured way for r (Static: the crossovers decide).
+  Way measuredWay(const CollectiveRequest& r) const { return measured.pick(r.op, r.bytes()); }
 
   /// Whether auto runs the call by single copy (process_vm_readv) rather than through the
-  /// slots: from the tuned crossover of its op family on (engine->choices()).
+  /// slots: the measured way where its size class is measured, else from the tuned crossover of
+  /// its op family on (engine->choices()).
   bool singleCopyPreferred(const CollectiveRequest& r) const {
     if (!engine->singleCopy()) return false;
+    if (const Way w = measuredWay(r); w != Way::Static) return w == Way::SingleCopy;
     const Choices& c = engine->choices();
     return r.bytes() >=
            (r.op == CollectiveOp::AllReduce ? c.allReduceSingleCopyMin : c.gatherSingleCopyMin);
@@ -64,6 +75,47 @@ struct Shared {
     } catch (...) {
       engine->abandon();
       throw;
+    }
+  }
+
+  /// guarded(fn) for a call that runs `way`; when it is one of its class's timed calls, times
+  /// it, and when it completes the class, agrees with the other ranks on the faster way.
+  template <typename F>
+  void guardedTimed(const CollectiveRequest& r, Way way, F&& fn) {
+    if (!measured.timed(r.op, r.bytes(), way)) {
+      return guarded([&](Engine& e) {
+        fn(e);
+        if (measured.pick(r.op, r.bytes()) == way) measured.ran(r.op, r.bytes());
+      });
+    }
+    guarded([&](Engine& e) {
+      const auto start = std::chrono::steady_clock::now();
+      fn(e);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      if (measured.record(r.op, r.bytes(), way, static_cast<uint64_t>(std::max<int64_t>(ns, 0)))) {
+        agree(e, r);
+      }
+    });
+  }
+
+  /// The ranks add up their median times for r's class (a 16-byte allReduce through the slots,
+  /// which every rank runs right after the same call) and take the same decision.
+  void agree(Engine& e, const CollectiveRequest& r) {
+    const std::array<uint64_t, 2> mine = measured.medians(r.op, r.bytes());
+    std::array<uint64_t, 2> total{};
+    CollectiveRequest sum;
+    sum.op = CollectiveOp::AllReduce;
+    sum.send = mine.data();
+    sum.recv = total.data();
+    sum.count = total.size();
+    sum.type = DataType::Uint64;
+    sum.redop = ReduceOp::Sum;
+    allReduceOneShot(e, sum);
+    measured.decide(r.op, r.bytes(), total, e.size());
+    if (e.rank() == 0) {
+      STRATA_LOG(Info, "coll", "auto measured {}", measured.decision(r.op, r.bytes()));
     }
   }
 
@@ -132,9 +184,11 @@ class OneShot final : public HostAlgorithm {
         kib(s_.oneshotMax));
   }
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
-  bool prefers(const CollectiveRequest& r) const override { return r.bytes() <= s_.oneshotMax; }
+  bool prefers(const CollectiveRequest& r) const override {
+    return r.bytes() <= s_.oneshotMax && s_.measuredWay(r) != Shared::Way::SingleCopy;
+  }
   void run(const CollectiveRequest& r) override {
-    s_.guarded([&](Engine& e) { allReduceOneShot(e, r); });
+    s_.guardedTimed(r, Shared::Way::Slots, [&](Engine& e) { allReduceOneShot(e, r); });
   }
 };
 
@@ -172,7 +226,7 @@ class TwoShot final : public HostAlgorithm {
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
-    s_.guarded([&](Engine& e) { allReduceTwoShot(e, r); });
+    s_.guardedTimed(r, Shared::Way::Slots, [&](Engine& e) { allReduceTwoShot(e, r); });
   }
 };
 
@@ -208,7 +262,7 @@ class SingleCopy final : public HostAlgorithm {
   bool prefers(const CollectiveRequest& r) const override { return s_.singleCopyPreferred(r); }
   void run(const CollectiveRequest& r) override {
     how_.clear();
-    s_.guarded([&](Engine& e) {
+    s_.guardedTimed(r, Shared::Way::SingleCopy, [&](Engine& e) {
       if (trivialCall(e, r)) return;
       Descriptors d = exchangeDescriptors(e, r);
       if (d.allShared) how_ = "mapped: every buffer is allocHost memory";
@@ -300,7 +354,7 @@ class Direct final : public HostAlgorithm {
   std::string unsuitable(const CollectiveRequest& r) const override { return s_.noStream(r); }
   bool prefers(const CollectiveRequest&) const override { return true; }
   void run(const CollectiveRequest& r) override {
-    s_.guarded([&](Engine& e) {
+    s_.guardedTimed(r, Shared::Way::Slots, [&](Engine& e) {
       if (r.op == CollectiveOp::Send) return send(e, r);
       if (r.op == CollectiveOp::Recv) return recv(e, r);
       if (r.op == CollectiveOp::SendRecv) return sendRecv(e, r);
@@ -328,6 +382,7 @@ class HostBackend final : public backend::CollectivesBackend {
       shared_.oneshotMax = shared_.oneshotMax * cores * cores / (n * n);
     }
     shared_.zeroCopyMin = config::getBytes(*init.config, "collectives.zero_copy_min_bytes");
+    setUpMeasuring(*init.config);
     // In order of preference: the first that accepts a call and prefers it runs it.
     algorithms_.push_back(std::make_unique<ZeroCopy>(shared_));
     algorithms_.push_back(std::make_unique<OneShot>(shared_));
@@ -362,17 +417,54 @@ class HostBackend final : public backend::CollectivesBackend {
       if (!e.singleCopy()) return std::string("never (single copy is not available to this job)");
       return min == UINT64_MAX ? std::string("never") : fmt::format("from {} B", min);
     };
-    out += fmt::format("allReduce single copy: {}\n", from(t.choices.allReduceSingleCopyMin));
+    // Where the measured choice decides, these crossovers hold only outside its classes.
+    const std::string where = shared_.measured.calls() == 0
+                                  ? std::string()
+                                  : fmt::format(
+                                        " (below {} and from {} B per rank; between, "
+                                        "the measured choice)",
+                                        MeasuredChoice::kMinBytes, MeasuredChoice::kMaxBytes);
+    out +=
+        fmt::format("allReduce single copy{}: {}\n", where, from(t.choices.allReduceSingleCopyMin));
     for (const char* op : {"allGather", "reduceScatter", "broadcast", "allToAll"}) {
-      out += fmt::format("{} single copy: {}\n", op, from(t.choices.gatherSingleCopyMin));
+      out += fmt::format("{} single copy{}: {}\n", op, where, from(t.choices.gatherSingleCopyMin));
     }
     out += fmt::format("zero copy (allocHost buffers): {}, auto from {} B per rank\n",
                        e.zeroCopy() ? "available" : "not available", shared_.zeroCopyMin);
     out += e.streamWhy() + '\n';
+    out += shared_.measuredWhy + '\n';
+    for (const std::string& line : shared_.measured.decisions()) out += "  " + line + '\n';
     return out;
   }
 
  private:
+  /// Whether auto times single copy against the slots on the first calls of each size class
+  /// (collectives.measure_calls): only where both can run, and not where the user fixed the
+  /// choice (tuning off, an explicit single_copy_min_bytes).
+  void setUpMeasuring(const Config& config) {
+    const auto calls = static_cast<uint32_t>(config::getInt(config, "collectives.measure_calls"));
+    std::string off;
+    if (calls == 0) {
+      off = "collectives.measure_calls = 0";
+    } else if (!shared_.engine->singleCopy()) {
+      off = "single copy is not available to this job";
+    } else if (config::getString(config, "collectives.tuning") == "off") {
+      off = "collectives.tuning = off";
+    } else if (config::source(config, "collectives.single_copy_min_bytes") != "default") {
+      off = "collectives.single_copy_min_bytes is set";
+    }
+    if (!off.empty()) {
+      shared_.measuredWhy = fmt::format("measured choice: off ({})", off);
+      return;
+    }
+    shared_.measured = MeasuredChoice(calls);
+    shared_.measuredWhy = fmt::format(
+        "measured choice: auto times single copy against the slots on the first {} calls of "
+        "each way per size class from {} B to {} B per rank (fewer from 256 KiB, at least 2), "
+        "then takes the faster on every rank (collectives.measure_calls); decided so far:",
+        shared_.measured.calls(), MeasuredChoice::kMinBytes, MeasuredChoice::kMaxBytes);
+  }
+
   Shared shared_;
   std::vector<std::unique_ptr<backend::Algorithm>> algorithms_;
 };

@@ -457,6 +457,41 @@ BOOST_AUTO_TEST_CASE(all_to_all_large) {
   runAllToAll(DataType::Int32, kLarge / comm().size() + 1, Mem::Malloc, Mem::Malloc);
 }
 
+// Auto's measured choice (collectives.measure_calls; collectives/host/measured_choice.hpp):
+// within 16 KiB-4 MiB per rank the first calls of each op and size class alternate single copy
+// and the slots, every rank times them, and on the call that completes the class the ranks
+// agree on one way. Enough calls of each reading op at sizes in three classes (and one
+// in-place) to finish measuring them with the default 8 calls per way: every result is
+// checked, and every rank must have run the same algorithm on every call (whichever was
+// faster here), also on the calls right after a decision.
+BOOST_AUTO_TEST_CASE(measured_choice_agrees) {
+  RANK_SCOPE();
+  auto& c = comm();
+  const int n = c.size();
+  constexpr int kCalls = 20;  // > 2 warm-ups + 2 x 8 timed calls
+  auto sameAlgorithm = [&](const std::string& what, int call) {
+    const std::string name = c.lastAlgorithm();
+    checkSameOnAllRanks(fnv1a(name.data(), name.size()),
+                        what + " call " + std::to_string(call) + " (algorithm " + name + ")");
+  };
+  for (size_t bytes : {size_t{24} << 10, size_t{100} << 10, size_t{300} << 10}) {
+    const size_t count = bytes / 4;
+    for (int call = 0; call < kCalls; ++call) {
+      runAllReduce(DataType::Float32, ReduceOp::Sum, count, call % 5 == 4, Mem::Malloc,
+                   Mem::Malloc);
+      sameAlgorithm("allReduce " + std::to_string(bytes), call);
+      runAllGather(DataType::Int32, count, false, Mem::Malloc);
+      sameAlgorithm("allGather " + std::to_string(bytes), call);
+      runReduceScatter(DataType::Float32, ReduceOp::Sum, count, false, Mem::Malloc);
+      sameAlgorithm("reduceScatter " + std::to_string(bytes), call);
+      runBroadcast(DataType::Uint8, bytes, call % n, false, Mem::Malloc);
+      sameAlgorithm("broadcast " + std::to_string(bytes), call);
+      runAllToAll(DataType::Int32, count, Mem::Malloc, Mem::Malloc);
+      sameAlgorithm("allToAll " + std::to_string(bytes), call);
+    }
+  }
+}
+
 // Memory from the communicator's own allocator, which the collectives may use without staging,
 // alone and mixed with malloc'ed memory.
 BOOST_AUTO_TEST_CASE(registered_memory) {

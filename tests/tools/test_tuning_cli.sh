@@ -2,7 +2,8 @@
 # strata-info --tuning: one rank says there is nothing to measure and how to measure; under
 # strata-run -n 2 rank 0 measures at create (one line per probe size), stores the figures in the
 # cache, and the next run reads them from there; collectives.tuning = off and cached (with an
-# empty cache) say so; a corrupted cache is ignored with a warning and measured afresh.
+# empty cache) say so; a corrupted cache is ignored with a warning and measured afresh. The
+# measured choice (collectives.measure_calls) is on by default at 2 ranks and off with tuning off.
 #
 #   test_tuning_cli.sh STRATA_INFO STRATA_RUN
 set -u
@@ -35,10 +36,13 @@ samples=$(sed 's/.* samples=//' <<<"$entry" | tr ',' '\n' | grep -c .)
 lines=$(grep -cE '^  [0-9]+ B: process_vm_readv [0-9.]+ GB/s, mapped copy [0-9.]+ GB/s, ratio [0-9.]+$' <<<"$out")
 ((samples > 0)) && [[ $lines -eq $samples ]] ||
   fail "$lines sample lines for the $samples samples of the cache entry"
-grep -qE '^allReduce single copy: (from [0-9]+ B|never)$' <<<"$out" || fail "no allReduce crossover"
+between=' \(below 16384 and from 4194304 B per rank; between, the measured choice\)'
+grep -qE "^allReduce single copy$between: (from [0-9]+ B|never)\$" <<<"$out" || fail "no allReduce crossover"
 for op in allGather reduceScatter broadcast allToAll; do
-  grep -qE "^$op single copy: (from [0-9]+ B|never)\$" <<<"$out" || fail "no $op crossover"
+  grep -qE "^$op single copy$between: (from [0-9]+ B|never)\$" <<<"$out" || fail "no $op crossover"
 done
+grep -q '^measured choice: auto times single copy against the slots on the first 8 calls of each way' <<<"$out" ||
+  fail "no measured-choice line (on by default)"
 grep -qE '^zero copy \(allocHost buffers\): (available|not available), auto from [0-9]+ B per rank$' <<<"$out" ||
   fail "no zero copy line"
 grep -qF "Tuning cache: $cache" <<<"$out" && grep -qF "  $entry" <<<"$out" ||
@@ -53,6 +57,11 @@ out=$(STRATA_COLLECTIVES_TUNING=off "$run" -n 2 "$info" --tuning 2>&1) || fail "
 echo "$out"
 grep -q '^host collectives tuning: collectives.tuning = off' <<<"$out" || fail "tuning = off is not said"
 grep -q ' B: process_vm_readv ' <<<"$out" && fail "tuning = off lists samples"
+grep -q '^measured choice: off (collectives.tuning = off)$' <<<"$out" || fail "tuning = off still measures calls"
+grep -qE '^allReduce single copy: (from [0-9]+ B|never)$' <<<"$out" ||
+  fail "tuning = off: the crossover line names the measured choice"
+out=$(STRATA_COLLECTIVES_MEASURE_CALLS=0 "$run" -n 2 "$info" --tuning 2>&1) || fail "measure_calls = 0 failed: $out"
+grep -q '^measured choice: off (collectives.measure_calls = 0)$' <<<"$out" || fail "measure_calls = 0 is not said"
 
 out=$(XDG_CACHE_HOME=$tmp/empty STRATA_COLLECTIVES_TUNING=cached "$run" -n 2 "$info" --tuning 2>&1) ||
   fail "tuning = cached failed: $out"
