@@ -44,10 +44,13 @@ const std::vector<int>& hostOf(const std::vector<std::vector<int>>& hosts, int r
 }
 
 /// Maps every page of [p, p + bytes) writable in this process now (MADV_POPULATE_WRITE, Linux
-/// 5.14), so that the first calls do not take a page fault per 4 KiB of slot they touch: a call
-/// of 512 KiB per rank at 2 ranks took 240 us instead of 45 while its four slots were first
-/// written, which also misled the measured choice (measured_choice.hpp). The contents stay as
-/// they are. Where the kernel does not have it the pages fault in on first use, as before.
+/// 5.14), so that the first calls do not take a page fault per 4 KiB of slot they touch: the
+/// first 4 allGathers of 512 KiB per rank at 2 ranks (each in a new slot) averaged 490-533 us
+/// without and 100-195 with (steady state 36-44; the rest is the user's fresh buffers), and the
+/// measured choice (measured_choice.hpp) would otherwise time those faults against the slots.
+/// The cost moves to create: about 7 ms for an 8 MiB area and 2.6 ms per 8 MiB of peer regions
+/// on one AMD EPYC VM. The contents stay as they are. Where the kernel does not have it, the
+/// pages fault in on first use, as before.
 void prefault(void* p, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
