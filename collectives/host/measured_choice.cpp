@@ -86,12 +86,9 @@ MeasuredChoice::Way MeasuredChoice::pick(CollectiveOp op, uint64_t bytes) const 
   const Class* k = find(op, bytes);
   if (!k) return Way::Static;
   if (k->decided != Way::Static) return k->decided;
-  const uint32_t need = callsFor(bytes);
-  // Alternate (warm-ups included) while both ways need calls; then the way that still does.
-  if (k->warm[0] && k->ns[0].size() >= need) return Way::SingleCopy;
-  if (k->warm[1] && k->ns[1].size() >= need) return Way::Slots;
-  const size_t seen = k->warm[0] + k->warm[1] + k->ns[0].size() + k->ns[1].size();
-  return seen % 2 == 0 ? Way::Slots : Way::SingleCopy;
+  // One block of calls per way, the slots first: a warm-up, then the timed calls.
+  if (!k->warm[0] || k->ns[0].size() < callsFor(bytes)) return Way::Slots;
+  return Way::SingleCopy;
 }
 
 bool MeasuredChoice::timed(CollectiveOp op, uint64_t bytes, Way way) const {

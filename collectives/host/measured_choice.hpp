@@ -11,13 +11,16 @@
 // reads it without moving a line between cores, while the slots move every byte between the
 // cores twice per call. On one AMD EPYC (2 vCPUs) allGather at 2 ranks of 64 KiB per rank ran
 // in 11.4-12.3 us by single copy and 12.6-13.9 us through the slots, where the probe's ratio
-// (0.2-0.4) chose the slots. So within [kMinBytes, kMaxBytes) per rank, auto alternates the two
-// ways on the first calls of each (op, power-of-two size) class, every rank times its calls
-// (the first of each way only warms up: it pays the page faults of buffers touched for the
-// first time), and on the call that completes the class the ranks add up their median times
-// (one 16-byte allReduce) and all take the way with the smaller sum. Medians, because one call
-// in a few meets a preemption or a page fault that is no property of the way. A decision is
-// measured again after kRemeasureFirst further calls of its class, then after four times as
+// (0.2-0.4) chose the slots. So within [kMinBytes, kMaxBytes) per rank, auto runs the first
+// calls of each (op, power-of-two size) class one way, then the next ones the other way, every
+// rank times them (the first call of each way only warms up: it pays the page faults of
+// buffers touched for the first time and the switch from the other way), and on the call that
+// completes the class the ranks add up their median times (one 16-byte allReduce) and all take
+// the way with the smaller sum. Blocks, not alternate calls: alternating, each call ran right
+// after the other way's and took its toll (allReduce of 64 KiB per rank at 2 ranks: the slots
+// timed 17.6-20.1 us alternating, 14.5-15.4 in a block, 15.5 forced). Medians, because one
+// call in a few meets a preemption or a page fault that is no property of the way. A decision
+// is measured again after kRemeasureFirst further calls of its class, then after four times as
 // many each time (at most kRemeasureMost): a machine's speed moves (one virtual machine ran its
 // cross-core copies 3-7x slower for a minute at a time), and a choice made in such a minute
 // should not stay for the whole job. Every rank sees the same calls in the same order and
@@ -55,8 +58,9 @@ class MeasuredChoice {
   explicit MeasuredChoice(uint32_t calls = 0);
 
   /// How auto runs a call of op with bytes per rank: the way this call takes while its class is
-  /// measured (the two alternate), the decided way after, Static outside the classes or when
-  /// off. Depends only on state that record and decide change, so every rank answers alike.
+  /// measured (a block of the slots, then one of single copy), the decided way after, Static
+  /// outside the classes or when off. Depends only on state that record and decide change, so every
+  /// rank answers alike.
   Way pick(backend::CollectiveOp op, uint64_t bytes) const;
   /// Whether a call that runs `way` is one of its class's timed calls (pick gave that way and
   /// the class is not decided yet).
@@ -66,7 +70,7 @@ class MeasuredChoice {
   /// agree with the other ranks (medians, then decide).
   bool record(backend::CollectiveOp op, uint64_t bytes, Way way, uint64_t ns);
   /// Counts a call of a decided class that ran its decided way; after the class's interval it
-  /// starts measuring the class again (pick alternates from the next call on).
+  /// starts measuring the class again (from the next call on).
   void ran(backend::CollectiveOp op, uint64_t bytes);
   /// This rank's median nanoseconds per way for the class (index: Slots, SingleCopy).
   std::array<uint64_t, 2> medians(backend::CollectiveOp op, uint64_t bytes) const;

@@ -209,8 +209,8 @@ constexpr KeyInfo kKeys[] = {
     {"collectives.measure_calls", Type::Int, "8", "0..64",
      "Calls of each way that auto times per size class before it chooses between single copy "
      "and the shared receive buffers for a call of 16 KiB to 4 MiB per rank on one host: the "
-     "first calls of each op and power-of-two size alternate the two, then the ranks add up "
-     "their times and every rank takes the faster (classes from 256 KiB take half as many per "
+     "first calls of each op and power-of-two size run one way, the next ones the other, then "
+     "the ranks add up their median times and every rank takes the faster (classes from 256 KiB take half as many per "
      "doubling, at least 2). It sees what the probe at create cannot: how the job's own buffers "
      "sit in the caches. 0: never; the crossovers of collectives.tuning decide, as they do when "
      "tuning is off or single_copy_min_bytes is set. strata-info --tuning and the info log "

@@ -458,9 +458,9 @@ BOOST_AUTO_TEST_CASE(all_to_all_large) {
 }
 
 // Auto's measured choice (collectives.measure_calls; collectives/host/measured_choice.hpp):
-// within 16 KiB-4 MiB per rank the first calls of each op and size class alternate single copy
-// and the slots, every rank times them, and on the call that completes the class the ranks
-// agree on one way. Enough calls of each reading op at sizes in three classes (and one
+// within 16 KiB-4 MiB per rank the first calls of each op and size class run the slots, the
+// next ones single copy, every rank times them, and on the call that completes the class the
+// ranks agree on one way. Enough calls of each reading op at sizes in three classes (and one
 // in-place) to finish measuring them with the default 8 calls per way: every result is
 // checked, and every rank must have run the same algorithm on every call (whichever was
 // faster here), also on the calls right after a decision.
