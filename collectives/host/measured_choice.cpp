@@ -86,8 +86,14 @@ MeasuredChoice::Way MeasuredChoice::pick(CollectiveOp op, uint64_t bytes) const 
   const Class* k = find(op, bytes);
   if (!k) return Way::Static;
   if (k->decided != Way::Static) return k->decided;
-  // One block of calls per way, the slots first: a warm-up, then the timed calls.
-  if (!k->warm[0] || k->ns[0].size() < callsFor(bytes)) return Way::Slots;
+  // Two blocks of calls per way, in the order slots, single copy, slots, single copy, each a
+  // warm-up and then half the timed calls (the second block the rest).
+  const size_t need = callsFor(bytes);
+  const size_t half = (need + 1) / 2;
+  const size_t slots = k->ns[0].size(), single = k->ns[1].size();
+  if (k->warm[0] < 1 || slots < half) return Way::Slots;
+  if (k->warm[1] < 1 || single < half) return Way::SingleCopy;
+  if (k->warm[0] < 2 || slots < need) return Way::Slots;
   return Way::SingleCopy;
 }
 
@@ -100,8 +106,11 @@ bool MeasuredChoice::record(CollectiveOp op, uint64_t bytes, Way way, uint64_t n
   if (!timed(op, bytes, way)) return false;
   Class& k = *find(op, bytes);
   const size_t w = static_cast<size_t>(way);
-  if (!k.warm[w]) {
-    k.warm[w] = true;
+  // The first call of each block warms up: of the first block at once, of the second after
+  // the first block's timed calls.
+  const size_t half = (callsFor(bytes) + 1) / 2;
+  if (k.warm[w] == 0 || (k.warm[w] == 1 && k.ns[w].size() == half && callsFor(bytes) > 1)) {
+    ++k.warm[w];
   } else {
     k.ns[w].push_back(ns);
   }

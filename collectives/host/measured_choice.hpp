@@ -95,7 +95,7 @@ class MeasuredChoice {
                                       // broadcast, allToAll
   struct Class {
     std::array<std::vector<uint64_t>, 2> ns;  ///< the timed calls of each way
-    std::array<bool, 2> warm{};               ///< each way's warm-up call ran
+    std::array<uint8_t, 2> warm{};            ///< each way's warm-up calls so far
     Way decided = Way::Static;
     std::array<uint64_t, 2> totals{};  ///< over the ranks, once decided
     int ranks = 0;

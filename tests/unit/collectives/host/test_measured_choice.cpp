@@ -73,27 +73,50 @@ BOOST_AUTO_TEST_CASE(calls_per_way_fall_from_256_KiB) {
   BOOST_TEST(many.calls() == MeasuredChoice::kMaxCalls);
 }
 
-BOOST_AUTO_TEST_CASE(one_block_per_way_and_the_first_call_of_each_only_warms_up) {
+BOOST_AUTO_TEST_CASE(two_blocks_per_way_and_the_first_call_of_each_only_warms_up) {
   MeasuredChoice m(3);
   const auto op = CollectiveOp::AllGather;
   const uint64_t bytes = 100 * kKiB;
+  // Slots, single copy, slots, single copy; each block a warm-up, then 2 and 1 timed calls.
+  const std::vector<Way> want = {Way::Slots,      Way::Slots,      Way::Slots, Way::SingleCopy,
+                                 Way::SingleCopy, Way::SingleCopy, Way::Slots, Way::Slots,
+                                 Way::SingleCopy, Way::SingleCopy};
+  const std::vector<int> warmUps = {0, 3, 6, 8};
   std::vector<Way> ways;
-  // The slots cost 10 on every call, single copy 20, except each way's first call (1000: the
-  // page faults of new buffers, the switch from the other way).
+  // The slots cost 10 on every call, single copy 20, except each block's first call (1000:
+  // the page faults of new buffers, the switch from the other way).
   int calls = measureClass(m, op, bytes, [&](Way w, int call) -> uint64_t {
     ways.push_back(w);
-    if (call == 0 || call == 4) return 1000;
+    for (int c : warmUps) {
+      if (call == c) return 1000;
+    }
     return w == Way::Slots ? 10 : 20;
   });
-  BOOST_TEST(calls == 8);  // 2 warm-ups + 2 x 3
+  BOOST_TEST(calls == 10);  // 4 warm-ups + 2 x 3
+  BOOST_REQUIRE(ways.size() == want.size());
   for (size_t i = 0; i < ways.size(); ++i) {
-    BOOST_TEST(name(ways[i]) == name(i < 4 ? Way::Slots : Way::SingleCopy), "call " << i);
+    BOOST_TEST(name(ways[i]) == name(want[i]), "call " << i);
   }
   const auto med = m.medians(op, bytes);
   BOOST_TEST(med[0] == 10u);  // the warm-ups' 1000 are not in them
   BOOST_TEST(med[1] == 20u);
   // Until the ranks agree, the class is complete but undecided: nothing more is timed.
   BOOST_TEST(m.decision(op, bytes).empty());
+}
+
+BOOST_AUTO_TEST_CASE(one_call_per_way_is_one_block_each) {
+  MeasuredChoice m(1);
+  std::vector<Way> ways;
+  int calls = measureClass(m, CollectiveOp::AllReduce, 64 * kKiB, [&](Way w, int) {
+    ways.push_back(w);
+    return 1;
+  });
+  BOOST_TEST(calls == 4);
+  const std::vector<Way> want = {Way::Slots, Way::Slots, Way::SingleCopy, Way::SingleCopy};
+  BOOST_REQUIRE(ways.size() == want.size());
+  for (size_t i = 0; i < ways.size(); ++i) {
+    BOOST_TEST(name(ways[i]) == name(want[i]), "call " << i);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(medians_ignore_a_preempted_call) {
@@ -145,7 +168,7 @@ BOOST_AUTO_TEST_CASE(a_way_that_did_not_run_is_not_timed) {
   MeasuredChoice m(2);
   const auto op = CollectiveOp::Broadcast;
   const uint64_t bytes = 48 * kKiB;
-  for (int i = 0; i < 3; ++i) BOOST_TEST(!m.record(op, bytes, Way::Slots, 5));
+  for (int i = 0; i < 2; ++i) BOOST_TEST(!m.record(op, bytes, Way::Slots, 5));
   BOOST_TEST(name(m.pick(op, bytes)) == name(Way::SingleCopy));
   for (int i = 0; i < 10; ++i) {
     BOOST_TEST(!m.timed(op, bytes, Way::Slots));
