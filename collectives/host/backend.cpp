@@ -470,9 +470,10 @@ class HostBackend final : public backend::CollectivesBackend {
     }
     shared_.measured = MeasuredChoice(calls);
     shared_.measuredWhy = fmt::format(
-        "measured choice: auto times single copy against the slots on the first {} calls of "
-        "each way per size class from {} B to {} B per rank (fewer from 256 KiB, at least 2), "
-        "then takes the faster on every rank (collectives.measure_calls); decided so far:",
+        "measured choice: auto times single copy against the slots on {} calls of each way "
+        "per size class from {} B to {} B per rank (fewer from 256 KiB, at least 2; two blocks "
+        "per way, each after a warm-up call), then every rank takes the faster and measures "
+        "again after 1024 calls, then 4x as many (collectives.measure_calls); decided so far:",
         shared_.measured.calls(), MeasuredChoice::kMinBytes, MeasuredChoice::kMaxBytes);
   }
 
