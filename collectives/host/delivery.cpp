@@ -170,12 +170,12 @@ void Engine::flushSendsOrBuffer(int peer) {
   if (total == 0) return;
   if (!delivery_.joinable()) delivery_ = std::thread([this] { deliveryLoop(); });
   cv_.notify_all();
-  auto buffer = std::make_shared<std::vector<char>>(total);
+  auto buffer = std::make_shared_for_overwrite<char[]>(total);
   size_t at = 0;
   for (OutPiece& p : out) {
     if (p.owned) continue;
-    std::memcpy(buffer->data() + at, p.src, p.bytes);
-    p.src = buffer->data() + at;
+    std::memcpy(buffer.get() + at, p.src, p.bytes);
+    p.src = buffer.get() + at;
     p.owned = buffer;
     at += p.bytes;
   }

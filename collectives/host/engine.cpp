@@ -88,9 +88,10 @@ const char* Engine::peerView(int peer, const PeerBuffer& b, uint64_t frees, uint
 
 void Engine::queueCopy(int peer, const void* data, size_t bytes, const OpSignature& sig,
                        uint64_t offset) {
-  auto owned = std::make_shared<std::vector<char>>(static_cast<const char*>(data),
-                                                   static_cast<const char*>(data) + bytes);
-  out_[peer].push_back({owned->data(), bytes, offset, sig, owned});
+  // One allocation (a small message per call: single copy's descriptor and "done").
+  auto owned = std::make_shared_for_overwrite<char[]>(bytes);
+  if (bytes) std::memcpy(owned.get(), data, bytes);
+  out_[peer].push_back({owned.get(), bytes, offset, sig, std::move(owned)});
 }
 
 size_t Engine::pieceBytes(size_t bytes) const {

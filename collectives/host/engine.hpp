@@ -43,7 +43,7 @@ struct OutPiece {
   size_t bytes = 0;
   uint64_t offset = 0;  ///< byte offset in the operation's message (checked by the receiver)
   OpSignature sig;
-  std::shared_ptr<std::vector<char>> owned;  ///< buffered data of a send() that returned early
+  std::shared_ptr<char[]> owned;  ///< buffered data of a send() that returned early, or a copy
 };
 
 /// A piece this rank expects from one peer: copied to dst, or one member of a reduction round.

@@ -2,6 +2,7 @@
 // the owner's buffer: through the owner's allocHost memory mapped here (zero copy: plain loads,
 // and reductions read the peers' buffers in place), else with process_vm_readv.
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -156,7 +157,10 @@ std::vector<uint8_t> encodeDesc(const Desc& d) {
 }
 
 Desc decodeDesc(const char* payload, size_t bytes, int peer) {
-  const std::string what = fmt::format("single-copy descriptor from rank {}", peer);
+  // Formatted on the stack: one of these per peer per call.
+  char text[64];
+  const auto end = fmt::format_to_n(text, sizeof text, "single-copy descriptor from rank {}", peer);
+  const std::string_view what(text, std::min(end.size, sizeof text));
   wire::Reader r({reinterpret_cast<const uint8_t*>(payload), bytes}, what);
   Desc d;
   d.frees = r.u64("frees");
