@@ -441,6 +441,8 @@ class HostBackend final : public backend::CollectivesBackend {
   /// Whether auto times single copy against the slots on the first calls of each size class
   /// (collectives.measure_calls): only where both can run, and not where the user fixed the
   /// choice (tuning off, an explicit single_copy_min_bytes).
+  static constexpr uint32_t kDefaultMeasureCalls = 8;  ///< collectives.measure_calls' default
+
   void setUpMeasuring(const Config& config) {
     const auto calls = static_cast<uint32_t>(config::getInt(config, "collectives.measure_calls"));
     std::string off;
@@ -453,16 +455,17 @@ class HostBackend final : public backend::CollectivesBackend {
     } else if (config::source(config, "collectives.single_copy_min_bytes") != "default") {
       off = "collectives.single_copy_min_bytes is set";
     } else if (const int cores = shared_.engine->sharedCores();
-               cores > 0 && shared_.engine->size() > cores &&
-               config::source(config, "collectives.measure_calls") == "default") {
+               cores > 0 && shared_.engine->size() > cores && calls == kDefaultMeasureCalls) {
       // With more ranks than CPUs a call's time depends on how the scheduler interleaves the
       // ranks, which a few calls do not predict: at 4 ranks on 2 CPUs allGather of 1 MiB per
       // rank timed 766-1142 us by single copy in its blocks and 623 us forced, and the
       // measurement chose the slots (1078 us forced). The probe's rule for shared CPUs holds.
+      // Another value measures anyway: a value, not whether the key was set, so that every rank
+      // (their values must match) decides alike.
       off = fmt::format(
           "{} ranks share {} CPUs on this host; the crossovers decide unless "
-          "collectives.measure_calls is set",
-          shared_.engine->size(), cores);
+          "collectives.measure_calls has another value than {}",
+          shared_.engine->size(), cores, kDefaultMeasureCalls);
     }
     if (!off.empty()) {
       shared_.measuredWhy = fmt::format("measured choice: off ({})", off);

@@ -213,9 +213,10 @@ constexpr KeyInfo kKeys[] = {
      "the ranks add up their median times and every rank takes the faster (classes from 256 KiB take half as many per "
      "doubling, at least 2). It sees what the probe at create cannot: how the job's own buffers "
      "sit in the caches. 0: never; the crossovers of collectives.tuning decide, as they do when "
-     "tuning is off or single_copy_min_bytes is set, and, unless this key is set, when the ranks "
+     "tuning is off or single_copy_min_bytes is set, and, at the default of 8, when the ranks "
      "of the host outnumber its CPUs (a few calls do not show how the scheduler will interleave "
-     "them). strata-info --tuning and the info log show the decisions.",
+     "them; another value measures there too). strata-info --tuning and the info log show the "
+     "decisions.",
      true},
     {"collectives.oneshot_max_bytes", Type::Int, "262144", "0..",
      "Largest allReduce (bytes per rank) that auto runs with the oneshot algorithm at 2 ranks; "
