@@ -168,8 +168,8 @@ std::string MeasuredChoice::decision(CollectiveOp op, uint64_t bytes) const {
   const Way way = k->totals[1] < k->totals[0] ? Way::SingleCopy : Way::Slots;
   const size_t chosen = static_cast<size_t>(way);
   return fmt::format(
-      "{} {}-{} per rank: {}, {:.1f} us per call against {:.1f} {} (median of {} calls each "
-      "after one to warm up, mean over {} ranks; measurement {})",
+      "{} {}-{} per rank: {}, {:.1f} us per call against {:.1f} {} (median of {} calls each, "
+      "in two blocks after a warm-up call each; mean over {} ranks; measurement {})",
       kOpNames[opIndex(op)], sizeText(low), sizeText(low * 2), toString(way), perCall(chosen),
       perCall(1 - chosen), way == Way::SingleCopy ? "through the slots" : "by single copy", n,
       k->ranks, k->measurements);

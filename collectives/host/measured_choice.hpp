@@ -12,13 +12,14 @@
 // cores twice per call. On one AMD EPYC (2 vCPUs) allGather at 2 ranks of 64 KiB per rank ran
 // in 11.4-12.3 us by single copy and 12.6-13.9 us through the slots, where the probe's ratio
 // (0.2-0.4) chose the slots. So within [kMinBytes, kMaxBytes) per rank, auto runs the first
-// calls of each (op, power-of-two size) class one way, then the next ones the other way, every
-// rank times them (the first call of each way only warms up: it pays the page faults of
-// buffers touched for the first time and the switch from the other way), and on the call that
-// completes the class the ranks add up their median times (one 16-byte allReduce) and all take
-// the way with the smaller sum. Blocks, not alternate calls: alternating, each call ran right
-// after the other way's and took its toll (allReduce of 64 KiB per rank at 2 ranks: the slots
-// timed 17.6-20.1 us alternating, 14.5-15.4 in a block, 15.5 forced). Medians, because one
+// calls of each (op, power-of-two size) class in blocks of one way, then the other (slots,
+// single copy, slots, single copy: two blocks each, against drift and the job's first calls),
+// every rank times them (the first call of each block only warms up: it pays the page faults
+// of buffers touched for the first time and the switch from the other way), and on the call
+// that completes the class the ranks add up their median times (one 16-byte allReduce) and all
+// take the way with the smaller sum. Blocks, not alternate calls: alternating, each call ran
+// right after the other way's and took its toll (allReduce of 64 KiB per rank at 2 ranks: the
+// slots timed 17.6-20.1 us alternating, 14.5-15.4 in a block, 15.5 forced). Medians, because one
 // call in a few meets a preemption or a page fault that is no property of the way. A decision
 // is measured again after kRemeasureFirst further calls of its class, then after four times as
 // many each time (at most kRemeasureMost): a machine's speed moves (one virtual machine ran its
@@ -58,16 +59,16 @@ class MeasuredChoice {
   explicit MeasuredChoice(uint32_t calls = 0);
 
   /// How auto runs a call of op with bytes per rank: the way this call takes while its class is
-  /// measured (a block of the slots, then one of single copy), the decided way after, Static
+  /// measured (blocks: slots, single copy, slots, single copy), the decided way after, Static
   /// outside the classes or when off. Depends only on state that record and decide change, so every
   /// rank answers alike.
   Way pick(backend::CollectiveOp op, uint64_t bytes) const;
   /// Whether a call that runs `way` is one of its class's timed calls (pick gave that way and
   /// the class is not decided yet).
   bool timed(backend::CollectiveOp op, uint64_t bytes, Way way) const;
-  /// Adds a timed call's nanoseconds on this rank (the first of each way is a warm-up and
-  /// only counted); true when this completed the class's samples, so that the caller must now
-  /// agree with the other ranks (medians, then decide).
+  /// Adds a timed call's nanoseconds on this rank (the first call of each block is a warm-up
+  /// and only counted); true when this completed the class's samples, so that the caller must
+  /// now agree with the other ranks (medians, then decide).
   bool record(backend::CollectiveOp op, uint64_t bytes, Way way, uint64_t ns);
   /// Counts a call of a decided class that ran its decided way; after the class's interval it
   /// starts measuring the class again (from the next call on).
@@ -84,7 +85,7 @@ class MeasuredChoice {
   uint32_t calls() const { return calls_; }
   /// The decision of the class of a call of op with bytes per rank, in one line: "allGather
   /// 64 KiB-128 KiB per rank: singlecopy, 11.8 us per call against 13.1 through the slots
-  /// (8 calls each, mean over 2 ranks)"; empty while it is not decided (or outside the classes).
+  /// (median of 8 calls each, ...)"; empty until its first decision (or outside the classes).
   std::string decision(backend::CollectiveOp op, uint64_t bytes) const;
   /// The lines of every decided class, by op then size.
   std::vector<std::string> decisions() const;
