@@ -452,7 +452,7 @@ class HostBackend final : public backend::CollectivesBackend {
       off = "single copy is not available to this job";
     } else if (config::getString(config, "collectives.tuning") == "off") {
       off = "collectives.tuning = off";
-    } else if (config::source(config, "collectives.single_copy_min_bytes") != "default") {
+    } else if (shared_.engine->singleCopyMinSet()) {
       off = "collectives.single_copy_min_bytes is set";
     } else if (const int cores = shared_.engine->sharedCores();
                cores > 0 && shared_.engine->size() > cores && calls == kDefaultMeasureCalls) {

@@ -150,6 +150,9 @@ class Engine {
   /// process_vm_readv (probed at creation; collectives.single_copy): the single-copy
   /// algorithms read peers' buffers directly.
   bool singleCopy() const { return singleCopy_; }
+  /// Whether collectives.single_copy_min_bytes was set explicitly: rank 0's answer where the
+  /// tuning was broadcast (every rank alike), else this rank's.
+  bool singleCopyMinSet() const { return singleCopyMinSet_; }
   /// The crossovers auto uses (the same on every rank: rank 0's figures).
   const Choices& choices() const { return tuning_.choices; }
   const HostTuning& tuning() const { return tuning_; }
@@ -243,6 +246,7 @@ class Engine {
   void driveTransports();
   bool singleCopy_ = false;
   size_t singleCopyMin_ = 0;
+  bool singleCopyMinSet_ = false;  ///< collectives.single_copy_min_bytes set (rank 0's answer)
   bool zeroCopy_ = false;
   uint64_t streamMin_ = UINT64_MAX;  ///< streams() from this many buffer bytes
   std::string streamWhy_;

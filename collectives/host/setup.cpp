@@ -292,13 +292,15 @@ void Engine::chooseStreaming(const Config& config) {
 
 void Engine::tune(const Config& config) {
   const std::string mode = config::getString(config, "collectives.tuning");
-  const bool explicitMin = config::source(config, "collectives.single_copy_min_bytes") != "default";
+  // Whether the key was set is rank 0's answer on every rank (below): ranks may have the same
+  // value from different sources, and must still take the same crossovers.
+  singleCopyMinSet_ = config::source(config, "collectives.single_copy_min_bytes") != "default";
   auto finish = [&] {
-    if (explicitMin) {
+    if (singleCopyMinSet_) {
       tuning_.choices.gatherSingleCopyMin = singleCopyMin_;
       tuning_.choices.why.push_back(
           fmt::format("allGather, reduceScatter, broadcast, allToAll: single copy from {} B, as "
-                      "collectives.single_copy_min_bytes is set ({})",
+                      "collectives.single_copy_min_bytes is set (on rank 0; here: {})",
                       singleCopyMin_, config::source(config, "collectives.single_copy_min_bytes")));
     }
   };
@@ -323,7 +325,8 @@ void Engine::tune(const Config& config) {
   }
   // Rank 0 finds the figures (cache or probe) and tells every rank, so that every rank takes
   // the same decisions. Message: u32 length of the encoded samples, the samples, u32 cores,
-  // u16 length of the source text, the text, u16 length of the machine text, the text.
+  // u16 length of the source text, the text, u16 length of the machine text, the text, u8 1 if
+  // collectives.single_copy_min_bytes is set on rank 0.
   constexpr size_t kMessage = 1024;
   std::vector<uint8_t> msg(kMessage);
   const int local = static_cast<int>(hosts_.empty() ? size_ : hosts_[0].size());
@@ -379,6 +382,7 @@ void Engine::tune(const Config& config) {
               std::min<size_t>(source.size(), 400)});
     w.u16(static_cast<uint16_t>(std::min<size_t>(text.size(), 300)))
         .raw({reinterpret_cast<const uint8_t*>(text.data()), std::min<size_t>(text.size(), 300)});
+    w.u8(singleCopyMinSet_ ? 1 : 0);
     const auto& bytes = w.data();
     std::copy(bytes.begin(), bytes.end(), msg.begin());
   }
@@ -390,6 +394,7 @@ void Engine::tune(const Config& config) {
   const int cores = static_cast<int>(r.u32("cores"));
   auto sourceText = r.raw(r.u16("source length"), "source");
   auto machineText = r.raw(r.u16("machine length"), "machine");
+  singleCopyMinSet_ = r.u8("single_copy_min_bytes set") != 0;
   const std::string source(sourceText.begin(), sourceText.end());
   if (samples.empty()) {
     defaults(source);

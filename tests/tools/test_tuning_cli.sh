@@ -5,9 +5,12 @@
 # empty cache) say so; a corrupted cache is ignored with a warning and measured afresh. The
 # measured choice (collectives.measure_calls) is on by default at 2 ranks and off with tuning off.
 #
-#   test_tuning_cli.sh STRATA_INFO STRATA_RUN
+# With STRATA_PERF: ranks that have the same single_copy_min_bytes, one from the default and one
+# set explicitly, still run the same algorithms (rank 0's answer counts on every rank).
+#
+#   test_tuning_cli.sh STRATA_INFO STRATA_RUN [STRATA_PERF]
 set -u
-info=$1 run=$2
+info=$1 run=$2 perf=${3:-}
 fail() { echo "FAIL: $*"; exit 1; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-tuning-cli.XXXXXX") || exit 1
@@ -79,4 +82,14 @@ grep -q 'host tuning cache ignored' "$tmp/err" || fail "no warning on stderr abo
 grep -q '^host collectives tuning: measured at create' <<<"$out" ||
   fail "a corrupted cache did not lead to a fresh measurement"
 grep -q '^cpu=' "$cache" && ! grep -q garbage "$cache" || fail "the cache was not rewritten: $(cat "$cache")"
+if [[ -n $perf ]]; then
+  # Rank 1 sets the key to its default value; rank 0 leaves it. Before rank 0's answer was
+  # broadcast, rank 1 took single copy from 16 KiB while rank 0 measured, and the first call
+  # failed on a mismatch.
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  out=$("$run" -n 2 bash -c '[[ $STRATA_RANK == 1 ]] && export STRATA_COLLECTIVES_SINGLE_COPY_MIN_BYTES=16384
+    exec "$0" allgather -b 32K -e 32K -n 40 -w 2 -c 1' "$perf" 2>&1) ||
+    fail "ranks with single_copy_min_bytes from different sources failed: $out"
+  grep -q 'Out of bounds values : 0 OK' <<<"$out" || fail "wrong results: $out"
+fi
 echo "PASS"
