@@ -43,11 +43,13 @@ struct Shared {
   Way measuredWay(const CollectiveRequest& r) const { return measured.pick(r.op, r.bytes()); }
 
   /// Whether auto runs the call by single copy (process_vm_readv) rather than through the
-  /// slots: the measured way where its size class is measured, else from the tuned crossover of
+  /// slots: the measured way where its size class is measured (while it is being measured, the
+  /// way of its turn; with measuring false only a decided way), else from the tuned crossover of
   /// its op family on (engine->choices()).
-  bool singleCopyPreferred(const CollectiveRequest& r) const {
+  bool singleCopyPreferred(const CollectiveRequest& r, bool measuring = true) const {
     if (!engine->singleCopy()) return false;
-    if (const Way w = measuredWay(r); w != Way::Static) return w == Way::SingleCopy;
+    const Way w = measuring ? measuredWay(r) : measured.decided(r.op, r.bytes());
+    if (w != Way::Static) return w == Way::SingleCopy;
     const Choices& c = engine->choices();
     return r.bytes() >=
            (r.op == CollectiveOp::AllReduce ? c.allReduceSingleCopyMin : c.gatherSingleCopyMin);
@@ -319,7 +321,9 @@ class ZeroCopy final : public HostAlgorithm {
         how_ = "mapped";
         return singleCopy(e, r, d);
       }
-      if (s_.singleCopyPreferred(r)) {
+      // Not a measured call (the descriptor round would weigh on it): a decided way or the
+      // crossovers, never a measuring turn.
+      if (s_.singleCopyPreferred(r, false)) {
         how_ = "singlecopy: not every buffer is allocHost memory";
         return singleCopy(e, r, d);
       }

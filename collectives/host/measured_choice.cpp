@@ -97,6 +97,11 @@ MeasuredChoice::Way MeasuredChoice::pick(CollectiveOp op, uint64_t bytes) const 
   return Way::SingleCopy;
 }
 
+MeasuredChoice::Way MeasuredChoice::decided(CollectiveOp op, uint64_t bytes) const {
+  const Class* k = find(op, bytes);
+  return k ? k->decided : Way::Static;
+}
+
 bool MeasuredChoice::timed(CollectiveOp op, uint64_t bytes, Way way) const {
   const Class* k = find(op, bytes);
   return k && k->decided == Way::Static && way != Way::Static && pick(op, bytes) == way;

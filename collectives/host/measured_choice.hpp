@@ -63,6 +63,9 @@ class MeasuredChoice {
   /// outside the classes or when off. Depends only on state that record and decide change, so every
   /// rank answers alike.
   Way pick(backend::CollectiveOp op, uint64_t bytes) const;
+  /// The decided way of the class (Static while it is measured, outside the classes or when
+  /// off): for calls that take no turn in the measuring (zero copy's fallback).
+  Way decided(backend::CollectiveOp op, uint64_t bytes) const;
   /// Whether a call that runs `way` is one of its class's timed calls (pick gave that way and
   /// the class is not decided yet).
   bool timed(backend::CollectiveOp op, uint64_t bytes, Way way) const;

@@ -147,12 +147,14 @@ BOOST_AUTO_TEST_CASE(the_ranks_totals_decide_and_a_tie_keeps_the_slots) {
   BOOST_TEST(name(m.decide(op, c, {5000, 5000}, 2)) == name(Way::Slots));
   BOOST_TEST(name(m.pick(op, a)) == name(Way::Slots));
   BOOST_TEST(name(m.pick(op, b + 1000)) == name(Way::SingleCopy));  // the same class
+  BOOST_TEST(name(m.decided(op, b)) == name(Way::SingleCopy));
   BOOST_TEST(name(m.pick(op, c)) == name(Way::Slots));
   // Decided: not timed any more, and record() never asks for agreement again.
   BOOST_TEST(!m.timed(op, b, Way::SingleCopy));
   BOOST_TEST(!m.record(op, b, Way::SingleCopy, 1));
-  // Another op of the same size is its own class.
+  // Another op of the same size is its own class; while it is measured nothing is decided.
   BOOST_TEST(name(m.pick(CollectiveOp::AllGather, b)) == name(Way::Slots));
+  BOOST_TEST(name(m.decided(CollectiveOp::AllGather, b)) == name(Way::Static));
   BOOST_TEST(m.timed(CollectiveOp::AllGather, b, Way::Slots));
   // The report: one line per decided class, with the per-rank mean of the medians in us.
   const std::string line = m.decision(op, b);
