@@ -277,6 +277,25 @@ for r in 0 1 2 3; do
       named=$(grep -oE 'rank [0-9]+|missing ranks: [0-9, ]+' <<<"$msg" | grep -oE '[0-9]+' | sort -u)
       other=
       for n in $named; do (( n / 2 != r / 2 )) && other+=" $n"; done
+      # A rank of this host may fail first (its own connection across broke) and exit; a rank
+      # whose next bootstrap step needed it then fails naming it ("cannot connect to rank 2 ...
+      # the listener closed the connection"), which is true: seen in about 1 run in 20-60 with
+      # the CPUs busy, before and after stop 44. Accepted when that rank's own error names a
+      # rank of the other host (the chain leads there); otherwise a failure.
+      if [[ -z $other ]]; then
+        for n in $named; do
+          (( n / 2 == r / 2 && n != r )) || continue
+          nmsg=$(grep '^RESULT ' "$work/rank$n.log" | tail -n1)
+          nmsg=${nmsg#* msg=}
+          for m in $(grep -oE 'rank [0-9]+|missing ranks: [0-9, ]+' <<<"$nmsg" | grep -oE '[0-9]+' | sort -u); do
+            if (( m / 2 != r / 2 )); then
+              echo "rank $r: names rank $n of its own host, which failed first naming rank $m of the other host"
+              other+=" $n>$m"
+              break 2
+            fi
+          done
+        done
+      fi
       [[ -n $other ]] || fail "rank $r: the message names no rank of the other host: $msg"
       [[ $peer == -1 && $msg != *"missing ranks"* ]] &&
         fail "rank $r: peer() is -1 although one rank is involved: $msg"
