@@ -13,6 +13,12 @@ namespace strata {
 /// The pause of a polling wait: spin briefly, then yield, then sleep in 50 us steps. Ranks often
 /// share cores, and a spinning waiter would starve the rank it waits for. The phases count from
 /// the first pause() after construction or reset() (call reset() on progress).
+///
+/// A spin step is pausesPerStep pause instructions (25 ns each on AMD EPYC, about 40 on recent
+/// Intel): 16 make a step of 400-640 ns. Polling the host collectives after every pause made a
+/// 2-rank allGather of 8 B take 0.45 us instead of 0.63 (AMD EPYC, 2 CPUs, alternating runs)
+/// but allReduce of 256 KiB and 1 MiB per rank 5-13% slower, even when fine polling lasted
+/// only the first 400 ns of each wait; the engine keeps 16.
 class Backoff {
  public:
   /// spinUs: how long to spin before yielding (0 when ranks outnumber cores: a spinning rank
