@@ -105,6 +105,25 @@ constexpr KeyInfo kKeys[] = {
      "libfabric provider of the fabric transport, as fi_info names it (\"tcp;ofi_rxm\", "
      "\"shm\"). auto prefers verbs;ofi_rxm, then efa, then tcp;ofi_rxm.",
      true},
+    {"transport.fabric.nic", Type::String, "auto", "",
+     "NIC the fabric transport opens for each local rank when the ranks span hosts "
+     "(docs/topology.md; strata-info --topology shows the choice): auto takes the nearest NIC "
+     "in the topology (its GPU's, else its NUMA node's; ranks spread over equally near ones), "
+     "or the provider's first domain when it offers none of them (tcp on veth or lo: "
+     "unchanged); names in NCCL_IB_HCA's grammar restrict the choice (mlx5_0,mlx5_1 prefixes, "
+     "=mlx5_0 exact, ^mlx5_2 excluded, :port ignored); LOCAL_RANK=NAME pairs map ranks "
+     "(0=mlx5_0,1=mlx5_1). Named NICs are required: a provider without the chosen one fails.",
+     false},
+    {"transport.cuda.device", Type::Int, "-1", "-1..1023",
+     "CUDA device index (as this process numbers them, through CUDA_VISIBLE_DEVICES) of the "
+     "GPU this rank works with, for placement (docs/topology.md: its nearest NIC and cores). "
+     "-1 takes the local rank, as a program that calls cudaSetDevice(LOCAL_RANK) does. strata "
+     "does not set the device with it: the CUDA collectives use the caller's current device.",
+     false},
+    {"topology.file", Type::String, "", "",
+     "hwloc XML file (lstopo --of xml) to take as this machine's topology instead of reading "
+     "it; empty reads the machine.",
+     false},
     {"transport.fabric.probe_timeout", Type::Double, "5", "0..",
      "Seconds a peer may go without completing any write (data, or the 8-byte liveness write "
      "that waits send every 100 ms) while a liveness write is pending, before the fabric "

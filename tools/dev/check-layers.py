@@ -13,8 +13,8 @@ The rules are a map of which unit may use which, not a line:
   * the public headers include only <strata/...> and system headers, by the same map;
   * each plug-in kind sees the public headers, the SDK and the layers PLUGIN_MAY_USE lists:
     bootstrap backends base, net, launch and mesh; transport backends and collectives base only;
-    the built-in table base, launch and bootstrap; tools and bindings base, launch, watch and
-    bootstrap; tests anything but a private header;
+    the built-in table base, launch and bootstrap; tools and bindings base, launch, watch,
+    bootstrap and topology; tests anything but a private header;
   * a header in a layer's folder outside its include/ directory is private to that folder
     (lib/transport/internal.hpp: no file outside lib/transport includes it, tests included);
   * an exported internal header (lib/<layer>/include/<layer>/*.hpp) refuses to compile outside
@@ -43,7 +43,7 @@ MAY_USE = {
     'mesh': {'base', 'net'},
     'watch': {'base', 'net'},
     'bootstrap': {'base', 'net', 'launch', 'mesh', 'watch'},
-    'transport': {'base', 'bootstrap'},
+    'transport': {'base', 'bootstrap', 'topology'},
     'topology': {'base'},
     'core': {'base', 'bootstrap', 'transport'},
 }
@@ -57,7 +57,7 @@ PLUGIN_MAY_USE = {
     'transport backend': {'base'},
     'collectives': {'base'},
     'built-in table': {'base', 'launch', 'bootstrap'},
-    'tool': {'base', 'launch', 'watch', 'bootstrap'},
+    'tool': {'base', 'launch', 'watch', 'bootstrap', 'topology'},
 }
 
 # The layer whose code a public header declares. Headers not listed are the SDK's interfaces

@@ -12,9 +12,11 @@
 
 #include <strata/strata.hpp>
 
+#include "base/config_keys.hpp"
 #include "bootstrap/registry.hpp"
 #include "launch/contract.hpp"
 #include "strata_info_features.h"
+#include "topology/topology.hpp"
 #include "watch/watch.hpp"
 
 namespace {
@@ -121,6 +123,29 @@ int showTuning() {
   std::printf("\nTuning cache: %s\n", file.c_str());
   std::string line;
   while (std::getline(in, line)) std::printf("  %s\n", line.c_str());
+  return 0;
+}
+
+/// strata-info --topology: this machine (or topology.file, or --topology-file) and where each
+/// local rank would take its NIC, cores and NUMA node from (transport.fabric.nic applies).
+int showTopology(const std::string& fileOption, int ranks) {
+  const strata::Config config = strata::Config::load();
+  const std::string file =
+      fileOption.empty() ? strata::config::getString(config, "topology.file") : fileOption;
+  const auto machine = strata::topology::Machine::load(file);
+  const auto policy =
+      strata::topology::NicPolicy::parse(strata::config::getString(config, "transport.fabric.nic"));
+  if (ranks <= 0) {
+    // One rank per GPU; without GPUs, one per NUMA node.
+    ranks = std::max<int>(
+        1, static_cast<int>(machine.gpus.empty() ? machine.numaNodes.size() : machine.gpus.size()));
+  }
+  const auto placements = strata::topology::place(machine, ranks, {}, policy);
+  std::fputs(strata::topology::describe(machine, placements).c_str(), stdout);
+  std::printf(
+      "\n(local rank r uses GPU r mod the GPUs; host-only ranks are spread over the NUMA nodes "
+      "in blocks. transport.fabric.nic = %s)\n",
+      strata::config::getString(config, "transport.fabric.nic").c_str());
   return 0;
 }
 
@@ -283,6 +308,19 @@ int main(int argc, char** argv) {
                "create a communicator (one rank, or the job's ranks under a launcher: strata-run "
                "-n N strata-info --tuning) and print what the collectives measured at create, "
                "the crossovers they derived, and the tuning cache");
+  bool topology = false;
+  std::string topologyFile;
+  int ranks = 0;
+  app.add_flag("--topology", topology,
+               "print this machine's GPUs, NICs, NUMA nodes and the paths between them, and the "
+               "NIC, cores and NUMA node each local rank would take (docs/topology.md)");
+  app.add_option("--topology-file", topologyFile,
+                 "with --topology: an hwloc XML file (lstopo --of xml) instead of this machine "
+                 "(also topology.file, STRATA_TOPOLOGY_FILE)");
+  app.add_option("--ranks", ranks,
+                 "with --topology: local ranks to place (default: one per GPU, else one per "
+                 "NUMA node)")
+      ->check(CLI::Range(1, 4096));
   app.add_flag("--config", showConfig,
                "print the effective value of every configuration key and where it came from");
   app.add_flag("--version", version, "print the version only");
@@ -309,6 +347,7 @@ int main(int argc, char** argv) {
       std::printf("strata %s\n", strata::versionString());
       return 0;
     }
+    if (topology || !topologyFile.empty()) return showTopology(topologyFile, ranks);
     if (algorithms) return listAlgorithms();
     if (tuning) return showTuning();
     if (job) return askJob(pid, address, seconds);

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Writes the recorded machines of tests/topology/data/ as hwloc 2 XML (what `lstopo --of xml`
+writes, reduced to packages, NUMA nodes, cores, PUs and the PCIe tree of GPUs and NICs).
+
+    tests/topology/make_machines.py [OUTPUT_DIR]       (default: tests/topology/data)
+
+The machines are written from public descriptions, not recorded on the hardware:
+  dgx-h100.xml      2 sockets x 56 cores (2 PUs each), 8 H100 GPUs and 8 ConnectX-7 compute NICs
+                    behind 4 PCIe switches (2 GPUs + 2 NICs each; each GPU shares a second-level
+                    switch with one NIC), 2 storage NICs on their own host bridges
+  gpu4-nic2.xml     1 socket x 32 cores, 4 GPUs and 2 NICs behind 2 switches (2 GPUs + 1 NIC)
+  cpu-only.xml      2 sockets x 16 cores, no GPU, one Ethernet NIC per socket
+  nics-socket0.xml  2 sockets x 32 cores, 8 GPUs (4 per socket), both NICs on socket 0
+The test suite (test_topology.cpp) checks each rank's NIC, cores and NUMA node on these.
+"""
+
+import os
+import sys
+
+
+def bitmap(indexes):
+    """hwloc's XML bitmap: 32-bit words, most significant first."""
+    if not indexes:
+        return '0x0'
+    words = [0] * (max(indexes) // 32 + 1)
+    for i in indexes:
+        words[i // 32] |= 1 << (i % 32)
+    return ','.join('0x%08x' % w for w in reversed(words))
+
+
+class Writer:
+    def __init__(self):
+        self.lines = []
+        self.gp = 0
+
+    def gp_index(self):
+        self.gp += 1
+        return self.gp
+
+    def open(self, depth, attrs, close=False):
+        text = ' '.join('%s="%s"' % kv for kv in attrs)
+        self.lines.append('%s<object %s%s>' % ('  ' * depth, text, '/' if close else ''))
+
+    def close(self, depth):
+        self.lines.append('%s</object>' % ('  ' * depth))
+
+
+def cpu_attrs(pus, nodes):
+    return [('cpuset', bitmap(pus)), ('complete_cpuset', bitmap(pus)),
+            ('nodeset', bitmap(nodes)), ('complete_nodeset', bitmap(nodes))]
+
+
+# PCI devices: (class, vendor, device, subvendor, subdevice, revision)
+H100 = ('0302', '10de', '2330', '10de', '16c1', 'a1')
+CX7 = ('0207', '15b3', '1021', '15b3', '0041', '00')
+E810 = ('0200', '8086', '1593', '8086', '0002', '02')
+PEX = ('0604', '1000', 'c030', '0000', '0000', '00')
+ROOT = ('0604', '8086', '352a', '0000', '0000', '04')
+
+
+def pci_type(t):
+    return '%s [%s:%s] [%s:%s] %s' % t
+
+
+class Pci:
+    """A PCIe tree under one host bridge: bus numbers given depth first."""
+
+    def __init__(self, w, root_bus):
+        self.w = w
+        self.next_bus = root_bus + 1
+        self.root_bus = root_bus
+
+    def subtree_buses(self, node):
+        if node[0] != 'bridge':
+            return 0
+        return 1 + sum(self.subtree_buses(c) for c in node[1])
+
+    def emit(self, node, depth, bus, dev, bridge_depth):
+        w = self.w
+        busid = '0000:%02x:%02x.0' % (bus, dev)
+        kind = node[0]
+        if kind == 'bridge':
+            secondary = self.next_bus
+            self.next_bus += 1
+            subordinate = secondary + self.subtree_buses(node) - 1
+            ident = node[2] if len(node) > 2 else PEX
+            w.open(depth, [('type', 'Bridge'), ('gp_index', w.gp_index()), ('bridge_type', '1-1'),
+                           ('depth', bridge_depth),
+                           ('bridge_pci', '0000:[%02x-%02x]' % (secondary, subordinate)),
+                           ('pci_busid', busid), ('pci_type', pci_type(ident)),
+                           ('pci_link_speed', '31.507692')])
+            for i, child in enumerate(node[1]):
+                self.emit(child, depth + 1, secondary, i, bridge_depth + 1)
+            w.close(depth)
+        elif kind == 'gpu':
+            w.open(depth, [('type', 'PCIDev'), ('gp_index', w.gp_index()), ('pci_busid', busid),
+                           ('pci_type', pci_type(H100)), ('pci_link_speed', '63.015385')])
+            w.open(depth + 1, [('type', 'OSDev'), ('gp_index', w.gp_index()),
+                               ('name', 'cuda%d' % node[1]), ('subtype', 'CUDA'),
+                               ('osdev_type', '5')], close=True)
+            w.close(depth)
+        elif kind == 'nic':
+            ident = node[3] if len(node) > 3 else CX7
+            w.open(depth, [('type', 'PCIDev'), ('gp_index', w.gp_index()), ('pci_busid', busid),
+                           ('pci_type', pci_type(ident)), ('pci_link_speed', '63.015385')])
+            if node[2]:  # network interface
+                w.open(depth + 1, [('type', 'OSDev'), ('gp_index', w.gp_index()),
+                                   ('name', node[2]), ('osdev_type', '2')], close=True)
+            if node[1]:  # OpenFabrics device
+                w.open(depth + 1, [('type', 'OSDev'), ('gp_index', w.gp_index()),
+                                   ('name', node[1]), ('subtype', 'OpenFabrics'),
+                                   ('osdev_type', '3')], close=True)
+            w.close(depth)
+
+    def host_bridge(self, depth, children):
+        w = self.w
+        last = self.next_bus - 1 + sum(self.subtree_buses(c) for c in children)
+        w.open(depth, [('type', 'Bridge'), ('gp_index', w.gp_index()), ('bridge_type', '0-1'),
+                       ('depth', '0'),
+                       ('bridge_pci', '0000:[%02x-%02x]' % (self.root_bus, max(last,
+                                                                                self.root_bus)))])
+        for i, child in enumerate(children):
+            self.emit(child, depth + 1, self.root_bus, i + 1, 1)
+        w.close(depth)
+
+
+def machine(name, packages, cores_per_package, io_per_package):
+    """io_per_package[p]: list of (root_bus, [tree nodes]) host bridges of package p."""
+    w = Writer()
+    pus_per_package = cores_per_package * 2
+    total_cores = cores_per_package * packages
+    all_pus = list(range(total_cores * 2))
+
+    def pus_of(p):
+        # Linux numbers the first PU of every core first, then the siblings.
+        first = list(range(p * cores_per_package, (p + 1) * cores_per_package))
+        return first + [c + total_cores for c in first]
+
+    w.lines.append('<?xml version="1.0" encoding="UTF-8"?>')
+    w.lines.append('<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
+    w.lines.append('<topology version="2.0">')
+    w.open(1, [('type', 'Machine'), ('os_index', '0')] + cpu_attrs(all_pus, list(range(packages)))
+           + [('allowed_cpuset', bitmap(all_pus)),
+              ('allowed_nodeset', bitmap(list(range(packages)))), ('gp_index', w.gp_index())])
+    w.lines.append('    <info name="DMIProductName" value="%s (written by make_machines.py)"/>'
+                   % name)
+    for p in range(packages):
+        pus = pus_of(p)
+        w.open(2, [('type', 'Package'), ('os_index', p)] + cpu_attrs(pus, [p]) +
+               [('gp_index', w.gp_index())])
+        w.open(3, [('type', 'NUMANode'), ('os_index', p)] + cpu_attrs(pus, [p]) +
+               [('gp_index', w.gp_index()), ('local_memory', str(1024 ** 4))], close=True)
+        for c in range(cores_per_package):
+            core = p * cores_per_package + c
+            pair = [core, core + total_cores]
+            w.open(3, [('type', 'Core'), ('os_index', core)] + cpu_attrs(pair, [p]) +
+                   [('gp_index', w.gp_index())])
+            for pu in pair:
+                w.open(4, [('type', 'PU'), ('os_index', pu)] + cpu_attrs([pu], [p]) +
+                       [('gp_index', w.gp_index())], close=True)
+            w.close(3)
+        for root_bus, tree in io_per_package[p]:
+            Pci(w, root_bus).host_bridge(3, tree)
+        w.close(2)
+    w.close(1)
+    w.lines.append('</topology>')
+    del pus_per_package
+    return '\n'.join(w.lines) + '\n'
+
+
+def bridge(*children, ident=PEX):
+    return ('bridge', list(children), ident)
+
+
+def gpu(i):
+    return ('gpu', i)
+
+
+def nic(rdma, net, ident=CX7):
+    return ('nic', rdma, net, ident)
+
+
+def dgx_h100():
+    # Per switch s: the root port, the switch, and per GPU a second-level switch shared with
+    # its NIC (GPU 2s <-> mlx5_2s: PIX; GPU 2s <-> mlx5_(2s+1): PXB).
+    def switch(s, root_bus):
+        a, b = 2 * s, 2 * s + 1
+        return (root_bus, [bridge(bridge(
+            bridge(bridge(gpu(a)), bridge(nic('mlx5_%d' % a, 'ibp%ds0' % (root_bus + 4)))),
+            bridge(bridge(gpu(b)), bridge(nic('mlx5_%d' % b, 'ibp%ds0' % (root_bus + 9))))),
+            ident=ROOT)])
+
+    def storage(k, root_bus):
+        return (root_bus, [bridge(nic('mlx5_%d' % (8 + k), 'enp%ds0np0' % (root_bus + 1)),
+                                  ident=ROOT)])
+
+    io = [[switch(0, 0x10), switch(1, 0x30), storage(0, 0x60)],
+          [switch(2, 0x90), switch(3, 0xb0), storage(1, 0xe0)]]
+    return machine('DGX H100', 2, 56, io)
+
+
+def gpu4_nic2():
+    def switch(s, root_bus):
+        return (root_bus, [bridge(bridge(bridge(gpu(2 * s)), bridge(gpu(2 * s + 1)),
+                                         bridge(nic('mlx5_%d' % s, 'ibp%ds0' % (root_bus + 5)))),
+                                  ident=ROOT)])
+    return machine('4 GPUs 2 NICs', 1, 32, [[switch(0, 0x10), switch(1, 0x40)]])
+
+
+def cpu_only():
+    io = [[(0x10, [bridge(nic(None, 'ens1f0', E810), ident=ROOT)])],
+          [(0x80, [bridge(nic(None, 'ens2f0', E810), ident=ROOT)])]]
+    return machine('CPU only', 2, 16, io)
+
+
+def nics_socket0():
+    def switch(s, root_bus, with_nic):
+        kids = [bridge(gpu(2 * s)), bridge(gpu(2 * s + 1))]
+        if with_nic:
+            kids.append(bridge(nic('mlx5_%d' % s, 'ibp%ds0' % (root_bus + 5))))
+        return (root_bus, [bridge(bridge(*kids), ident=ROOT)])
+    io = [[switch(0, 0x10, True), switch(1, 0x30, True)],
+          [switch(2, 0x90, False), switch(3, 0xb0, False)]]
+    return machine('NICs on socket 0', 2, 32, io)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'data')
+    os.makedirs(out, exist_ok=True)
+    for name, text in [('dgx-h100.xml', dgx_h100()), ('gpu4-nic2.xml', gpu4_nic2()),
+                       ('cpu-only.xml', cpu_only()), ('nics-socket0.xml', nics_socket0())]:
+        with open(os.path.join(out, name), 'w') as f:
+            f.write(text)
+
+
+if __name__ == '__main__':
+    main()

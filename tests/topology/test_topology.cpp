@@ -1,0 +1,209 @@
+// lib/topology on recorded machines (tests/topology/data/, written by make_machines.py) and on
+// this machine: every local rank's NIC, cores and NUMA node, and the rules placement keeps.
+
+#define BOOST_TEST_MODULE topology
+#include <boost/test/unit_test.hpp>
+
+#include <set>
+#include <string>
+
+#include <strata/error.hpp>
+
+#include "topology/topology.hpp"
+
+using namespace strata::topology;
+
+namespace {
+
+std::string data(const std::string& name) {
+  return std::string(TOPOLOGY_DATA_DIR) + "/" + name;
+}
+
+const std::string& nicName(const Machine& m, const Placement& p) {
+  static const std::string none = "-";
+  return p.nic >= 0 ? m.nics[size_t(p.nic)].name : none;
+}
+
+/// The rules every placement keeps: each rank's NIC is at its nearest distance among the
+/// allowed NICs (so no idle NIC is nearer than a shared one), and among equally near NICs the
+/// use differs by at most one.
+void checkRules(const Machine& m, const std::vector<Placement>& ps, const NicPolicy& policy) {
+  std::vector<int> load(m.nics.size(), 0);
+  for (const Placement& p : ps) {
+    if (p.nic >= 0) ++load[size_t(p.nic)];
+  }
+  for (const Placement& p : ps) {
+    BOOST_TEST_CONTEXT("local rank " << p.localRank << " (" << p.why << ")") {
+      BOOST_REQUIRE(p.nic >= 0);
+      if (p.gpu < 0) continue;
+      const int from = m.gpus[size_t(p.gpu)].node;
+      const Distance mine = m.distance(from, m.nics[size_t(p.nic)].node);
+      BOOST_TEST((mine == p.nicDistance));
+      for (size_t n = 0; n < m.nics.size(); ++n) {
+        if (!policy.allows(m.nics[n]) || m.nics[n].node < 0) continue;
+        const Distance other = m.distance(from, m.nics[n].node);
+        BOOST_TEST(!(other < mine),
+                   "NIC " << m.nics[n].name << " is nearer than " << nicName(m, p));
+        if (other == mine) BOOST_TEST(load[n] >= load[size_t(p.nic)] - 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(dgx_like_gpu_i_takes_nic_i_and_its_socket) {
+  const Machine m = Machine::load(data("dgx-h100.xml"));
+  BOOST_TEST(m.packages == 2);
+  BOOST_TEST(m.numaNodes.size() == 2u);
+  BOOST_TEST(m.cores == 112);
+  BOOST_TEST(m.pus == 224);
+  BOOST_REQUIRE(m.gpus.size() == 8u);
+  BOOST_TEST(m.nics.size() == 10u);  // 8 compute, 2 storage
+  const NicPolicy policy;
+  const auto ps = place(m, 8, {}, policy);
+  for (int r = 0; r < 8; ++r) {
+    BOOST_TEST_CONTEXT("local rank " << r) {
+      const Placement& p = ps[size_t(r)];
+      BOOST_TEST(p.gpu == r);
+      BOOST_TEST(nicName(m, p) == "mlx5_" + std::to_string(r));
+      BOOST_TEST((p.nicDistance.path == Path::PIX));
+      const std::string cpus = r < 4 ? "0-55,112-167" : "56-111,168-223";
+      BOOST_TEST(p.cpus == cpus);
+      BOOST_TEST(p.proxyCpus == cpus);
+      BOOST_TEST(p.numa == (r < 4 ? 0 : 1));
+    }
+  }
+  checkRules(m, ps, policy);
+  // The paths nvidia-smi would print: the GPU's own NIC PIX, its neighbour's PXB, the other
+  // switch of the socket NODE, the other socket SYS.
+  BOOST_TEST((m.distance(m.gpus[0].node, m.nics[1].node).path == Path::PXB));
+  BOOST_TEST((m.distance(m.gpus[0].node, m.nics[2].node).path == Path::NODE));
+  BOOST_TEST((m.distance(m.gpus[0].node, m.nics[6].node).path == Path::SYS));
+}
+
+BOOST_AUTO_TEST_CASE(four_gpus_share_two_nics_by_switch) {
+  const Machine m = Machine::load(data("gpu4-nic2.xml"));
+  BOOST_REQUIRE(m.gpus.size() == 4u);
+  BOOST_REQUIRE(m.nics.size() == 2u);
+  const auto ps = place(m, 4, {}, NicPolicy{});
+  const char* expect[] = {"mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1"};
+  for (int r = 0; r < 4; ++r) {
+    BOOST_TEST(nicName(m, ps[size_t(r)]) == expect[r]);
+    BOOST_TEST(ps[size_t(r)].numa == 0);
+    BOOST_TEST(ps[size_t(r)].cpus == "0-63");
+  }
+  checkRules(m, ps, NicPolicy{});
+  // Excluding mlx5_0 moves its GPUs to mlx5_1 (farther, but the only one allowed).
+  const NicPolicy noZero = NicPolicy::parse("^mlx5_0");
+  const auto ex = place(m, 4, {}, noZero);
+  for (const Placement& p : ex) BOOST_TEST(nicName(m, p) == "mlx5_1");
+  checkRules(m, ex, noZero);
+  // Two ranks on GPU 2: both on its switch's NIC.
+  const auto two = place(m, 2, {2, 2}, NicPolicy{});
+  BOOST_TEST(nicName(m, two[0]) == "mlx5_1");
+  BOOST_TEST(nicName(m, two[1]) == "mlx5_1");
+}
+
+BOOST_AUTO_TEST_CASE(host_only_ranks_take_their_numa_nodes_nic) {
+  const Machine m = Machine::load(data("cpu-only.xml"));
+  BOOST_TEST(m.gpus.empty());
+  BOOST_REQUIRE(m.nics.size() == 2u);
+  BOOST_TEST(m.nics[0].name == "ens1f0");
+  const auto ps = place(m, 4, {}, NicPolicy{});
+  for (int r = 0; r < 4; ++r) {
+    BOOST_TEST_CONTEXT("local rank " << r) {
+      const Placement& p = ps[size_t(r)];
+      BOOST_TEST(p.gpu == -1);
+      BOOST_TEST(p.numa == r / 2);
+      BOOST_TEST(nicName(m, p) == (r < 2 ? "ens1f0" : "ens2f0"));
+      BOOST_TEST(p.cpus == (r < 2 ? "0-15,32-47" : "16-31,48-63"));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(far_socket_gpus_spread_over_the_near_socket_nics) {
+  const Machine m = Machine::load(data("nics-socket0.xml"));
+  BOOST_REQUIRE(m.gpus.size() == 8u);
+  BOOST_REQUIRE(m.nics.size() == 2u);
+  const auto ps = place(m, 8, {}, NicPolicy{});
+  std::vector<int> load(2, 0);
+  for (const Placement& p : ps) ++load[size_t(p.nic)];
+  BOOST_TEST(load[0] == 4);
+  BOOST_TEST(load[1] == 4);
+  BOOST_TEST(nicName(m, ps[0]) == "mlx5_0");
+  BOOST_TEST(nicName(m, ps[2]) == "mlx5_1");
+  for (int r = 4; r < 8; ++r) {
+    BOOST_TEST((ps[size_t(r)].nicDistance.path == Path::SYS));
+    BOOST_TEST(ps[size_t(r)].numa == 1);
+    // Its own cores for the rank, the NIC's for the proxy.
+    BOOST_TEST(ps[size_t(r)].cpus == "32-63,96-127");
+    BOOST_TEST(ps[size_t(r)].proxyCpus == "0-31,64-95");
+  }
+  checkRules(m, ps, NicPolicy{});
+}
+
+BOOST_AUTO_TEST_CASE(rank_map_and_names) {
+  const Machine m = Machine::load(data("dgx-h100.xml"));
+  const auto mapped = place(m, 2, {}, NicPolicy::parse("0=mlx5_3, 1=mlx5_2:1"));
+  BOOST_TEST(nicName(m, mapped[0]) == "mlx5_3");
+  BOOST_TEST(nicName(m, mapped[1]) == "mlx5_2");
+  // Ranks the map leaves out choose as usual.
+  const auto partial = place(m, 3, {}, NicPolicy::parse("1=mlx5_7"));
+  BOOST_TEST(nicName(m, partial[0]) == "mlx5_0");
+  BOOST_TEST(nicName(m, partial[1]) == "mlx5_7");
+  BOOST_TEST(nicName(m, partial[2]) == "mlx5_2");
+  // Exact names: =mlx5_1 is only mlx5_1; a prefix mlx5_1 also takes nothing else here.
+  const auto exact = place(m, 2, {}, NicPolicy::parse("=mlx5_1"));
+  for (const Placement& p : exact) BOOST_TEST(nicName(m, p) == "mlx5_1");
+  // The storage NICs: only by name.
+  const auto storage = place(m, 2, {}, NicPolicy::parse("mlx5_8,mlx5_9"));
+  BOOST_TEST(nicName(m, storage[0]) == "mlx5_8");
+  BOOST_TEST(nicName(m, storage[1]) == "mlx5_8");  // GPU 1 is on socket 0 too
+  // Network interface names work as well as OpenFabrics names.
+  const auto byInterface = place(m, 1, {}, NicPolicy::parse("=ibp52s0"));
+  BOOST_TEST(nicName(m, byInterface[0]) == "mlx5_2");
+}
+
+BOOST_AUTO_TEST_CASE(bad_policies_and_files_are_clear_errors) {
+  const Machine m = Machine::load(data("gpu4-nic2.xml"));
+  auto code = [](auto f) {
+    try {
+      f();
+    } catch (const strata::Error& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      return e.code();
+    }
+    return strata::ErrorCode::Internal;
+  };
+  using strata::ErrorCode;
+  BOOST_TEST(
+      (code([&] { place(m, 4, {}, NicPolicy::parse("mlx4")); }) == ErrorCode::InvalidConfig));
+  BOOST_TEST(
+      (code([&] { place(m, 2, {}, NicPolicy::parse("0=mlx5_9")); }) == ErrorCode::InvalidConfig));
+  BOOST_TEST((code([&] { place(m, 2, {7, 0}, NicPolicy{}); }) == ErrorCode::InvalidConfig));
+  BOOST_TEST((code([&] { place(m, 0, {}, NicPolicy{}); }) == ErrorCode::InvalidArgument));
+  for (const char* bad : {"0=mlx5_0,0=mlx5_1", "x=mlx5_0", "0=", "mlx5_0,,mlx5_1", "^0=mlx5_0"}) {
+    BOOST_TEST_CONTEXT(bad) {
+      BOOST_TEST((code([&] { NicPolicy::parse(bad); }) == ErrorCode::InvalidConfig));
+    }
+  }
+  BOOST_TEST(
+      (code([&] { Machine::load(data("no-such-machine.xml")); }) == ErrorCode::InvalidConfig));
+  BOOST_TEST(
+      (code([&] { Machine::load(data("../make_machines.py")); }) == ErrorCode::InvalidConfig));
+}
+
+BOOST_AUTO_TEST_CASE(this_machine_loads_and_places_host_only_ranks) {
+  const Machine m = Machine::load();
+  BOOST_TEST(m.source == "this machine");
+  BOOST_TEST(m.pus >= 1);
+  BOOST_TEST(!m.numaNodes.empty());
+  const auto ps = place(m, 2, {}, NicPolicy{});
+  for (const Placement& p : ps) {
+    BOOST_TEST(!p.cpus.empty());
+    BOOST_TEST(!p.why.empty());
+    if (m.gpus.empty()) BOOST_TEST(p.gpu == -1);
+  }
+  BOOST_TEST_MESSAGE(describe(m, ps));
+}
