@@ -22,6 +22,7 @@
 #include "bootstrap/registry.hpp"
 #include "bootstrap/watched.hpp"
 #include "context_impl.hpp"
+#include "nic_choice.hpp"
 #include "records.hpp"
 
 namespace strata {
@@ -236,6 +237,8 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   init.localRank = bootstrap->localRank();
   init.localSize = bootstrap->localSize();
   init.hostId = me.hostId;
+  // Ranks on other hosts: the NIC this rank should use (lib/topology, transport.fabric.nic).
+  if (needInter) transport::chooseNic(I->config, init);
   auto load = [&](const std::vector<std::string>& list) {
     for (const auto& name : list) {
       if (auto t = I->find(name)) {

@@ -45,6 +45,10 @@ Endpoint::Endpoint(const backend::TransportInit& init, std::string provider, boo
     timeout_ = config::getDouble(*init.config, "transport.timeout");
     probeTimeout_ = config::getDouble(*init.config, "transport.fabric.probe_timeout");
   }
+  nic_.names = init.nicNames;
+  nic_.busId = init.nicBusId;
+  nic_.why = init.nicWhy;
+  nic_.required = init.nicRequired;
   try {
     open(wantHmem);
   } catch (...) {
@@ -63,7 +67,7 @@ std::string Endpoint::describe() const {
 }
 
 void Endpoint::open(bool wantHmem) {
-  ProviderChoice choice = chooseProvider(provider_, wantHmem, rank_, describe(), timeout_);
+  ProviderChoice choice = chooseProvider(provider_, wantHmem, rank_, describe(), timeout_, nic_);
   info_ = choice.info.release();
   deliveryComplete_ = choice.deliveryComplete;
   orderedWaw_ = choice.waw;

@@ -31,6 +31,7 @@
 #include <strata/error.hpp>
 
 #include "base/deadline.hpp"
+#include "fabric_provider.hpp"
 
 namespace strata::fabric {
 
@@ -116,6 +117,7 @@ class Endpoint {
   fid_cq* cq_ = nullptr;
   int waitFd_ = -1;  ///< the CQ's wait fd (FI_WAIT_FD), or -1
   std::string provider_;
+  NicWish nic_;  ///< the NIC lib/topology chose (TransportInit)
   int rank_ = -1;
   double timeout_ = 30;      ///< transport.timeout (its default applies without a config)
   double probeTimeout_ = 5;  ///< transport.fabric.probe_timeout (likewise)

@@ -93,10 +93,72 @@ std::string tcpInterfaceMissing(const fi_info* info) {
   return wanted;
 }
 
+std::string pciAddress(const fi_info* i) {
+  if (i->nic == nullptr || i->nic->bus_attr == nullptr ||
+      i->nic->bus_attr->bus_type != FI_BUS_PCI) {
+    return {};
+  }
+  const auto& a = i->nic->bus_attr->attr.pci;
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", a.domain_id, a.bus_id, a.device_id,
+                     a.function_id);
+}
+
+/// Whether fi_info entry i is the NIC `nic` names: its PCI address, its domain name (verbs:
+/// mlx5_0; tcp: the interface; efa: rdmap16s27-rdm for rdmap16s27) or its device name.
+bool isWished(const fi_info* i, const NicWish& nic) {
+  if (!nic.busId.empty() && pciAddress(i) == nic.busId) return true;
+  const std::string domain = i->domain_attr && i->domain_attr->name ? i->domain_attr->name : "";
+  const std::string device =
+      i->nic && i->nic->device_attr && i->nic->device_attr->name ? i->nic->device_attr->name : "";
+  for (const std::string& n : nic.names) {
+    if (n.empty()) continue;
+    if (domain == n || device == n || domain.rfind(n + "-", 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
+void selectNic(ProviderChoice& choice, const NicWish& nic, const std::string& who) {
+  if (nic.names.empty() && nic.busId.empty()) return;
+  const fi_info* head = choice.info.get();
+  const std::string prov = head->fabric_attr->prov_name ? head->fabric_attr->prov_name : "";
+  std::string offered;  // one entry per domain (fi_getinfo lists one per address and variant)
+  std::set<std::string> seen;
+  const fi_info* match = nullptr;
+  for (const fi_info* i = head; i != nullptr; i = i->next) {
+    if (!i->fabric_attr->prov_name || prov != i->fabric_attr->prov_name) continue;
+    const std::string domain = i->domain_attr->name ? i->domain_attr->name : "?";
+    const std::string pci = pciAddress(i);
+    const std::string entry = domain + (pci.empty() ? "" : " (" + pci + ")");
+    if (seen.insert(entry).second) offered += (offered.empty() ? "" : ", ") + entry;
+    if (match == nullptr && isWished(i, nic)) match = i;
+  }
+  if (match == nullptr) {
+    if (nic.required) {
+      throw Error(ErrorCode::InvalidConfig,
+                  fmt::format("{}: transport.fabric.nic gives this rank NIC {}, but provider {} "
+                              "offers only: {}. Name one of those (transport.fabric.nic; "
+                              "docs/topology.md) or set it to auto",
+                              who, nic.why, prov, offered));
+    }
+    STRATA_LOG(Info, kLog,
+               "{}: the topology's NIC {} is not among provider {}'s domains ({}); "
+               "using {}",
+               who, nic.why, prov, offered,
+               head->domain_attr->name ? head->domain_attr->name : "?");
+    return;
+  }
+  STRATA_LOG(Info, kLog, "{}: domain {} for NIC {}", who,
+             match->domain_attr->name ? match->domain_attr->name : "?", nic.why);
+  if (match == head) return;
+  InfoPtr one(fi_dupinfo(match));
+  if (!one) throw Error(ErrorCode::SystemError, fmt::format("{}: fi_dupinfo failed", who));
+  choice.info = std::move(one);
+}
+
 ProviderChoice chooseProvider(const std::string& requested, bool wantHmem, int rank,
-                              const std::string& who, double timeout) {
+                              const std::string& who, double timeout, const NicWish& nic) {
   std::optional<ProviderChoice> choice;
   if (requested == "auto") {
     for (int pass = wantHmem ? 0 : 1; pass < 2 && !choice; ++pass) {
@@ -153,6 +215,7 @@ ProviderChoice chooseProvider(const std::string& requested, bool wantHmem, int r
     STRATA_LOG(Info, kLog, "{}: FI_TCP_IFACE={} is usable after {:.1f} s", who, wanted,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  selectNic(*choice, nic, who);
   return std::move(*choice);
 }
 

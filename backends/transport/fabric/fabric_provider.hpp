@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace strata::fabric {
 
@@ -30,12 +31,28 @@ struct ProviderChoice {
   bool waw = false;               ///< write-after-write ordering on both sides
 };
 
+/// The NIC lib/topology chose for this rank (backend::TransportInit's nic fields).
+struct NicWish {
+  std::vector<std::string> names;  ///< mlx5_0, ib0, ...; empty: no wish
+  std::string busId;               ///< "0000:1b:00.0"
+  std::string why;
+  bool required = false;  ///< transport.fabric.nic named NICs: no other will do
+};
+
+/// Of the entries of choice.info with the head's provider, makes the one `nic` names (by PCI
+/// address, domain name, device name, or a domain name that starts with the name and a dash:
+/// efa's rdmap16s27-rdm) the choice, as a copy of that one entry. None: the head stays (logged),
+/// or, when nic.required, InvalidConfig listing the provider's domains. No wish: nothing.
+void selectNic(ProviderChoice& choice, const NicWish& nic, const std::string& who);
+
 /// The provider `requested` names ("auto": the first of verbs;ofi_rxm, efa, tcp;ofi_rxm), with
 /// FI_HMEM where `wantHmem` and the provider has it. When the tcp provider is not on the
 /// interface FI_TCP_IFACE names, waits up to `timeout` seconds for that interface. `rank` and
-/// `who` (the transport as messages name it) are for errors and logs. Throws NotSupported when
-/// no provider fits, BackendError when the interface stays unusable.
+/// `who` (the transport as messages name it) are for errors and logs. Of the provider's domains
+/// (one per NIC), the one `nic` names (by PCI address, domain or device name), else the first
+/// (logged). Throws NotSupported when no provider fits, BackendError when the interface stays
+/// unusable, InvalidConfig when a required NIC is not among the provider's domains.
 ProviderChoice chooseProvider(const std::string& requested, bool wantHmem, int rank,
-                              const std::string& who, double timeout);
+                              const std::string& who, double timeout, const NicWish& nic = {});
 
 }  // namespace strata::fabric

@@ -17,7 +17,7 @@
 #include <strata/config.hpp>
 
 /// Bumped whenever ModuleInfo or any interface a module implements changes.
-#define STRATA_MODULE_ABI_VERSION 7u
+#define STRATA_MODULE_ABI_VERSION 8u
 #define STRATA_MODULE_ENTRY_POINT "strata_module_info"
 
 namespace strata::backend {

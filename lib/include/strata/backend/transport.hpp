@@ -39,6 +39,16 @@ struct TransportInit {
   int localRank = -1;
   int localSize = 0;
   uint64_t hostId = 0;
+  /// The NIC lib/topology chose for this rank (transport.fabric.nic; docs/topology.md): its
+  /// names (mlx5_0, ib0) and PCI address ("0000:1b:00.0"), empty when the topology shows no
+  /// NIC or could not be read. A transport that offers several NICs opens this one.
+  std::vector<std::string> nicNames;
+  std::string nicBusId;
+  /// Why it was chosen (for logs and errors).
+  std::string nicWhy;
+  /// transport.fabric.nic named NICs (not auto): a transport that cannot open the chosen one
+  /// fails instead of taking another.
+  bool nicRequired = false;
 };
 
 /// How the core allocated a host buffer it passes to registerMemory (shm maps it directly).

@@ -1,0 +1,86 @@
+#include "nic_choice.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/error.hpp>
+
+#include "base/config_keys.hpp"
+#include "base/log.hpp"
+#include "topology/topology.hpp"
+
+namespace strata::transport {
+
+int physicalGpu(int device, const char* visibleDevices) {
+  if (device < 0) return -1;
+  if (visibleDevices == nullptr || *visibleDevices == '\0') return device;
+  std::vector<int> list;
+  std::string item;
+  for (const char* p = visibleDevices;; ++p) {
+    if (*p == ',' || *p == '\0') {
+      if (item.empty() || item.size() > 6 ||
+          item.find_first_not_of("0123456789") != std::string::npos) {
+        return -1;  // GPU-<uuid>, MIG-<uuid>, or a malformed entry
+      }
+      list.push_back(std::stoi(item));
+      item.clear();
+      if (*p == '\0') break;
+    } else if (*p != ' ') {
+      item += *p;
+    }
+  }
+  return device < static_cast<int>(list.size()) ? list[size_t(device)] : -1;
+}
+
+void chooseNic(const Config& config, backend::TransportInit& init) {
+  const std::string file = config::getString(config, "topology.file");
+  const std::string policyText = config::getString(config, "transport.fabric.nic");
+  const topology::NicPolicy policy = topology::NicPolicy::parse(policyText);
+  topology::Machine machine;
+  try {
+    machine = topology::Machine::load(file);
+  } catch (const Error& e) {
+    if (!file.empty() || policy.mode != topology::NicPolicy::Mode::Auto) throw;
+    STRATA_LOG(Info, "topology", "rank {}: no NIC placement ({}); the transports choose their own",
+               init.rank, e.what());
+    return;
+  }
+  const int localSize = std::max(init.localSize, 1);
+  const int localRank = std::clamp(init.localRank, 0, localSize - 1);
+  // This rank's GPU: transport.cuda.device, else its local rank, through CUDA_VISIBLE_DEVICES.
+  // The other local ranks (for spreading over equally near NICs): their local rank.
+  std::vector<int> gpuOfRank;
+  if (!machine.gpus.empty()) {
+    const int gpus = static_cast<int>(machine.gpus.size());
+    const int64_t configured = config::getInt(config, "transport.cuda.device");
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    for (int r = 0; r < localSize; ++r) {
+      int g = r % gpus;
+      if (r == localRank) {
+        const int device = configured >= 0 ? static_cast<int>(configured) : localRank;
+        g = physicalGpu(device, visible);
+        if (g >= gpus) g = -1;
+      }
+      gpuOfRank.push_back(g);
+    }
+  }
+  const auto placements = topology::place(machine, localSize, gpuOfRank, policy);
+  const topology::Placement& mine = placements[size_t(localRank)];
+  if (mine.nic < 0) return;
+  const topology::Nic& nic = machine.nics[size_t(mine.nic)];
+  init.nicNames = nic.names;
+  if (std::find(nic.names.begin(), nic.names.end(), nic.name) == nic.names.end()) {
+    init.nicNames.insert(init.nicNames.begin(), nic.name);
+  }
+  init.nicBusId = nic.node >= 0 ? machine.nodes[size_t(nic.node)].busId : "";
+  init.nicWhy = fmt::format("{} for local rank {}{}: {}", nic.name, localRank,
+                            mine.gpu >= 0 ? fmt::format(" (GPU {})", mine.gpu) : "", mine.why);
+  init.nicRequired = policy.mode != topology::NicPolicy::Mode::Auto;
+  STRATA_LOG(Debug, "topology", "rank {}: NIC {}", init.rank, init.nicWhy);
+}
+
+}  // namespace strata::transport
