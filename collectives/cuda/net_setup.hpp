@@ -53,6 +53,7 @@ class NetPeers {
     auto recvs = ctx.exchange(recvBounce_, peers);
     auto flags = ctx.exchange(flags_, peers);
     proxy_ = std::make_unique<ProxyService>(fifoEntries, timeoutSeconds);
+    proxy_->pinTo(ctx.proxyCpus());  // near this rank's NIC (transport.proxy_cpus)
     size_t i = 0;
     for (int h = 0; h < hosts_; ++h) {
       if (h == host) continue;

@@ -149,7 +149,10 @@ void Engine::connectLinks() {
       if (!seen) progressPeers_.push_back(peers[i]);
       continue;
     }
-    if (!proxy_) proxy_ = std::make_unique<ProxyService>(kProxyFifoEntries, timeout_);
+    if (!proxy_) {
+      proxy_ = std::make_unique<ProxyService>(kProxyFifoEntries, timeout_);
+      proxy_->pinTo(context_->proxyCpus());  // near this rank's NIC (transport.proxy_cpus)
+    }
     links_[peers[i]] = Link::proxied(ends, *proxy_, staging_, timeout_);
   }
 }

@@ -120,6 +120,13 @@ constexpr KeyInfo kKeys[] = {
      "-1 takes the local rank, as a program that calls cudaSetDevice(LOCAL_RANK) does. strata "
      "does not set the device with it: the CUDA collectives use the caller's current device.",
      false},
+    {"transport.proxy_cpus", Type::String, "auto", "",
+     "CPUs of the proxy thread (PortChannels) and the fabric transport's progress thread "
+     "(docs/topology.md): auto binds them to the cores near this rank's NIC when the ranks span "
+     "hosts and those are not all of the machine's; none leaves them where the process runs; a "
+     "CPU list (0-3,8) binds them there. CPUs outside the process's own mask are left out (a "
+     "list with none inside binds nothing, with a warning).",
+     false},
     {"topology.file", Type::String, "", "",
      "hwloc XML file (lstopo --of xml) to take as this machine's topology instead of reading "
      "it; empty reads the machine.",

@@ -1,6 +1,8 @@
 #include "base/process.hpp"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,6 +13,8 @@
 #include <fstream>
 
 #include <fmt/format.h>
+
+#include <strata/error.hpp>
 
 #include "base/log.hpp"
 
@@ -95,6 +99,94 @@ void ensureDescriptors(int ranks, int rank, const char* logName) {
                "hard limit (ulimit -Hn, /etc/security/limits.conf, systemd's LimitNOFILE)",
                ranks, need, limitText(lim.rlim_cur), limitText(lim.rlim_max));
   }
+}
+
+std::vector<int> parseCpuList(std::string_view text, std::string_view what) {
+  constexpr int kMaxCpu = 65535;
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::InvalidConfig,
+                 fmt::format("{} = \"{}\": {} (a CPU list: 0-3,8,10-11)", what, text, why));
+  };
+  auto number = [&](std::string_view n) {
+    if (n.empty() || n.size() > 5 || n.find_first_not_of("0123456789") != std::string_view::npos) {
+      throw bad(fmt::format("\"{}\" is not a CPU number", n));
+    }
+    const int v = std::stoi(std::string(n));
+    if (v > kMaxCpu) throw bad(fmt::format("CPU {} is above {}", v, kMaxCpu));
+    return v;
+  };
+  std::vector<int> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const size_t dash = item.find('-');
+    const int first = number(item.substr(0, dash));
+    const int last = dash == std::string_view::npos ? first : number(item.substr(dash + 1));
+    if (last < first) throw bad(fmt::format("the range {} runs backwards", item));
+    for (int c = first; c <= last; ++c) out.push_back(c);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string cpuListText(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") +
+           (j == i ? std::to_string(cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string pinCurrentThread(const std::vector<int>& cpus, std::string* why) {
+  if (cpus.empty()) return {};
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    if (why) *why = fmt::format("sched_getaffinity: {}", std::strerror(errno));
+    return {};
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> taken;
+  for (int c : cpus) {
+    if (c < CPU_SETSIZE && CPU_ISSET(c, &allowed)) {
+      CPU_SET(c, &set);
+      taken.push_back(c);
+    }
+  }
+  if (taken.empty()) {
+    std::vector<int> mask;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) mask.push_back(c);
+    }
+    if (why) {
+      *why = fmt::format("none of CPUs {} is in this process's mask {}", cpuListText(cpus),
+                         cpuListText(mask));
+    }
+    return {};
+  }
+  if (int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0) {
+    if (why) *why = fmt::format("pthread_setaffinity_np: {}", std::strerror(rc));
+    return {};
+  }
+  return cpuListText(taken);
+}
+
+void nameCurrentThread(const char* name) {
+  char cut[16];
+  std::snprintf(cut, sizeof cut, "%s", name);
+  pthread_setname_np(pthread_self(), cut);
 }
 
 }  // namespace strata::process

@@ -237,8 +237,11 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   init.localRank = bootstrap->localRank();
   init.localSize = bootstrap->localSize();
   init.hostId = me.hostId;
-  // Ranks on other hosts: the NIC this rank should use (lib/topology, transport.fabric.nic).
+  // Ranks on other hosts: the NIC this rank should use (lib/topology, transport.fabric.nic),
+  // and the cores near it for the proxy and progress threads (transport.proxy_cpus).
   if (needInter) transport::chooseNic(I->config, init);
+  init.proxyCpus = transport::proxyCpus(I->config, init);
+  I->proxyCpus = init.proxyCpus;
   auto load = [&](const std::vector<std::string>& list) {
     for (const auto& name : list) {
       if (auto t = I->find(name)) {
@@ -315,6 +318,10 @@ uint64_t Context::hostId(int rank) const {
 int32_t Context::pid(int rank) const {
   impl_->checkPeer(rank, "Context::pid");
   return impl_->hosts[rank].pid;
+}
+
+const std::vector<int>& Context::proxyCpus() const noexcept {
+  return impl_->proxyCpus;
 }
 
 std::vector<std::vector<int>> Context::hostGroups() const {

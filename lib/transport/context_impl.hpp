@@ -41,6 +41,7 @@ struct Context::Impl {
   int size = 0;
   double timeout = 30;
   std::vector<transport::HostRecord> hosts;
+  std::vector<int> proxyCpus;  ///< transport.proxy_cpus resolved (Context::proxyCpus)
   std::vector<std::string> intraList, interList;
   std::vector<transport::LoadedTransport> transports;
   std::map<std::string, std::string> failures;  ///< transport -> why it is not usable here

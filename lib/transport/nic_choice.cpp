@@ -11,6 +11,7 @@
 
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
+#include "base/process.hpp"
 #include "topology/topology.hpp"
 
 namespace strata::transport {
@@ -34,6 +35,16 @@ int physicalGpu(int device, const char* visibleDevices) {
     }
   }
   return device < static_cast<int>(list.size()) ? list[size_t(device)] : -1;
+}
+
+std::vector<int> proxyCpus(const Config& config, const backend::TransportInit& init) {
+  const std::string text = config::getString(config, "transport.proxy_cpus");
+  if (text == "none") return {};
+  if (text == "auto" || text.empty()) {
+    return init.nicCpus.empty() ? std::vector<int>{}
+                                : process::parseCpuList(init.nicCpus, "the NIC's cores");
+  }
+  return process::parseCpuList(text, "transport.proxy_cpus");
 }
 
 void chooseNic(const Config& config, backend::TransportInit& init) {
@@ -80,6 +91,11 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
   init.nicWhy = fmt::format("{} for local rank {}{}: {}", nic.name, localRank,
                             mine.gpu >= 0 ? fmt::format(" (GPU {})", mine.gpu) : "", mine.why);
   init.nicRequired = policy.mode != topology::NicPolicy::Mode::Auto;
+  // The NIC's cores, unless they are the whole machine (binding there changes nothing).
+  if (!mine.proxyCpus.empty() && !machine.nodes.empty() &&
+      mine.proxyCpus != machine.nodes[0].cpus) {
+    init.nicCpus = mine.proxyCpus;
+  }
   STRATA_LOG(Debug, "topology", "rank {}: NIC {}", init.rank, init.nicWhy);
 }
 

@@ -14,6 +14,10 @@ namespace strata::transport {
 /// names no NIC of the machine.
 void chooseNic(const Config& config, backend::TransportInit& init);
 
+/// transport.proxy_cpus resolved: none -> {}, a list -> its CPUs, auto -> init.nicCpus (set
+/// by chooseNic when the ranks span hosts). Throws InvalidConfig for a malformed list.
+std::vector<int> proxyCpus(const Config& config, const backend::TransportInit& init);
+
 /// The physical GPU (hwloc's, in CUDA order) of CUDA device `device` as this process numbers
 /// them: CUDA_VISIBLE_DEVICES=2,3 makes device 1 GPU 3. -1 when the list names GPUs by UUID or
 /// MIG instance (not mappable here) or has fewer entries than device.

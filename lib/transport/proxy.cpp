@@ -24,6 +24,7 @@
 #include <strata/transport.hpp>
 
 #include "base/log.hpp"
+#include "base/process.hpp"
 
 namespace strata {
 
@@ -92,6 +93,7 @@ struct ProxyService::Impl {
   /// Fixed once the thread runs (deque: atomics do not move).
   std::deque<ConnectionState> connectionStates;
   std::thread thread;
+  std::vector<int> cpus;  ///< pinTo: where the thread runs (empty: unbound)
   std::atomic<bool> stopping{false};
   /// A trigger that names no channel (a corrupt FIFO) stops every later trigger.
   std::atomic<bool> failed{false};
@@ -203,6 +205,17 @@ struct ProxyService::Impl {
   }
 
   void run() {
+    process::nameCurrentThread("strata-proxy");
+    if (!cpus.empty()) {
+      std::string why;
+      const std::string bound = process::pinCurrentThread(cpus, &why);
+      if (bound.empty()) {
+        STRATA_LOG(Warn, "proxy", "the proxy thread stays unbound (transport.proxy_cpus {}): {}",
+                   process::cpuListText(cpus), why);
+      } else {
+        STRATA_LOG(Debug, "proxy", "the proxy thread runs on CPUs {}", bound);
+      }
+    }
     using Clock = std::chrono::steady_clock;
     auto idleSince = Clock::now();
     for (;;) {
@@ -370,6 +383,10 @@ void ProxyService::endDeviceWork() noexcept {
 
 uint64_t ProxyService::sleeps() const noexcept {
   return impl_->sleepCount.load(std::memory_order_relaxed);
+}
+
+void ProxyService::pinTo(std::vector<int> cpus) {
+  impl_->cpus = std::move(cpus);
 }
 
 void ProxyService::start() {

@@ -11,6 +11,8 @@ The machines are written from public descriptions, not recorded on the hardware:
   gpu4-nic2.xml     1 socket x 32 cores, 4 GPUs and 2 NICs behind 2 switches (2 GPUs + 1 NIC)
   cpu-only.xml      2 sockets x 16 cores, no GPU, one Ethernet NIC per socket
   nics-socket0.xml  2 sockets x 32 cores, 8 GPUs (4 per socket), both NICs on socket 0
+  mini-2socket.xml  2 sockets x 1 core (CPUs 0 and 2, 1 and 3), one NIC per socket: a machine
+                    whose NIC cores a 2-CPU test machine has (transport.proxy_cpus = auto)
 The test suite (test_topology.cpp) checks each rank's NIC, cores and NUMA node on these.
 """
 
@@ -224,11 +226,18 @@ def nics_socket0():
     return machine('NICs on socket 0', 2, 32, io)
 
 
+def mini_2socket():
+    io = [[(0x10, [bridge(nic(None, 'ens1f0', E810), ident=ROOT)])],
+          [(0x80, [bridge(nic(None, 'ens2f0', E810), ident=ROOT)])]]
+    return machine('2 sockets of 1 core', 2, 1, io)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'data')
     os.makedirs(out, exist_ok=True)
     for name, text in [('dgx-h100.xml', dgx_h100()), ('gpu4-nic2.xml', gpu4_nic2()),
-                       ('cpu-only.xml', cpu_only()), ('nics-socket0.xml', nics_socket0())]:
+                       ('cpu-only.xml', cpu_only()), ('nics-socket0.xml', nics_socket0()),
+                       ('mini-2socket.xml', mini_2socket())]:
         with open(os.path.join(out, name), 'w') as f:
             f.write(text)
 

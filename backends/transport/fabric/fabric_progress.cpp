@@ -15,6 +15,7 @@
 
 #include "base/backoff.hpp"
 #include "base/log.hpp"
+#include "base/process.hpp"
 #include "fabric_endpoint.hpp"
 #include "fabric_progress.hpp"
 
@@ -331,8 +332,8 @@ int Endpoint::acquireSlot(const Deadline& deadline, int peer) {
 // ---------------------------------------------------------------------------------------------
 // ProgressThread
 
-ProgressThread::ProgressThread(std::shared_ptr<Endpoint> endpoint)
-    : endpoint_(std::move(endpoint)) {
+ProgressThread::ProgressThread(std::shared_ptr<Endpoint> endpoint, std::vector<int> cpus)
+    : endpoint_(std::move(endpoint)), cpus_(std::move(cpus)) {
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wakeFd_ < 0) {
     throw Error(ErrorCode::SystemError,
@@ -355,6 +356,18 @@ ProgressThread::~ProgressThread() {
 }
 
 void ProgressThread::loop() noexcept {
+  process::nameCurrentThread("strata-fabric");
+  if (!cpus_.empty()) {
+    std::string why;
+    const std::string bound = process::pinCurrentThread(cpus_, &why);
+    if (bound.empty()) {
+      STRATA_LOG(Warn, kLog, "{}: the progress thread stays unbound (transport.proxy_cpus {}): {}",
+                 endpoint_->describe(), process::cpuListText(cpus_), why);
+    } else {
+      STRATA_LOG(Debug, kLog, "{}: the progress thread runs on CPUs {}", endpoint_->describe(),
+                 bound);
+    }
+  }
   // Target-side progress: with manual-progress providers (tcp;ofi_rxm) a peer's write lands only
   // while someone drives this endpoint, and the owning thread may be blocked elsewhere.
   // Initiator side: while this process's own writes are in flight, the thread keeps driving

@@ -15,7 +15,8 @@ namespace strata::fabric {
 /// thread"): started by the constructor, stopped and joined by the destructor.
 class ProgressThread {
  public:
-  explicit ProgressThread(std::shared_ptr<Endpoint> endpoint);
+  /// cpus: where the thread runs (TransportInit::proxyCpus; empty: unbound).
+  ProgressThread(std::shared_ptr<Endpoint> endpoint, std::vector<int> cpus);
   ~ProgressThread();
   ProgressThread(const ProgressThread&) = delete;
   ProgressThread& operator=(const ProgressThread&) = delete;
@@ -25,6 +26,7 @@ class ProgressThread {
   std::shared_ptr<Endpoint> endpoint_;
   int wakeFd_ = -1;  ///< eventfd that wakes the thread (new writes, shutdown)
   std::atomic<bool> stop_{false};
+  std::vector<int> cpus_;
   std::thread thread_;
 };
 

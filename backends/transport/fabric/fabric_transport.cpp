@@ -259,7 +259,7 @@ FabricTransport::FabricTransport(const backend::TransportInit& init) {
   // present); asking for it elsewhere would narrow the providers for nothing.
   bool wantHmem = ::access("/dev/nvidiactl", F_OK) == 0;
   endpoint_ = std::make_shared<Endpoint>(init, provider, wantHmem);
-  progress_ = std::make_unique<ProgressThread>(endpoint_);
+  progress_ = std::make_unique<ProgressThread>(endpoint_, init.proxyCpus);
 }
 
 FabricTransport::~FabricTransport() {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include <strata/device.hpp>
 #include <strata/export.hpp>
@@ -338,6 +339,10 @@ class STRATA_API ProxyService {
   void endDeviceWork() noexcept;
   /// Times the proxy went to sleep on an idle FIFO (diagnostics).
   uint64_t sleeps() const noexcept;
+  /// Binds the proxy thread to these CPUs when it starts (Context::proxyCpus; those outside
+  /// the process's mask are left out, and none inside binds nothing, with a warning). Call
+  /// before start(); empty: unbound.
+  void pinTo(std::vector<int> cpus);
   void start();
   /// Executes what is queued, then stops the thread. Idempotent; never throws.
   void stop() noexcept;

@@ -118,6 +118,10 @@ class STRATA_API Context {
   std::vector<std::vector<int>> hostGroups() const;
   /// The transports this process loaded.
   std::vector<std::string> transports() const;
+  /// CPUs for threads that serve this rank's network traffic (a ProxyService's, the fabric
+  /// transport's progress thread), from transport.proxy_cpus (docs/topology.md); empty: leave
+  /// them unbound.
+  const std::vector<int>& proxyCpus() const noexcept;
   /// Live objects of one loaded transport (diagnostics; the tests use it to prove nothing
   /// leaks).
   struct TransportUsage {

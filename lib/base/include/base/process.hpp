@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <strata/export.hpp>
 
@@ -35,5 +36,18 @@ STRATA_API bool outOfDescriptors(std::string_view text);
 /// before a job opens its sockets (a default `ulimit -n 1024` would fail 512 ranks half-way
 /// through set-up); when the hard limit is lower, rank 0 warns once with what to do.
 STRATA_API void ensureDescriptors(int ranks, int rank, const char* logName);
+
+/// The CPUs of a Linux CPU list ("0-3,8,10-11"), sorted and unique. Throws InvalidConfig naming
+/// `what` (the key it came from) for anything else, or a CPU above 65535.
+STRATA_API std::vector<int> parseCpuList(std::string_view text, std::string_view what);
+/// The list form of cpus ("0-3,8"); "" for none.
+STRATA_API std::string cpuListText(const std::vector<int>& cpus);
+/// Binds the calling thread to those of `cpus` the process may use (its current mask).
+/// Returns what it bound to ("0-3"), or "" with *why set when nothing was bound (none of them
+/// allowed, or sched_setaffinity failed). Empty cpus: nothing to do, "" and no why.
+STRATA_API std::string pinCurrentThread(const std::vector<int>& cpus, std::string* why);
+/// Names the calling thread (15 characters at most; longer names are cut), for top -H, gdb and
+/// /proc/PID/task/TID/comm.
+STRATA_API void nameCurrentThread(const char* name);
 
 }  // namespace strata::process

@@ -49,6 +49,12 @@ struct TransportInit {
   /// transport.fabric.nic named NICs (not auto): a transport that cannot open the chosen one
   /// fails instead of taking another.
   bool nicRequired = false;
+  /// CPUs for the transport's own threads (progress), from transport.proxy_cpus; empty: leave
+  /// them unbound. process::pinCurrentThread applies it.
+  std::vector<int> proxyCpus;
+  /// The cores near the chosen NIC ("0-55,112-167"; transport.proxy_cpus = auto takes them),
+  /// empty when they are every CPU of the machine or unknown.
+  std::string nicCpus;
 };
 
 /// How the core allocated a host buffer it passes to registerMemory (shm maps it directly).

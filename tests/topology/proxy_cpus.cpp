@@ -1,0 +1,108 @@
+// transport.proxy_cpus in a job whose ranks span "hosts" (transport.host_id per rank, on lo):
+// after a host allReduce over proxied fabric links, the proxy thread (strata-proxy) and the
+// fabric progress thread (strata-fabric) of this rank run on the CPUs it expects.
+//
+//   strata-run -n 2 bash -c 'STRATA_TRANSPORT_HOST_ID=h$STRATA_RANK exec proxy-cpus EXPECT'
+//
+// EXPECT: one CPU list per rank, separated by ';' ("0;1"), or "mask" for the process's own mask
+// (unbound threads). Exits 77 on a machine with fewer than 2 CPUs in this process's mask.
+
+#include <dirent.h>
+#include <sched.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+namespace {
+
+std::string field(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) {
+      std::string v = line.substr(key.size() + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.erase(0, 1);
+      return v;
+    }
+  }
+  return "?";
+}
+
+/// Thread name -> Cpus_allowed_list, for this process's threads.
+std::map<std::string, std::string> threads() {
+  std::map<std::string, std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string base = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream comm(base + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    out[name] = field(base + "/status", "Cpus_allowed_list");
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: proxy-cpus 'CPUS;CPUS' | mask\n");
+    return 2;
+  }
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < 2) {
+    std::printf("SKIP: fewer than 2 CPUs in this process's mask\n");
+    return 77;
+  }
+  try {
+    auto comm = strata::Communicator::create();
+    const int rank = comm->rank();
+    std::vector<float> data(1 << 16, 1.0f);
+    comm->allReduce(data.data(), data.data(), data.size(), strata::DataType::Float32,
+                    strata::ReduceOp::Sum);
+    for (float v : data) {
+      if (v != static_cast<float>(comm->size())) {
+        std::fprintf(stderr, "rank %d: allReduce gave %f\n", rank, v);
+        return 1;
+      }
+    }
+    std::string expect = argv[1];
+    if (expect == "mask") {
+      expect = field("/proc/self/status", "Cpus_allowed_list");
+    } else {
+      size_t start = 0;
+      for (int r = 0; r < rank; ++r) start = expect.find(';', start) + 1;
+      expect = expect.substr(start, expect.find(';', start) - start);
+    }
+    const auto seen = threads();
+    int bad = 0;
+    for (const char* name : {"strata-proxy", "strata-fabric"}) {
+      auto it = seen.find(name);
+      if (it == seen.end()) {
+        std::fprintf(stderr, "rank %d: no thread named %s\n", rank, name);
+        ++bad;
+      } else if (it->second != expect) {
+        std::fprintf(stderr, "rank %d: %s runs on CPUs %s, expected %s\n", rank, name,
+                     it->second.c_str(), expect.c_str());
+        ++bad;
+      } else {
+        std::printf("rank %d: %s on CPUs %s\n", rank, name, it->second.c_str());
+      }
+    }
+    float one = 1;  // every rank has looked before any leaves
+    comm->allReduce(&one, &one, 1, strata::DataType::Float32, strata::ReduceOp::Sum);
+    return bad == 0 ? 0 : 1;
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "proxy-cpus: %s\n", e.what());
+    return 1;
+  }
+}
