@@ -1,5 +1,7 @@
+#include <linux/mempolicy.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -242,6 +244,7 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   if (needInter) transport::chooseNic(I->config, init);
   init.proxyCpus = transport::proxyCpus(I->config, init);
   I->proxyCpus = init.proxyCpus;
+  I->numaNode = init.numaNode;
   auto load = [&](const std::vector<std::string>& list) {
     for (const auto& name : list) {
       if (auto t = I->find(name)) {
@@ -415,6 +418,29 @@ RegisteredMemory Context::Impl::registerImpl(void* data, size_t bytes, MemoryKin
   return RegisteredMemory(std::move(m));
 }
 
+namespace {
+
+/// Asks the kernel to place the pages of [p, p + bytes) on I.numaNode (MPOL_PREFERRED: another
+/// node when that one is full). A failure (a node this machine does not have: a topology.file
+/// of another machine) is said once and changes nothing else.
+void preferNode(Context::Impl& I, void* p, size_t bytes) {
+  constexpr int kBits = 1024;
+  unsigned long mask[kBits / (8 * sizeof(unsigned long))] = {};
+  const int node = I.numaNode;
+  if (node >= kBits) return;
+  mask[size_t(node) / (8 * sizeof(unsigned long))] |=
+      1ul << (size_t(node) % (8 * sizeof(unsigned long)));
+  if (syscall(SYS_mbind, p, bytes, MPOL_PREFERRED, mask, kBits + 1, 0) != 0 &&
+      !I.numaFailureSaid.exchange(true)) {
+    STRATA_LOG(Info, "transport",
+               "rank {}: host buffers stay where the kernel puts them: mbind to NUMA node {} "
+               "failed: {}",
+               I.rank, node, std::strerror(errno));
+  }
+}
+
+}  // namespace
+
 RegisteredMemory Context::allocate(size_t bytes, MemoryKind kind) {
   auto& I = *impl_;
   if (bytes == 0) throw Error(ErrorCode::InvalidArgument, "Context::allocate: 0 bytes");
@@ -438,6 +464,7 @@ RegisteredMemory Context::allocate(size_t bytes, MemoryKind kind) {
                   fmt::format("mmap of a {}-byte memfd failed: {}", block->bytes, strerror(errno)));
     }
     block->data = p;
+    if (I.numaNode >= 0) preferNode(I, p, block->bytes);
     struct stat st {};
     if (fstat(block->alloc.memfd, &st) != 0) {
       // The shm transport checks the memfd by this inode; a zeroed one would surface later as

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,8 @@ struct Context::Impl {
   double timeout = 30;
   std::vector<transport::HostRecord> hosts;
   std::vector<int> proxyCpus;  ///< transport.proxy_cpus resolved (Context::proxyCpus)
+  int numaNode = -1;           ///< where allocate() prefers host memory (TransportInit)
+  std::atomic<bool> numaFailureSaid{false};
   std::vector<std::string> intraList, interList;
   std::vector<transport::LoadedTransport> transports;
   std::map<std::string, std::string> failures;  ///< transport -> why it is not usable here

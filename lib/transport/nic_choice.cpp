@@ -91,6 +91,7 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
   init.nicWhy = fmt::format("{} for local rank {}{}: {}", nic.name, localRank,
                             mine.gpu >= 0 ? fmt::format(" (GPU {})", mine.gpu) : "", mine.why);
   init.nicRequired = policy.mode != topology::NicPolicy::Mode::Auto;
+  if (machine.numaNodes.size() > 1) init.numaNode = mine.numa;
   // The NIC's cores, unless they are the whole machine (binding there changes nothing).
   if (!mine.proxyCpus.empty() && !machine.nodes.empty() &&
       mine.proxyCpus != machine.nodes[0].cpus) {

@@ -5,7 +5,9 @@
 //   strata-run -n 2 bash -c 'STRATA_TRANSPORT_HOST_ID=h$STRATA_RANK exec proxy-cpus EXPECT'
 //
 // EXPECT: one CPU list per rank, separated by ';' ("0;1"), or "mask" for the process's own mask
-// (unbound threads). Exits 77 on a machine with fewer than 2 CPUs in this process's mask.
+// (unbound threads). NUMA (optional): per rank the node its strata host buffers (memfd:strata
+// in /proc/self/numa_maps) prefer, or "-" for the default policy ("0;-"). Exits 77 on a machine
+// with fewer than 2 CPUs in this process's mask.
 
 #include <dirent.h>
 #include <sched.h>
@@ -53,9 +55,29 @@ std::map<std::string, std::string> threads() {
 
 }  // namespace
 
+/// Item `rank` of a ';'-separated list.
+std::string itemOf(const std::string& list, int rank) {
+  size_t start = 0;
+  for (int r = 0; r < rank; ++r) start = list.find(';', start) + 1;
+  return list.substr(start, list.find(';', start) - start);
+}
+
+/// The policies of this process's strata host buffers ("prefer:0", "default"), each once.
+std::string bufferPolicies() {
+  std::ifstream in("/proc/self/numa_maps");
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.find("memfd:strata") == std::string::npos) continue;
+    const size_t sp = line.find(' ');
+    const std::string policy = line.substr(sp + 1, line.find(' ', sp + 1) - sp - 1);
+    if (out.find(policy) == std::string::npos) out += (out.empty() ? "" : ",") + policy;
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: proxy-cpus 'CPUS;CPUS' | mask\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: proxy-cpus 'CPUS;CPUS' | mask ['NODE;NODE']\n");
     return 2;
   }
   cpu_set_t mask;
@@ -79,9 +101,7 @@ int main(int argc, char** argv) {
     if (expect == "mask") {
       expect = field("/proc/self/status", "Cpus_allowed_list");
     } else {
-      size_t start = 0;
-      for (int r = 0; r < rank; ++r) start = expect.find(';', start) + 1;
-      expect = expect.substr(start, expect.find(';', start) - start);
+      expect = itemOf(expect, rank);
     }
     const auto seen = threads();
     int bad = 0;
@@ -96,6 +116,18 @@ int main(int argc, char** argv) {
         ++bad;
       } else {
         std::printf("rank %d: %s on CPUs %s\n", rank, name, it->second.c_str());
+      }
+    }
+    if (argc == 3) {
+      const std::string node = itemOf(argv[2], rank);
+      const std::string want = node == "-" ? "default" : "prefer:" + node;
+      const std::string got = bufferPolicies();
+      if (got != want) {
+        std::fprintf(stderr, "rank %d: host buffers' NUMA policy %s, expected %s\n", rank,
+                     got.c_str(), want.c_str());
+        ++bad;
+      } else {
+        std::printf("rank %d: host buffers %s\n", rank, got.c_str());
       }
     }
     float one = 1;  // every rank has looked before any leaves
