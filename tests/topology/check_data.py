@@ -9,12 +9,20 @@ import sys
 import tempfile
 
 here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+def files(top):
+    out = set()
+    for d, _, names in os.walk(top):
+        out.update(os.path.relpath(os.path.join(d, n), top) for n in names)
+    return out
+
+
 with tempfile.TemporaryDirectory() as out:
     subprocess.run([sys.executable, os.path.join(here, 'make_machines.py'), out], check=True)
-    stale = [name for name in sorted(os.listdir(out))
-             if not os.path.exists(os.path.join(here, 'data', name)) or
-             not filecmp.cmp(os.path.join(out, name), os.path.join(here, 'data', name),
-                             shallow=False)]
+    data = os.path.join(here, 'data')
+    made = files(out)
+    stale = sorted(n for n in made if n not in files(data) or
+                   not filecmp.cmp(os.path.join(out, n), os.path.join(data, n), shallow=False))
+    stale += sorted(n + ' (not written by the script)' for n in files(data) - made)
 if stale:
     print('tests/topology/data/ is not what make_machines.py writes: %s; run '
           'tests/topology/make_machines.py' % ', '.join(stale))

@@ -13,6 +13,12 @@ The machines are written from public descriptions, not recorded on the hardware:
   nics-socket0.xml  2 sockets x 32 cores, 8 GPUs (4 per socket), both NICs on socket 0
   mini-2socket.xml  2 sockets x 1 core (CPUs 0 and 2, 1 and 3), one NIC per socket: a machine
                     whose NIC cores a 2-CPU test machine has (transport.proxy_cpus = auto)
+and two sysfs trees of the DGX-like node for the pre-flight check (strata-info --check):
+  sysfs-dgx-acs/    ACS P2P redirect on the switch above GPU 0 and mlx5_0, the IOMMU in
+                    translated mode (DMA-FQ) for GPU 0 and mlx5_0
+  sysfs-dgx-clean/  ACS present but not redirecting, the IOMMU in passthrough (identity)
+(bus/pci/devices/BDF/config with an ACS extended capability for every bridge, and
+kernel/iommu_groups/N/type with the devices' iommu_group links).
 The test suite (test_topology.cpp) checks each rank's NIC, cores and NUMA node on these.
 """
 
@@ -232,6 +238,37 @@ def mini_2socket():
     return machine('2 sockets of 1 core', 2, 1, io)
 
 
+def write_sysfs(out, name, redirect_bridges, iommu_type):
+    """A sysfs tree for the DGX-like node's GPU 0 / mlx5_0 corner: config spaces of the bridges
+    between them (ACS control = redirect bits for those in redirect_bridges), IOMMU groups."""
+    import struct
+    root = os.path.join(out, name)
+    bridges = ['0000:10:01.0', '0000:11:00.0', '0000:12:00.0', '0000:13:00.0', '0000:13:01.0']
+    devices = {'0000:14:00.0': 0, '0000:15:00.0': 1}  # GPU 0, mlx5_0 -> IOMMU group
+    for bdf in bridges:
+        d = os.path.join(root, 'bus', 'pci', 'devices', bdf)
+        os.makedirs(d, exist_ok=True)
+        cfg = bytearray(4096)
+        struct.pack_into('<HH', cfg, 0, 0x1000, 0xc030)
+        # Extended capabilities: AER (0x0001) at 0x100 -> ACS (0x000d) at 0x148 -> end.
+        struct.pack_into('<I', cfg, 0x100, 0x0001 | (1 << 16) | (0x148 << 20))
+        control = 0x2c if bdf in redirect_bridges else 0x00
+        struct.pack_into('<IHH', cfg, 0x148, 0x000d | (1 << 16), 0x007f, control)
+        with open(os.path.join(d, 'config'), 'wb') as f:
+            f.write(bytes(cfg))
+    for bdf, group in devices.items():
+        d = os.path.join(root, 'bus', 'pci', 'devices', bdf)
+        os.makedirs(d, exist_ok=True)
+        g = os.path.join(root, 'kernel', 'iommu_groups', str(group))
+        os.makedirs(g, exist_ok=True)
+        with open(os.path.join(g, 'type'), 'w') as f:
+            f.write(iommu_type + '\n')
+        link = os.path.join(d, 'iommu_group')
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(os.path.join('..', '..', '..', '..', 'kernel', 'iommu_groups', str(group)), link)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'data')
     os.makedirs(out, exist_ok=True)
@@ -240,6 +277,8 @@ def main():
                        ('mini-2socket.xml', mini_2socket())]:
         with open(os.path.join(out, name), 'w') as f:
             f.write(text)
+    write_sysfs(out, 'sysfs-dgx-acs', {'0000:12:00.0'}, 'DMA-FQ')
+    write_sysfs(out, 'sysfs-dgx-clean', set(), 'identity')
 
 
 if __name__ == '__main__':

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE topology
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -206,4 +207,71 @@ BOOST_AUTO_TEST_CASE(this_machine_loads_and_places_host_only_ranks) {
     if (m.gpus.empty()) BOOST_TEST(p.gpu == -1);
   }
   BOOST_TEST_MESSAGE(describe(m, ps));
+}
+
+namespace {
+
+const CheckLine* lineOf(const std::vector<CheckLine>& lines, const std::string& what) {
+  for (const CheckLine& l : lines) {
+    if (l.what == what) return &l;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(preflight_finds_acs_redirect_and_translated_iommu) {
+  const Machine m = Machine::load(data("dgx-h100.xml"));
+  const auto ps = place(m, 1, {}, NicPolicy{});
+  const auto bad = preflight(m, ps, data("sysfs-dgx-acs"));
+  BOOST_TEST_MESSAGE(describe(bad));
+  const CheckLine* acs = lineOf(bad, "PCIe ACS 0000:12:00.0");
+  BOOST_REQUIRE(acs != nullptr);
+  BOOST_TEST((acs->state == CheckLine::State::Warn));
+  BOOST_TEST(acs->found.find("P2P request redirect") != std::string::npos);
+  BOOST_TEST(acs->found.find("GPU 0 and NIC mlx5_0") != std::string::npos);
+  BOOST_TEST(acs->fallback.find("bounce buffers") != std::string::npos);
+  // Only the redirecting bridge is named (the two others on the path are clean).
+  BOOST_TEST(std::count_if(bad.begin(), bad.end(), [](const CheckLine& l) {
+               return l.what.rfind("PCIe ACS", 0) == 0;
+             }) == 1);
+  const CheckLine* iommu = lineOf(bad, "IOMMU");
+  BOOST_REQUIRE(iommu != nullptr);
+  BOOST_TEST((iommu->state == CheckLine::State::Warn));
+  BOOST_TEST(iommu->found.find("0000:14:00.0 (DMA-FQ)") != std::string::npos);
+  const CheckLine* nic = lineOf(bad, "NIC mlx5_0");
+  BOOST_REQUIRE(nic != nullptr);
+  BOOST_TEST((nic->state == CheckLine::State::Ok));
+
+  const auto good = preflight(m, ps, data("sysfs-dgx-clean"));
+  BOOST_TEST_MESSAGE(describe(good));
+  const CheckLine* clean = lineOf(good, "PCIe ACS");
+  BOOST_REQUIRE(clean != nullptr);
+  BOOST_TEST((clean->state == CheckLine::State::Ok));
+  BOOST_TEST(clean->found.find("3 bridge(s)") != std::string::npos);
+  BOOST_TEST((lineOf(good, "IOMMU")->state == CheckLine::State::Ok));
+  BOOST_TEST(lineOf(good, "IOMMU")->found.find("passthrough") != std::string::npos);
+  // Ranks whose bridges have no recorded config space: unknown, not fine.
+  const auto eight = preflight(m, place(m, 8, {}, NicPolicy{}), data("sysfs-dgx-clean"));
+  const CheckLine* unknown = lineOf(eight, "PCIe ACS");
+  BOOST_REQUIRE(unknown != nullptr);
+  BOOST_TEST((unknown->state == CheckLine::State::Unknown));
+}
+
+BOOST_AUTO_TEST_CASE(preflight_on_machines_without_gpus_or_rdma) {
+  const Machine m = Machine::load(data("cpu-only.xml"));
+  const auto lines = preflight(m, place(m, 2, {}, NicPolicy{}), data("sysfs-dgx-clean"));
+  BOOST_TEST_MESSAGE(describe(lines));
+  const CheckLine* nic = lineOf(lines, "NIC ens1f0");
+  BOOST_REQUIRE(nic != nullptr);
+  BOOST_TEST((nic->state == CheckLine::State::Warn));
+  BOOST_TEST(nic->fallback.find("tcp") != std::string::npos);
+  BOOST_TEST((lineOf(lines, "PCIe ACS")->state == CheckLine::State::Ok));
+  BOOST_TEST(lineOf(lines, "MPS")->found == "no GPU");
+  // This machine, its own sysfs: every line is there, nothing throws.
+  const Machine here = Machine::load();
+  const auto mine = preflight(here, place(here, 1, {}, NicPolicy{}), "/sys");
+  BOOST_TEST_MESSAGE(describe(mine));
+  BOOST_TEST(lineOf(mine, "topology") != nullptr);
+  BOOST_TEST(lineOf(mine, "IOMMU") != nullptr);
 }

@@ -128,7 +128,7 @@ int showTuning() {
 
 /// strata-info --topology: this machine (or topology.file, or --topology-file) and where each
 /// local rank would take its NIC, cores and NUMA node from (transport.fabric.nic applies).
-int showTopology(const std::string& fileOption, int ranks) {
+int showTopology(const std::string& fileOption, int ranks, bool check, const std::string& sysfs) {
   const strata::Config config = strata::Config::load();
   const std::string file =
       fileOption.empty() ? strata::config::getString(config, "topology.file") : fileOption;
@@ -141,6 +141,12 @@ int showTopology(const std::string& fileOption, int ranks) {
         1, static_cast<int>(machine.gpus.empty() ? machine.numaNodes.size() : machine.gpus.size()));
   }
   const auto placements = strata::topology::place(machine, ranks, {}, policy);
+  if (check) {
+    // The pre-flight check alone: one line per finding, WARN for what costs speed or breaks.
+    const auto lines = strata::topology::preflight(machine, placements, sysfs);
+    std::fputs(strata::topology::describe(lines).c_str(), stdout);
+    return 0;
+  }
   std::fputs(strata::topology::describe(machine, placements).c_str(), stdout);
   std::printf(
       "\n(local rank r uses GPU r mod the GPUs; host-only ranks are spread over the NUMA nodes "
@@ -317,6 +323,13 @@ int main(int argc, char** argv) {
   app.add_option("--topology-file", topologyFile,
                  "with --topology: an hwloc XML file (lstopo --of xml) instead of this machine "
                  "(also topology.file, STRATA_TOPOLOGY_FILE)");
+  bool check = false;
+  std::string sysfs = "/sys";
+  app.add_flag("--check", check,
+               "pre-flight check of this node for its local ranks (--ranks, --topology-file): "
+               "NICs and RDMA devices, the IOMMU mode, PCIe ACS between each GPU and its NIC, "
+               "MPS; one line each, with what strata does about it (docs/topology.md)");
+  app.add_option("--sysfs", sysfs, "with --check: a recorded sysfs tree instead of /sys");
   app.add_option("--ranks", ranks,
                  "with --topology: local ranks to place (default: one per GPU, else one per "
                  "NUMA node)")
@@ -347,7 +360,9 @@ int main(int argc, char** argv) {
       std::printf("strata %s\n", strata::versionString());
       return 0;
     }
-    if (topology || !topologyFile.empty()) return showTopology(topologyFile, ranks);
+    if (topology || check || !topologyFile.empty()) {
+      return showTopology(topologyFile, ranks, check, sysfs);
+    }
     if (algorithms) return listAlgorithms();
     if (tuning) return showTuning();
     if (job) return askJob(pid, address, seconds);

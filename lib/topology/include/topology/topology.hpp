@@ -143,4 +143,23 @@ STRATA_API std::vector<Placement> place(const Machine& m, int localRanks,
 /// strata-info --topology: the machine, the GPU x NIC paths and every local rank's placement.
 STRATA_API std::string describe(const Machine& m, const std::vector<Placement>& placements);
 
+/// One line of the pre-flight check: what was looked at, whether it is fine, what was found,
+/// and what strata does about it.
+struct CheckLine {
+  std::string what;
+  enum class State { Ok, Warn, Unknown } state = State::Ok;
+  std::string found;
+  std::string fallback;  ///< empty when nothing changes
+};
+
+/// strata-info --check: what this node can and cannot do for the placements, from the topology
+/// and sysfs (sysfsRoot: "/sys", or a recorded tree): the NICs and whether they have an RDMA
+/// device, the IOMMU mode of each GPU and NIC, PCIe ACS on the bridges between each rank's GPU
+/// and NIC (peer-to-peer redirected to the root complex breaks or slows GPUDirect RDMA), and
+/// the MPS daemon. What needs CUDA or libfabric (peer access, FI_HMEM, NVLS) says so.
+STRATA_API std::vector<CheckLine> preflight(const Machine& m,
+                                            const std::vector<Placement>& placements,
+                                            const std::string& sysfsRoot);
+STRATA_API std::string describe(const std::vector<CheckLine>& lines);
+
 }  // namespace strata::topology
