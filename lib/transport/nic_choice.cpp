@@ -80,6 +80,14 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
     }
   }
   const auto placements = topology::place(machine, localSize, gpuOfRank, policy);
+  // The pre-flight check, once per host (local rank 0), when info lines are wanted.
+  if (localRank == 0 && log::enabled(log::Level::Info)) {
+    for (const topology::CheckLine& l : topology::preflight(machine, placements, "/sys")) {
+      if (l.state == topology::CheckLine::State::Ok && l.fallback.empty()) continue;
+      STRATA_LOG(Info, "topology", "pre-flight: {}: {}{}", l.what, l.found,
+                 l.fallback.empty() ? "" : " -> " + l.fallback);
+    }
+  }
   const topology::Placement& mine = placements[size_t(localRank)];
   if (mine.nic < 0) return;
   const topology::Nic& nic = machine.nics[size_t(mine.nic)];
