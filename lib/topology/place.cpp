@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
-#include <map>
 #include <set>
 
 #include <fmt/format.h>

@@ -89,6 +89,7 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
     }
   }
   const topology::Placement& mine = placements[size_t(localRank)];
+  if (machine.numaNodes.size() > 1) init.numaNode = mine.numa;
   if (mine.nic < 0) return;
   const topology::Nic& nic = machine.nics[size_t(mine.nic)];
   init.nicNames = nic.names;
@@ -99,7 +100,6 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
   init.nicWhy = fmt::format("{} for local rank {}{}: {}", nic.name, localRank,
                             mine.gpu >= 0 ? fmt::format(" (GPU {})", mine.gpu) : "", mine.why);
   init.nicRequired = policy.mode != topology::NicPolicy::Mode::Auto;
-  if (machine.numaNodes.size() > 1) init.numaNode = mine.numa;
   // The NIC's cores, unless they are the whole machine (binding there changes nothing).
   if (!mine.proxyCpus.empty() && !machine.nodes.empty() &&
       mine.proxyCpus != machine.nodes[0].cpus) {
