@@ -211,6 +211,10 @@ void progressed() noexcept {
   if (CallRecord* c = tlsCall) c->waitingFor.store(-1, std::memory_order_relaxed);
 }
 
+void markFailed() noexcept {
+  if (CallRecord* c = tlsCall) c->failed.store(true, std::memory_order_relaxed);
+}
+
 Error diagnose(const Error& e) noexcept {
   try {
     CallRecord* rec = tlsCall;

@@ -127,7 +127,11 @@ void Communicator::Impl::run(const CollectiveRequest& r, const char* what) {
   } catch (const Error& e) {
     if (auto revoked = context->revoked()) {
       // Revoked while it ran (by this rank's other thread or a peer): that is the error, with
-      // nothing to diagnose.
+      // nothing to diagnose. The call stays reported as failed here: a peer whose own timeout
+      // fires later asks, and must see this rank in this call, not in its next one (the stall
+      // suite's missing-1m case failed so in stop 45's CI run: rank 1 took rank 0's revoke,
+      // went on into a barrier, and rank 2 named it as a rank in that barrier).
+      watch::markFailed();
       broken = inCall(what, *revoked);
       throw *broken;
     }

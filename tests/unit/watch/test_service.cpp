@@ -14,7 +14,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include <strata/error.hpp>
 
@@ -191,4 +194,39 @@ BOOST_AUTO_TEST_CASE(a_forked_child_runs_its_own_service) {
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "child status " << status);
   Reply mine = askLocal(static_cast<int32_t>(::getpid()), makeRequest(RequestType::List, 0), 5);
   BOOST_TEST(mine.reports.size() == 1u);
+}
+
+// A call a peer's revoke ended (markFailed, no diagnosis of its own) stays reported as failed in
+// that call after it returns, as a diagnosed one does; a call that ended well does not.
+BOOST_AUTO_TEST_CASE(a_call_ended_by_a_revoke_stays_reported_in_that_call) {
+  auto scope = std::make_shared<Scope>(1, 3, "h", 7);
+  Slot slot(scope, "communicator 0");
+  auto snapshot = [&] {
+    std::vector<std::tuple<std::string, uint64_t, bool, bool>> out;
+    scope->forEachCall([&](const CallRecord& c) {
+      out.emplace_back(c.opName(), c.seq.load(), c.active.load(), c.failed.load());
+    });
+    return out;
+  };
+  { Slot::Active call(&slot, "allReduce", 1); }
+  auto calm = snapshot();
+  BOOST_REQUIRE(calm.size() == 1u);
+  BOOST_TEST(!std::get<2>(calm[0]));  // between calls: not in any
+  {
+    Slot::Active call(&slot, "allReduce", 2);
+    markFailed();
+  }
+  auto after = snapshot();
+  BOOST_REQUIRE(after.size() == 1u);
+  BOOST_TEST(std::get<0>(after[0]) == "allReduce");
+  BOOST_TEST(std::get<1>(after[0]) == 2u);
+  BOOST_TEST(std::get<2>(after[0]));  // still reported in allReduce #2
+  BOOST_TEST(std::get<3>(after[0]));  // as failed
+  // Outside any call it does nothing.
+  markFailed();
+  // The next call takes the record over.
+  { Slot::Active call(&slot, "broadcast", 3); }
+  auto next = snapshot();
+  BOOST_TEST(!std::get<3>(next[0]));
+  BOOST_TEST(!std::get<2>(next[0]));
 }

@@ -75,6 +75,10 @@ STRATA_API void waitingFor(int peer, std::string_view detail,
 STRATA_API void waitingFor(int peer, std::string_view detail) noexcept;
 /// The calling thread's innermost call made progress (waits for nobody now).
 STRATA_API void progressed() noexcept;
+/// The calling thread's innermost call failed without a diagnosis of its own (a peer's revoke
+/// ended it): it stays reported as failed in that call (as diagnose() leaves a call it
+/// diagnosed), so that peers still waiting in it do not take this rank for one in its next call.
+STRATA_API void markFailed() noexcept;
 
 class Call;
 class Slot;
