@@ -17,6 +17,7 @@
 #include <strata/error.hpp>
 
 #include "base/log.hpp"
+#include "base/strings.hpp"
 
 namespace strata::process {
 
@@ -116,20 +117,13 @@ std::vector<int> parseCpuList(std::string_view text, std::string_view what) {
     return v;
   };
   std::vector<int> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    std::string_view item = text.substr(
-        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+  for (std::string_view item : strings::split(text)) {
+    item = strings::trim(item);
     const size_t dash = item.find('-');
     const int first = number(item.substr(0, dash));
     const int last = dash == std::string_view::npos ? first : number(item.substr(dash + 1));
     if (last < first) throw bad(fmt::format("the range {} runs backwards", item));
     for (int c = first; c <= last; ++c) out.push_back(c);
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

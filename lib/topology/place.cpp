@@ -1,7 +1,6 @@
 // Placement: which NIC, cores and NUMA node each local rank takes (docs/topology.md).
 
 #include <algorithm>
-#include <cctype>
 #include <limits>
 #include <set>
 
@@ -9,29 +8,14 @@
 
 #include <strata/error.hpp>
 
+#include "base/strings.hpp"
 #include "topology/topology.hpp"
 
 namespace strata::topology {
 
+using strings::trim;
+
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string_view> splitComma(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (;;) {
-    size_t comma = s.find(',', start);
-    out.push_back(trim(s.substr(start, comma == std::string_view::npos ? s.npos : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
 
 Error badPolicy(std::string_view text, const std::string& why) {
   return Error(ErrorCode::InvalidConfig,
@@ -70,7 +54,8 @@ NicPolicy NicPolicy::parse(std::string_view text) {
     p.exact = true;
     body.remove_prefix(1);
   }
-  const std::vector<std::string_view> items = splitComma(body);
+  std::vector<std::string_view> items = strings::split(body);
+  for (std::string_view& item : items) item = trim(item);
   // A rank map: every item LOCAL=NAME.
   const bool map = std::any_of(items.begin(), items.end(), [](std::string_view i) {
     return i.find('=') != std::string_view::npos;

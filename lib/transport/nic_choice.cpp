@@ -12,6 +12,7 @@
 #include "base/config_keys.hpp"
 #include "base/log.hpp"
 #include "base/process.hpp"
+#include "base/strings.hpp"
 #include "topology/topology.hpp"
 
 namespace strata::transport {
@@ -20,19 +21,13 @@ int physicalGpu(int device, const char* visibleDevices) {
   if (device < 0) return -1;
   if (visibleDevices == nullptr || *visibleDevices == '\0') return device;
   std::vector<int> list;
-  std::string item;
-  for (const char* p = visibleDevices;; ++p) {
-    if (*p == ',' || *p == '\0') {
-      if (item.empty() || item.size() > 6 ||
-          item.find_first_not_of("0123456789") != std::string::npos) {
-        return -1;  // GPU-<uuid>, MIG-<uuid>, or a malformed entry
-      }
-      list.push_back(std::stoi(item));
-      item.clear();
-      if (*p == '\0') break;
-    } else if (*p != ' ') {
-      item += *p;
+  for (std::string_view item : strings::split(visibleDevices)) {
+    item = strings::trim(item);
+    if (item.empty() || item.size() > 6 ||
+        item.find_first_not_of("0123456789") != std::string_view::npos) {
+      return -1;  // GPU-<uuid>, MIG-<uuid>, or a malformed entry
     }
+    list.push_back(std::stoi(std::string(item)));
   }
   return device < static_cast<int>(list.size()) ? list[size_t(device)] : -1;
 }
