@@ -85,9 +85,7 @@ std::vector<CheckLine> preflight(const Machine& m, const std::vector<Placement>&
   }
   for (const Nic& n : m.nics) {
     const std::string where = n.node >= 0 ? m.nodes[size_t(n.node)].busId : "no PCI device";
-    const bool rdma = n.name.rfind("mlx", 0) == 0 || n.name.rfind("rdmap", 0) == 0 ||
-                      n.name.rfind("efa", 0) == 0 || n.name.rfind("hfi", 0) == 0 ||
-                      n.name.rfind("bnxt_re", 0) == 0 || n.name.rfind("irdma", 0) == 0;
+    const bool rdma = isRdmaName(n.name);
     out.push_back({fmt::format("NIC {}", n.name), rdma ? State::Ok : State::Warn,
                    fmt::format("{}, {}", where, rdma ? "RDMA device" : "no RDMA device"),
                    rdma ? "" : "tcp;ofi_rxm through its interface (no GPUDirect RDMA)"});
@@ -132,20 +130,11 @@ std::vector<CheckLine> preflight(const Machine& m, const std::vector<Placement>&
   for (const Placement& p : placements) {
     if (p.gpu < 0 || p.nic < 0 || m.nics[size_t(p.nic)].node < 0) continue;
     anyPath = true;
-    const int g = m.gpus[size_t(p.gpu)].node;
-    const int n = m.nics[size_t(p.nic)].node;
-    std::vector<int> up;
-    for (int i = m.nodes[size_t(g)].parent; i >= 0; i = m.nodes[size_t(i)].parent) up.push_back(i);
-    std::vector<int> path;  // bridges from the NIC up to the common ancestor, then down to the GPU
-    int common = m.nodes[size_t(n)].parent;
-    for (; common >= 0 && std::find(up.begin(), up.end(), common) == up.end();
-         common = m.nodes[size_t(common)].parent) {
-      path.push_back(common);
-    }
-    for (int i : up) {
-      path.push_back(i);
-      if (i == common) break;
-    }
+    // The nodes from the GPU up to the common ancestor and down to the NIC.
+    const Machine::Route r = m.route(m.gpus[size_t(p.gpu)].node, m.nics[size_t(p.nic)].node);
+    std::vector<int> path = r.belowA;
+    if (r.common >= 0) path.push_back(r.common);
+    path.insert(path.end(), r.belowB.rbegin(), r.belowB.rend());
     for (int b : path) {
       const Node& node = m.nodes[size_t(b)];
       if (node.kind != Kind::PciBridge || !seenBridges.insert(node.busId).second) continue;

@@ -182,6 +182,13 @@ std::string nodeLabel(const Node& n) {
 
 }  // namespace
 
+bool isRdmaName(std::string_view name) {
+  for (std::string_view prefix : {"mlx", "rdmap", "efa", "hfi", "bnxt_re", "irdma"}) {
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
 std::string_view toString(Path p) {
   switch (p) {
     case Path::PIX:
@@ -283,11 +290,7 @@ void Machine::index() {
       nic.names = n.osNames;
       // The OpenFabrics name (mlx5_0) when there is one: it is what verbs and NCCL_IB_HCA use.
       for (const std::string& s : n.osNames) {
-        if (nic.name.empty() &&
-            (s.rfind("mlx", 0) == 0 || s.rfind("rdmap", 0) == 0 || s.rfind("efa", 0) == 0 ||
-             s.rfind("hfi", 0) == 0 || s.rfind("bnxt_re", 0) == 0 || s.rfind("irdma", 0) == 0)) {
-          nic.name = s;
-        }
+        if (nic.name.empty() && isRdmaName(s)) nic.name = s;
       }
       if (nic.name.empty()) nic.name = n.osNames.empty() ? n.busId : n.osNames.front();
       const int c = cpuAncestor(int(i));
@@ -327,30 +330,39 @@ void Machine::index() {
   }
 }
 
-Distance Machine::distance(int a, int b) const {
-  std::vector<int> up;
+Machine::Route Machine::route(int a, int b) const {
+  Route r;
+  std::vector<int> up;  // a and its ancestors
   for (int i = a; i >= 0; i = nodes[size_t(i)].parent) up.push_back(i);
-  int hopsB = 0;
-  int common = b;
-  while (common >= 0 && std::find(up.begin(), up.end(), common) == up.end()) {
-    common = nodes[size_t(common)].parent;
-    ++hopsB;
+  for (r.common = b; r.common >= 0 && std::find(up.begin(), up.end(), r.common) == up.end();
+       r.common = nodes[size_t(r.common)].parent) {
+    if (r.common != b) r.belowB.push_back(r.common);
   }
-  if (common < 0) return {Path::SYS, 1 << 20};  // not one tree (cannot happen in a load)
-  const int hopsA = static_cast<int>(std::find(up.begin(), up.end(), common) - up.begin());
-  // Bridges strictly between each end and the common ancestor.
-  auto bridgesBelow = [&](int from) {
-    int count = 0;
-    for (int i = nodes[size_t(from)].parent; i >= 0 && i != common; i = nodes[size_t(i)].parent) {
-      count += nodes[size_t(i)].kind == Kind::PciBridge;
-    }
-    return count;
+  if (r.common < 0) return r;
+  for (int i : up) {
+    if (i == r.common) break;
+    if (i != a) r.belowA.push_back(i);
+  }
+  return r;
+}
+
+Distance Machine::distance(int a, int b) const {
+  const Route r = route(a, b);
+  if (r.common < 0) return {Path::SYS, 1 << 20};  // not one tree (cannot happen in a load)
+  // Edges: from each end that is not the common ancestor, one more than the nodes between.
+  auto edges = [&](int end, const std::vector<int>& below) {
+    return end == r.common ? 0 : static_cast<int>(below.size()) + 1;
+  };
+  auto bridges = [&](const std::vector<int>& below) {
+    return std::count_if(below.begin(), below.end(),
+                         [&](int i) { return nodes[size_t(i)].kind == Kind::PciBridge; });
   };
   Distance d;
-  d.hops = hopsA + hopsB;
+  d.hops = edges(a, r.belowA) + edges(b, r.belowB);
+  const int common = r.common;
   const Node& c = nodes[size_t(common)];
   if (c.kind == Kind::PciBridge || c.kind == Kind::PciDevice) {
-    d.path = a == b || std::max(bridgesBelow(a), bridgesBelow(b)) <= 1 ? Path::PIX : Path::PXB;
+    d.path = a == b || std::max(bridges(r.belowA), bridges(r.belowB)) <= 1 ? Path::PIX : Path::PXB;
   } else if (c.kind == Kind::HostBridge) {
     d.path = Path::PHB;
   } else {

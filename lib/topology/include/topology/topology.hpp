@@ -66,6 +66,10 @@ struct Gpu {
   int numa = -1;     ///< its NUMA node (the first of that ancestor's nodes)
 };
 
+/// Whether an OS device name is an RDMA device's (mlx5_0, rdmap16s27, efa0, hfi1_0, bnxt_re0,
+/// irdma0): the name verbs, efa and NCCL_IB_HCA use, and what makes a NIC RDMA-capable here.
+STRATA_API bool isRdmaName(std::string_view name);
+
 struct Nic {
   int node = -1;                   ///< its PciDevice, or -1 for a NIC hwloc found no PCI device of
   std::string name;                ///< OpenFabrics name (mlx5_0), else the network interface (eth0)
@@ -97,6 +101,14 @@ class STRATA_API Machine {
 
   /// The path between two nodes of the tree.
   Distance distance(int a, int b) const;
+  /// The way between two nodes of the tree: their nearest common ancestor, and the nodes
+  /// strictly between each end and it (nearest the end first). common is a or b when one
+  /// holds the other; -1 when they are not in one tree.
+  struct Route {
+    int common = -1;
+    std::vector<int> belowA, belowB;
+  };
+  Route route(int a, int b) const;
   /// The path from the cores of NUMA node numaIndex (OS index) to a node.
   Distance distanceFromNuma(int numaIndex, int node) const;
   /// The tree, one object per line, indented (CPU-side objects, bridges, GPUs and NICs).
