@@ -183,4 +183,18 @@ void nameCurrentThread(const char* name) {
   pthread_setname_np(pthread_self(), cut);
 }
 
+void startThread(const char* name, const std::vector<int>& cpus, std::string_view subsystem,
+                 std::string_view who) {
+  nameCurrentThread(name);
+  if (cpus.empty()) return;
+  std::string why;
+  const std::string bound = pinCurrentThread(cpus, &why);
+  if (bound.empty()) {
+    STRATA_LOG(Warn, subsystem, "{} stays unbound (transport.proxy_cpus {}): {}", who,
+               cpuListText(cpus), why);
+  } else {
+    STRATA_LOG(Debug, subsystem, "{} runs on CPUs {}", who, bound);
+  }
+}
+
 }  // namespace strata::process

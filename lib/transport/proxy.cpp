@@ -205,17 +205,7 @@ struct ProxyService::Impl {
   }
 
   void run() {
-    process::nameCurrentThread("strata-proxy");
-    if (!cpus.empty()) {
-      std::string why;
-      const std::string bound = process::pinCurrentThread(cpus, &why);
-      if (bound.empty()) {
-        STRATA_LOG(Warn, "proxy", "the proxy thread stays unbound (transport.proxy_cpus {}): {}",
-                   process::cpuListText(cpus), why);
-      } else {
-        STRATA_LOG(Debug, "proxy", "the proxy thread runs on CPUs {}", bound);
-      }
-    }
+    process::startThread("strata-proxy", cpus, "proxy", "the proxy thread");
     using Clock = std::chrono::steady_clock;
     auto idleSince = Clock::now();
     for (;;) {

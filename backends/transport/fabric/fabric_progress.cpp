@@ -356,18 +356,8 @@ ProgressThread::~ProgressThread() {
 }
 
 void ProgressThread::loop() noexcept {
-  process::nameCurrentThread("strata-fabric");
-  if (!cpus_.empty()) {
-    std::string why;
-    const std::string bound = process::pinCurrentThread(cpus_, &why);
-    if (bound.empty()) {
-      STRATA_LOG(Warn, kLog, "{}: the progress thread stays unbound (transport.proxy_cpus {}): {}",
-                 endpoint_->describe(), process::cpuListText(cpus_), why);
-    } else {
-      STRATA_LOG(Debug, kLog, "{}: the progress thread runs on CPUs {}", endpoint_->describe(),
-                 bound);
-    }
-  }
+  process::startThread("strata-fabric", cpus_, kLog,
+                       endpoint_->describe() + ": the progress thread");
   // Target-side progress: with manual-progress providers (tcp;ofi_rxm) a peer's write lands only
   // while someone drives this endpoint, and the owning thread may be blocked elsewhere.
   // Initiator side: while this process's own writes are in flight, the thread keeps driving

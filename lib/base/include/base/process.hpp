@@ -49,5 +49,10 @@ STRATA_API std::string pinCurrentThread(const std::vector<int>& cpus, std::strin
 /// Names the calling thread (15 characters at most; longer names are cut), for top -H, gdb and
 /// /proc/PID/task/TID/comm.
 STRATA_API void nameCurrentThread(const char* name);
+/// The start of a strata thread: names it and binds it to cpus (transport.proxy_cpus; empty:
+/// unbound), saying at warn level when nothing could be bound and at debug where it runs.
+/// subsystem and who ("the proxy thread") are for those lines.
+STRATA_API void startThread(const char* name, const std::vector<int>& cpus,
+                            std::string_view subsystem, std::string_view who);
 
 }  // namespace strata::process
