@@ -241,10 +241,11 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Bootstrap> bootstrap,
   init.hostId = me.hostId;
   // Ranks on other hosts: the NIC this rank should use (lib/topology, transport.fabric.nic),
   // and the cores near it for the proxy and progress threads (transport.proxy_cpus).
-  if (needInter) transport::chooseNic(I->config, init);
-  init.proxyCpus = transport::proxyCpus(I->config, init);
+  const transport::NearNic near =
+      needInter ? transport::chooseNic(I->config, init) : transport::NearNic{};
+  init.proxyCpus = transport::proxyCpus(I->config, near.cpus);
   I->proxyCpus = init.proxyCpus;
-  I->numaNode = init.numaNode;
+  I->numaNode = near.numaNode;
   auto load = [&](const std::vector<std::string>& list) {
     for (const auto& name : list) {
       if (auto t = I->find(name)) {

@@ -43,7 +43,7 @@ struct Context::Impl {
   double timeout = 30;
   std::vector<transport::HostRecord> hosts;
   std::vector<int> proxyCpus;  ///< transport.proxy_cpus resolved (Context::proxyCpus)
-  int numaNode = -1;           ///< where allocate() prefers host memory (TransportInit)
+  int numaNode = -1;           ///< where allocate() prefers host memory (chooseNic)
   std::atomic<bool> numaFailureSaid{false};
   std::vector<std::string> intraList, interList;
   std::vector<transport::LoadedTransport> transports;

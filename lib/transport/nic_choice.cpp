@@ -32,17 +32,17 @@ int physicalGpu(int device, const char* visibleDevices) {
   return device < static_cast<int>(list.size()) ? list[size_t(device)] : -1;
 }
 
-std::vector<int> proxyCpus(const Config& config, const backend::TransportInit& init) {
+std::vector<int> proxyCpus(const Config& config, const std::string& nicCpus) {
   const std::string text = config::getString(config, "transport.proxy_cpus");
   if (text == "none") return {};
   if (text == "auto" || text.empty()) {
-    return init.nicCpus.empty() ? std::vector<int>{}
-                                : process::parseCpuList(init.nicCpus, "the NIC's cores");
+    return nicCpus.empty() ? std::vector<int>{} : process::parseCpuList(nicCpus, "the NIC's cores");
   }
   return process::parseCpuList(text, "transport.proxy_cpus");
 }
 
-void chooseNic(const Config& config, backend::TransportInit& init) {
+NearNic chooseNic(const Config& config, backend::TransportInit& init) {
+  NearNic near;
   const std::string file = config::getString(config, "topology.file");
   const std::string policyText = config::getString(config, "transport.fabric.nic");
   const topology::NicPolicy policy = topology::NicPolicy::parse(policyText);
@@ -53,7 +53,7 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
     if (!file.empty() || policy.mode != topology::NicPolicy::Mode::Auto) throw;
     STRATA_LOG(Info, "topology", "rank {}: no NIC placement ({}); the transports choose their own",
                init.rank, e.what());
-    return;
+    return near;
   }
   const int localSize = std::max(init.localSize, 1);
   const int localRank = std::clamp(init.localRank, 0, localSize - 1);
@@ -84,8 +84,8 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
     }
   }
   const topology::Placement& mine = placements[size_t(localRank)];
-  if (machine.numaNodes.size() > 1) init.numaNode = mine.numa;
-  if (mine.nic < 0) return;
+  if (machine.numaNodes.size() > 1) near.numaNode = mine.numa;
+  if (mine.nic < 0) return near;
   const topology::Nic& nic = machine.nics[size_t(mine.nic)];
   init.nicNames = nic.names;
   if (std::find(nic.names.begin(), nic.names.end(), nic.name) == nic.names.end()) {
@@ -98,9 +98,10 @@ void chooseNic(const Config& config, backend::TransportInit& init) {
   // The NIC's cores, unless they are the whole machine (binding there changes nothing).
   if (!mine.proxyCpus.empty() && !machine.nodes.empty() &&
       mine.proxyCpus != machine.nodes[0].cpus) {
-    init.nicCpus = mine.proxyCpus;
+    near.cpus = mine.proxyCpus;
   }
   STRATA_LOG(Debug, "topology", "rank {}: NIC {}", init.rank, init.nicWhy);
+  return near;
 }
 
 }  // namespace strata::transport

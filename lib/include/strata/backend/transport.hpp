@@ -52,12 +52,6 @@ struct TransportInit {
   /// CPUs for the transport's own threads (progress), from transport.proxy_cpus; empty: leave
   /// them unbound. process::pinCurrentThread applies it.
   std::vector<int> proxyCpus;
-  /// The cores near the chosen NIC ("0-55,112-167"; transport.proxy_cpus = auto takes them),
-  /// empty when they are every CPU of the machine or unknown.
-  std::string nicCpus;
-  /// The NUMA node for this rank's host buffers (its GPU's, else its own; docs/topology.md),
-  /// -1 when the machine has one node or the topology is unknown. Context::allocate prefers it.
-  int numaNode = -1;
 };
 
 /// How the core allocated a host buffer it passes to registerMemory (shm maps it directly).
