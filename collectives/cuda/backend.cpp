@@ -1312,6 +1312,7 @@ strata_module_info() {
       nullptr,
       nullptr,
       &strata::cuda::create,
+      nullptr,
   };
   return &info;
 }

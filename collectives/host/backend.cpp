@@ -506,6 +506,7 @@ const backend::ModuleInfo* builtinModuleInfo() {
       nullptr,
       nullptr,
       &create,
+      nullptr,
   };
   return &info;
 }

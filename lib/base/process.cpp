@@ -142,28 +142,34 @@ std::string cpuListText(const std::vector<int>& cpus) {
   return out;
 }
 
-std::string pinCurrentThread(const std::vector<int>& cpus, std::string* why) {
-  if (cpus.empty()) return {};
+std::vector<int> allowedCpus(std::string* why) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
     if (why) *why = fmt::format("sched_getaffinity: {}", std::strerror(errno));
     return {};
   }
+  std::vector<int> mask;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) mask.push_back(c);
+  }
+  return mask;
+}
+
+std::string pinCurrentThread(const std::vector<int>& cpus, std::string* why) {
+  if (cpus.empty()) return {};
+  const std::vector<int> mask = allowedCpus(why);
+  if (mask.empty()) return {};
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> taken;
   for (int c : cpus) {
-    if (c < CPU_SETSIZE && CPU_ISSET(c, &allowed)) {
+    if (c < CPU_SETSIZE && std::binary_search(mask.begin(), mask.end(), c)) {
       CPU_SET(c, &set);
       taken.push_back(c);
     }
   }
   if (taken.empty()) {
-    std::vector<int> mask;
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &allowed)) mask.push_back(c);
-    }
     if (why) {
       *why = fmt::format("none of CPUs {} is in this process's mask {}", cpuListText(cpus),
                          cpuListText(mask));

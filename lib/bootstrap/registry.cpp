@@ -202,6 +202,38 @@ ModuleLookup findModule(backend::ModuleKind kind, const std::string& name, const
   return {m.path, m.info, m.error};
 }
 
+std::vector<backend::CheckLine> modulePreflight(backend::ModuleKind kind, const std::string& name,
+                                                const Config& config) {
+  const ModuleLookup m = findModule(kind, name, config);
+  if (!m.info || !m.info->preflight) return {};
+  try {
+    return m.info->preflight(config);
+  } catch (const std::exception& e) {
+    return {{name, backend::CheckLine::State::Unknown,
+             fmt::format("the {} {}'s check failed: {}", name, kindName(kind), e.what()), ""}};
+  }
+}
+
+std::vector<backend::CheckLine> transportPreflight(const Config& config) {
+  std::vector<std::string> names;
+  for (const char* key : {"transport.intra_node", "transport.inter_node"}) {
+    const std::string list = config::getString(config, key);
+    for (std::string_view n : strings::split(list)) {
+      const std::string name(strings::trim(n));
+      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(name);
+      }
+    }
+  }
+  std::vector<backend::CheckLine> out;
+  for (const std::string& name : names) {
+    for (auto& l : modulePreflight(backend::ModuleKind::Transport, name, config)) {
+      out.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
 std::vector<ModuleDir> moduleSearchPath(const Config& config) {
   std::vector<ModuleDir> dirs;
   auto add = [&](const ModuleDir& d) {

@@ -183,10 +183,6 @@ std::vector<CheckLine> preflight(const Machine& m, const std::vector<Placement>&
                    mps ? "daemon running (" + control + ")" : "no daemon (" + control + ")",
                    mps ? "" : "one rank per GPU: the CUDA collectives refuse two on one GPU"});
   }
-  out.push_back({"GPU peer access, FI_HMEM, NVLS", State::Unknown,
-                 "not checked here: they need CUDA and libfabric in the process; the CUDA module "
-                 "and the fabric transport say at create what they use (log.level = info)",
-                 ""});
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <strata/error.hpp>
 
+#include "base/process.hpp"
 #include "base/strings.hpp"
 #include "topology/topology.hpp"
 
@@ -102,8 +103,18 @@ bool NicPolicy::allows(const Nic& nic) const {
   return exclude ? !hit : hit;
 }
 
+int numaOfCpus(const Machine& m, const std::vector<int>& cpus) {
+  if (cpus.empty()) return -1;
+  for (const NumaInfo& n : m.numaNodes) {
+    if (n.cpus.empty()) continue;
+    const std::vector<int> own = process::parseCpuList(n.cpus, "a NUMA node's cpuset");
+    if (std::includes(own.begin(), own.end(), cpus.begin(), cpus.end())) return n.osIndex;
+  }
+  return -1;
+}
+
 std::vector<Placement> place(const Machine& m, int localRanks, const std::vector<int>& gpuOfRank,
-                             const NicPolicy& policy) {
+                             const NicPolicy& policy, const std::vector<int>& numaOfRank) {
   if (localRanks < 1) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("placing {} local ranks: at least one is needed", localRanks));
@@ -149,7 +160,12 @@ std::vector<Placement> place(const Machine& m, int localRanks, const std::vector
       p.numa = gpu.numa;
       from[size_t(r)] = gpu.node;
     } else if (!m.numaNodes.empty()) {
-      const size_t k = size_t(r) * m.numaNodes.size() / size_t(localRanks);
+      // Where the rank is bound, else a block of the nodes.
+      size_t k = size_t(r) * m.numaNodes.size() / size_t(localRanks);
+      const int bound = size_t(r) < numaOfRank.size() ? numaOfRank[size_t(r)] : -1;
+      for (size_t i = 0; i < m.numaNodes.size() && bound >= 0; ++i) {
+        if (m.numaNodes[i].osIndex == bound) k = i;
+      }
       p.numa = m.numaNodes[k].osIndex;
       p.cpus = m.numaNodes[k].cpus;
     }

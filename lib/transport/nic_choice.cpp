@@ -13,6 +13,7 @@
 #include "base/log.hpp"
 #include "base/process.hpp"
 #include "base/strings.hpp"
+#include "bootstrap/registry.hpp"
 #include "topology/topology.hpp"
 
 namespace strata::transport {
@@ -74,10 +75,15 @@ NearNic chooseNic(const Config& config, backend::TransportInit& init) {
       gpuOfRank.push_back(g);
     }
   }
-  const auto placements = topology::place(machine, localSize, gpuOfRank, policy);
+  // A host-only rank's NUMA node: the one its affinity lies in (srun --cpu-bind, numactl).
+  std::vector<int> numaOfRank(size_t(localSize), -1);
+  numaOfRank[size_t(localRank)] = topology::numaOfCpus(machine, process::allowedCpus());
+  const auto placements = topology::place(machine, localSize, gpuOfRank, policy, numaOfRank);
   // The pre-flight check, once per host (local rank 0), when info lines are wanted.
   if (localRank == 0 && log::enabled(log::Level::Info)) {
-    for (const topology::CheckLine& l : topology::preflight(machine, placements, "/sys")) {
+    auto lines = topology::preflight(machine, placements, "/sys");
+    for (auto& l : bootstrap::transportPreflight(config)) lines.push_back(std::move(l));
+    for (const topology::CheckLine& l : lines) {
       if (l.state == topology::CheckLine::State::Ok && l.fallback.empty()) continue;
       STRATA_LOG(Info, "topology", "pre-flight: {}: {}{}", l.what, l.found,
                  l.fallback.empty() ? "" : " -> " + l.fallback);

@@ -48,4 +48,9 @@ rc=$?
 echo "$out"
 [ $rc -eq 77 ] || fail "gpu-check.sh --bundle exited $rc, expected 77 (no GPU)"
 grep -q "no NVIDIA GPU here\|no usable CUDA device" <<<"$out" || fail "gpu-check.sh gave no reason"
+# strata-info --check ran from the bundle before that: the topology and the nvlink module's line.
+logs=$(find "$tmp" -name preflight.log 2>/dev/null | head -1)
+pre=$( [ -n "$logs" ] && cat "$logs"; echo "$out")
+grep -q "topology: this machine" <<<"$pre" || fail "strata-info --check did not run from the bundle"
+grep -q " CUDA: " <<<"$pre" || fail "strata-info --check printed no line of the bundle's nvlink module"
 echo "PASS: bundle of $size bytes, every library inside, gpu-check stops at preflight (77)"

@@ -123,6 +123,28 @@ BOOST_AUTO_TEST_CASE(host_only_ranks_take_their_numa_nodes_nic) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(host_only_ranks_bound_to_a_node_take_that_node) {
+  const Machine m = Machine::load(data("cpu-only.xml"));
+  // Affinity masks: inside node 1 (a core and its hyperthread), inside node 0, across both.
+  BOOST_TEST(numaOfCpus(m, {17, 49}) == 1);
+  BOOST_TEST(numaOfCpus(m, {0, 1, 2, 3}) == 0);
+  BOOST_TEST(numaOfCpus(m, {15, 16}) == -1);
+  BOOST_TEST(numaOfCpus(m, {}) == -1);
+  BOOST_TEST(numaOfCpus(m, {200}) == -1);
+  // Ranks bound against the block order (srun --cpu-bind=map_ldom:1,0): rank 0 on node 1 takes
+  // node 1's NIC and cores; unknown bindings (-1) stay in blocks.
+  const auto ps = place(m, 4, {}, NicPolicy{}, {1, 0, -1, -1});
+  BOOST_TEST(ps[0].numa == 1);
+  BOOST_TEST(nicName(m, ps[0]) == "ens2f0");
+  BOOST_TEST(ps[0].cpus == "16-31,48-63");
+  BOOST_TEST(ps[1].numa == 0);
+  BOOST_TEST(nicName(m, ps[1]) == "ens1f0");
+  BOOST_TEST(ps[2].numa == 1);
+  BOOST_TEST(ps[3].numa == 1);
+  // A node the machine does not have: blocks, as unbound.
+  BOOST_TEST(place(m, 2, {}, NicPolicy{}, {7, 7})[0].numa == 0);
+}
+
 BOOST_AUTO_TEST_CASE(far_socket_gpus_spread_over_the_near_socket_nics) {
   const Machine m = Machine::load(data("nics-socket0.xml"));
   BOOST_REQUIRE(m.gpus.size() == 8u);

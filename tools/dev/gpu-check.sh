@@ -42,7 +42,9 @@
 # another machine (no build, no compiler, no -dev package needed: what the lent GPU machine
 # allows), within GPU_CHECK_BUDGET (default 420 s there, so that a second run fits a 15-minute
 # lease), in this order:
-#   preflight     (15 s) driver and GPU (nvidia-smi), compute mode, MPS, compute-sanitizer,
+#   preflight     (15 s) strata-info --check (the topology, NICs, FI_HMEM, and the nvlink
+#                 module's CUDA lines: compute mode, peer access, GPUDirect RDMA, multicast),
+#                 driver and GPU (nvidia-smi), compute mode, MPS, compute-sanitizer,
 #                 peer access between the visible GPUs (cuda_baseline --preflight); without a GPU
 #                 the script stops here with exit 77 and the reason;
 #   coll-test     the in-process correctness sweep (every rank a thread, one GPU), short timeout;
@@ -158,6 +160,9 @@ if [ -n "$BUNDLE" ]; then
   echo "bundle: $(sed -n 2,3p "$BUNDLE/MANIFEST" 2>/dev/null | tr '\n' ' ')"
   # shellcheck disable=SC2317  # run through bash -c below
   preflight() {
+    # strata's own pre-flight first (it needs no GPU: informational, never fails the step).
+    echo "strata-info --check:"
+    "$B/strata-info" --check || echo "strata-info --check exited $?"
     if ! command -v nvidia-smi >/dev/null; then
       echo "SKIP: no NVIDIA GPU here (no nvidia-smi on PATH)"
       return 77

@@ -143,14 +143,25 @@ int showTopology(const std::string& fileOption, int ranks, bool check, const std
   const auto placements = strata::topology::place(machine, ranks, {}, policy);
   if (check) {
     // The pre-flight check alone: one line per finding, WARN for what costs speed or breaks.
-    const auto lines = strata::topology::preflight(machine, placements, sysfs);
+    auto lines = strata::topology::preflight(machine, placements, sysfs);
+    if (file.empty() && sysfs == "/sys") {
+      // The transports' own lines (libfabric's FI_HMEM per NIC, CUDA peer access): they look
+      // at this machine, so not for a recorded one.
+      for (auto& l : strata::bootstrap::transportPreflight(config)) lines.push_back(std::move(l));
+    } else {
+      lines.push_back({"transports", strata::topology::CheckLine::State::Unknown,
+                       "not asked: a recorded machine (--topology-file or --sysfs); they would "
+                       "describe this one",
+                       ""});
+    }
     std::fputs(strata::topology::describe(lines).c_str(), stdout);
     return 0;
   }
   std::fputs(strata::topology::describe(machine, placements).c_str(), stdout);
   std::printf(
       "\n(local rank r uses GPU r mod the GPUs; host-only ranks are spread over the NUMA nodes "
-      "in blocks. transport.fabric.nic = %s)\n",
+      "in blocks here, where a running rank takes the node its CPU binding lies in. "
+      "transport.fabric.nic = %s)\n",
       strata::config::getString(config, "transport.fabric.nic").c_str());
   return 0;
 }
@@ -328,7 +339,8 @@ int main(int argc, char** argv) {
   app.add_flag("--check", check,
                "pre-flight check of this node for its local ranks (--ranks, --topology-file): "
                "NICs and RDMA devices, the IOMMU mode, PCIe ACS between each GPU and its NIC, "
-               "MPS; one line each, with what strata does about it (docs/topology.md)");
+               "MPS, and the transports' own (FI_HMEM per NIC, CUDA peer access, multicast); one "
+               "line each, with what strata does about it (docs/topology.md)");
   app.add_option("--sysfs", sysfs, "with --check: a recorded sysfs tree instead of /sys");
   app.add_option("--ranks", ranks,
                  "with --topology: local ranks to place (default: one per GPU, else one per "

@@ -216,6 +216,7 @@ strata_module_info() {
       &create,
       nullptr,
       nullptr,
+      nullptr,
   };
   return &info;
 }

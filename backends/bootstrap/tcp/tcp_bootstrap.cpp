@@ -530,6 +530,7 @@ const backend::ModuleInfo* builtinModuleInfo() {
       },
       nullptr,
       nullptr,
+      nullptr,
   };
   return &info;
 }

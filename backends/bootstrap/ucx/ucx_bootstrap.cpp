@@ -313,6 +313,7 @@ const backend::ModuleInfo kInfo = {
     &create,
     nullptr,
     nullptr,
+    nullptr,
 };
 
 }  // namespace

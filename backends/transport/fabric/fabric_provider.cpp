@@ -219,4 +219,78 @@ ProviderChoice chooseProvider(const std::string& requested, bool wantHmem, int r
   return std::move(*choice);
 }
 
+std::vector<backend::CheckLine> hmemLines(const std::string& provider, const fi_info* plain,
+                                          const fi_info* withHmem, bool gpuDriver) {
+  using State = backend::CheckLine::State;
+  std::vector<backend::CheckLine> out;
+  std::set<std::string> seen;
+  for (const fi_info* i = plain; i; i = i->next) {
+    const std::string domain = i->domain_attr && i->domain_attr->name ? i->domain_attr->name : "?";
+    const std::string prov =
+        i->fabric_attr && i->fabric_attr->prov_name ? i->fabric_attr->prov_name : provider;
+    if (!seen.insert(prov + " " + domain).second) continue;  // one line per domain
+    bool hmem = false;
+    for (const fi_info* h = withHmem; h && !hmem; h = h->next) {
+      hmem = (h->caps & FI_HMEM) != 0 && h->domain_attr && h->domain_attr->name &&
+             domain == h->domain_attr->name && h->fabric_attr && h->fabric_attr->prov_name &&
+             prov == h->fabric_attr->prov_name;
+    }
+    const std::string pci = pciAddress(i);
+    const std::string where = pci.empty() ? "no PCI address" : "PCI " + pci;
+    backend::CheckLine l;
+    l.what = fmt::format("fabric {} domain {}", prov, domain);
+    if (hmem) {
+      l.found = where + ", FI_HMEM: the fabric transport registers CUDA buffers here";
+      if (gpuDriver) {
+        l.fallback =
+            "the CUDA collectives' cross-host step still copies through pinned host bounce "
+            "buffers (their FI_HMEM path is not written yet)";
+      }
+    } else if (gpuDriver) {
+      l.state = State::Warn;
+      l.found = where + ", no FI_HMEM: CUDA buffers cannot be registered here";
+      l.fallback =
+          "CUDA buffers cross hosts through pinned host bounce buffers (the CUDA collectives' "
+          "network step); registering one with the fabric transport is refused";
+    } else {
+      l.found = where + ", no FI_HMEM (not needed: no CUDA driver here)";
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+std::vector<backend::CheckLine> preflight(const std::string& requested, bool gpuDriver) {
+  using State = backend::CheckLine::State;
+  std::vector<backend::CheckLine> out;
+  std::vector<std::string> candidates;
+  if (requested.empty() || requested == "auto") {
+    candidates.assign(std::begin(kAutoProviders), std::end(kAutoProviders));
+  } else {
+    candidates.push_back(requested);
+  }
+  for (const std::string& p : candidates) {
+    InfoPtr plain = query(p.c_str(), false, false, false);
+    if (!plain) continue;
+    InfoPtr withHmem = query(p.c_str(), true, false, false);
+    out.push_back({"fabric provider", State::Ok,
+                   requested == p ? p + " (transport.fabric.provider)"
+                                  : fmt::format("{} (auto: the first of verbs;ofi_rxm, efa, "
+                                                "tcp;ofi_rxm that fi_getinfo offers)",
+                                                p),
+                   ""});
+    for (auto& l : hmemLines(p, plain.get(), withHmem.get(), gpuDriver)) {
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+  out.push_back({"fabric provider", State::Warn,
+                 fmt::format("{} offers no RDM endpoint with RMA writes (fi_getinfo offers: {})",
+                             candidates.size() == 1 ? "\"" + requested + "\""
+                                                    : "none of verbs;ofi_rxm, efa, tcp;ofi_rxm",
+                             offeredProviders()),
+                 "no fabric transport: ranks on different hosts have no transport between them"});
+  return out;
+}
+
 }  // namespace strata::fabric

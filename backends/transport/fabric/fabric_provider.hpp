@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <strata/backend/check.hpp>
+
 namespace strata::fabric {
 
 struct InfoDeleter {
@@ -54,5 +56,16 @@ void selectNic(ProviderChoice& choice, const NicWish& nic, const std::string& wh
 /// unusable, InvalidConfig when a required NIC is not among the provider's domains.
 ProviderChoice chooseProvider(const std::string& requested, bool wantHmem, int rank,
                               const std::string& who, double timeout, const NicWish& nic = {});
+
+/// The pre-flight lines (strata-info --check) for one provider from fi_getinfo's answers
+/// without (`plain`) and with FI_HMEM (`withHmem`, may be null): each of its domains (one per
+/// NIC; named by each entry's own provider, `provider` where an entry has none), its PCI address
+/// and whether it registers CUDA memory. gpuDriver: a CUDA driver is present, so FI_HMEM matters.
+std::vector<backend::CheckLine> hmemLines(const std::string& provider, const fi_info* plain,
+                                          const fi_info* withHmem, bool gpuDriver);
+
+/// The pre-flight for transport.fabric.provider `requested` ("auto": the provider auto would
+/// take): which provider, and hmemLines for it; a warning line when none is offered.
+std::vector<backend::CheckLine> preflight(const std::string& requested, bool gpuDriver);
 
 }  // namespace strata::fabric

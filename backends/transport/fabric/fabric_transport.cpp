@@ -251,14 +251,22 @@ class FabricConnection final : public backend::TransportConnection {
 // ---------------------------------------------------------------------------------------------
 // FabricTransport
 
+namespace {
+
+/// Whether a CUDA driver is present, so that CUDA memory may be registered at all.
+bool cudaDriverPresent() {
+  return ::access("/dev/nvidiactl", F_OK) == 0;
+}
+
+}  // namespace
+
 FabricTransport::FabricTransport(const backend::TransportInit& init) {
   std::string provider =
       init.config ? config::getString(*init.config, "transport.fabric.provider") : "";
   if (provider.empty()) provider = "auto";
   // FI_HMEM is requested only where CUDA memory may be registered at all (a CUDA driver is
   // present); asking for it elsewhere would narrow the providers for nothing.
-  bool wantHmem = ::access("/dev/nvidiactl", F_OK) == 0;
-  endpoint_ = std::make_shared<Endpoint>(init, provider, wantHmem);
+  endpoint_ = std::make_shared<Endpoint>(init, provider, cudaDriverPresent());
   progress_ = std::make_unique<ProgressThread>(endpoint_, init.proxyCpus);
 }
 
@@ -421,6 +429,11 @@ std::unique_ptr<backend::Transport> create(const backend::TransportInit& init) {
   return std::make_unique<FabricTransport>(init);
 }
 
+std::vector<backend::CheckLine> checkNode(const Config& config) {
+  std::string provider = config::getString(config, "transport.fabric.provider");
+  return preflight(provider.empty() ? "auto" : provider, cudaDriverPresent());
+}
+
 const backend::ModuleInfo kInfo = {
     STRATA_MODULE_ABI_VERSION,
     backend::ModuleKind::Transport,
@@ -431,6 +444,7 @@ const backend::ModuleInfo kInfo = {
     nullptr,
     &create,
     nullptr,
+    &checkNode,
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "base/config_keys.hpp"
 #include "base/deadline.hpp"
 #include "base/log.hpp"
+#include "nvlink_check.hpp"
 
 namespace strata::nvlink {
 namespace {
@@ -701,6 +703,81 @@ std::unique_ptr<backend::Transport> create(const backend::TransportInit& init) {
   return std::make_unique<NvlinkTransport>(init);
 }
 
+/// What CUDA says about this node's GPUs, for the pre-flight. None of these calls needs a
+/// context (none is created), and none is made without a driver.
+NodeFacts gatherFacts() {
+  NodeFacts f;
+  f.driver = ::access("/dev/nvidiactl", F_OK) == 0;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) f.visible = v;
+  if (!f.driver) return f;
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    clearCudaError();
+    f.error = cudaErrorText(e);
+    return f;
+  }
+  // The driver's attribute call, for multicast (the runtime has no attribute for it).
+  PFN_cuDeviceGetAttribute_v2000 driverAttribute = nullptr;
+  PFN_cuDeviceGet_v2000 driverDevice = nullptr;
+  try {
+    driverAttribute = driver().deviceGetAttribute;
+    driverDevice = driver().deviceGet;
+  } catch (const Error&) {
+    // an old driver: multicast stays unknown
+  }
+  auto attribute = [](cudaDeviceAttr attr, int device) {
+    int v = -1;
+    if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+      clearCudaError();
+      return -1;
+    }
+    return v;
+  };
+  for (int d = 0; d < count; ++d) {
+    GpuFacts g;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
+      g.name = prop.name;
+    } else {
+      clearCudaError();
+      g.name = "?";
+    }
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, d) == cudaSuccess) {
+      g.busId = bus;
+    } else {
+      clearCudaError();
+      g.busId = "?";
+    }
+    g.computeMode = attribute(cudaDevAttrComputeMode, d);
+    g.gpuDirectRdma = attribute(cudaDevAttrGPUDirectRDMASupported, d);
+    CUdevice dev = 0;
+    int mc = 0;
+    if (driverAttribute && driverDevice && driverDevice(&dev, d) == CUDA_SUCCESS &&
+        driverAttribute(&mc, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, dev) == CUDA_SUCCESS) {
+      g.multicast = mc;
+    }
+    f.gpus.push_back(std::move(g));
+  }
+  f.peer.assign(size_t(count), std::vector<int>(size_t(count), -1));
+  for (int a = 0; a < count; ++a) {
+    for (int b = 0; b < count; ++b) {
+      int can = 0;
+      if (a == b) continue;
+      if (cudaDeviceCanAccessPeer(&can, a, b) == cudaSuccess) {
+        f.peer[size_t(a)][size_t(b)] = can;
+      } else {
+        clearCudaError();
+      }
+    }
+  }
+  return f;
+}
+
+std::vector<backend::CheckLine> checkNode(const Config& /*config*/) {
+  return checkLines(gatherFacts());
+}
+
 const backend::ModuleInfo kInfo = {
     STRATA_MODULE_ABI_VERSION,
     backend::ModuleKind::Transport,
@@ -712,6 +789,7 @@ const backend::ModuleInfo kInfo = {
     nullptr,
     &create,
     nullptr,
+    &checkNode,
 };
 
 }  // namespace

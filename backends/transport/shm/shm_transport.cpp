@@ -649,6 +649,7 @@ const backend::ModuleInfo* builtinModuleInfo() {
       nullptr,
       &createShmTransport,
       nullptr,
+      nullptr,
   };
   return &info;
 }

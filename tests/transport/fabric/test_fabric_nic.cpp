@@ -4,6 +4,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -146,4 +147,72 @@ BOOST_AUTO_TEST_CASE(the_module_opens_the_wished_nic_or_says_why_not) {
   BOOST_REQUIRE(e.has_value());
   BOOST_TEST((e->code() == ErrorCode::InvalidConfig));
   BOOST_TEST(std::string(e->what()).find("offers only") != std::string::npos, e->what());
+}
+
+namespace {
+
+using strata::backend::CheckLine;
+
+const CheckLine* lineFor(const std::vector<CheckLine>& lines, const std::string& what) {
+  for (const CheckLine& l : lines) {
+    if (l.what == what) return &l;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(preflight_says_which_nics_register_cuda_memory) {
+  // A DGX-like verbs list: mlx5_0 and mlx5_1 offer FI_HMEM (GPUDirect RDMA), mlx5_3 does not
+  // (a node whose peer-memory module is missing there); entries repeat per endpoint flavour.
+  auto plain = verbsList();
+  fi_info* hmemA = entry("verbs;ofi_rxm", "mlx5_0", "0000:15:00.0");
+  fi_info* hmemB = entry("verbs;ofi_rxm", "mlx5_1", "0000:18:00.0");
+  hmemA->caps = hmemB->caps = FI_RMA | FI_HMEM;
+  hmemA->next = hmemB;
+  fabric::InfoPtr withHmem(hmemA);
+  for (bool gpuDriver : {true, false}) {
+    const auto lines =
+        fabric::hmemLines("verbs;ofi_rxm", plain.info.get(), withHmem.get(), gpuDriver);
+    BOOST_TEST(lines.size() == 4u);  // mlx5_0, mlx5_1, the other provider's mlx5_2, mlx5_3
+    const CheckLine* a = lineFor(lines, "fabric verbs;ofi_rxm domain mlx5_0");
+    const CheckLine* d = lineFor(lines, "fabric verbs;ofi_rxm domain mlx5_3");
+    BOOST_REQUIRE(a != nullptr);
+    BOOST_REQUIRE(d != nullptr);
+    BOOST_TEST((a->state == CheckLine::State::Ok));
+    BOOST_TEST(a->found.find("PCI 0000:15:00.0, FI_HMEM") == 0, a->found);
+    BOOST_TEST(d->found.find("no FI_HMEM") != std::string::npos, d->found);
+    if (gpuDriver) {
+      // Without FI_HMEM on a GPU node: a warning, and the fallback (bounce buffers).
+      BOOST_TEST((d->state == CheckLine::State::Warn));
+      BOOST_TEST(d->fallback.find("bounce buffers") != std::string::npos, d->fallback);
+    } else {
+      BOOST_TEST((d->state == CheckLine::State::Ok));
+      BOOST_TEST(d->found.find("not needed") != std::string::npos, d->found);
+    }
+  }
+  // No provider answers with FI_HMEM at all (withHmem null): every domain lacks it.
+  const auto none = fabric::hmemLines("verbs;ofi_rxm", plain.info.get(), nullptr, true);
+  BOOST_TEST(std::count_if(none.begin(), none.end(), [](const CheckLine& l) {
+               return l.state == CheckLine::State::Warn;
+             }) == 4);
+}
+
+BOOST_AUTO_TEST_CASE(preflight_through_the_module_on_this_node) {
+  // The real provider (tcp on lo: no FI_HMEM; shm: FI_HMEM) through ModuleInfo::preflight.
+  BOOST_REQUIRE(g_info->preflight != nullptr);
+  const auto lines = g_info->preflight(config());
+  BOOST_REQUIRE(lines.size() >= 2u);
+  const std::string provider = std::getenv("STRATA_TRANSPORT_FABRIC_PROVIDER");
+  BOOST_TEST(lines[0].what == "fabric provider");
+  BOOST_TEST(lines[0].found == provider + " (transport.fabric.provider)", lines[0].found);
+  BOOST_TEST(lines[1].what.find("fabric " + provider + " domain ") == 0, lines[1].what);
+  const bool hmem = lines[1].found.find(", FI_HMEM") != std::string::npos;
+  BOOST_TEST(hmem == (provider == "shm"), lines[1].found);
+  // A provider libfabric does not offer: one warning naming it and what is offered.
+  const auto missing = fabric::preflight("nosuchprov", false);
+  BOOST_REQUIRE(missing.size() == 1u);
+  BOOST_TEST((missing[0].state == CheckLine::State::Warn));
+  BOOST_TEST(missing[0].found.find("\"nosuchprov\" offers no RDM endpoint") == 0, missing[0].found);
+  BOOST_TEST(missing[0].found.find(provider) != std::string::npos, missing[0].found);
 }

@@ -48,6 +48,8 @@ BOOST_AUTO_TEST_CASE(pinning_takes_the_allowed_cpus_only) {
     BOOST_REQUIRE(sched_getaffinity(0, sizeof now, &now) == 0);
     BOOST_TEST(CPU_COUNT(&now) == 1);
     BOOST_TEST(CPU_ISSET(first, &now));
+    // allowedCpus reads the thread's mask: now that one CPU.
+    BOOST_TEST(process::allowedCpus() == std::vector<int>{first});
     // None inside: nothing bound, and why.
     BOOST_TEST(process::pinCurrentThread({CPU_SETSIZE + 5}, &why).empty());
     BOOST_TEST(why.find("mask") != std::string::npos, why);
@@ -60,4 +62,5 @@ BOOST_AUTO_TEST_CASE(pinning_takes_the_allowed_cpus_only) {
   cpu_set_t after;
   BOOST_REQUIRE(sched_getaffinity(0, sizeof after, &after) == 0);
   BOOST_TEST(CPU_EQUAL(&after, &mask));
+  BOOST_TEST(static_cast<int>(process::allowedCpus().size()) == CPU_COUNT(&mask));
 }

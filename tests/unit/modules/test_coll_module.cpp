@@ -82,6 +82,7 @@ strata_module_info() {
       nullptr,
       nullptr,
       &create,
+      nullptr,
   };
   return &info;
 }

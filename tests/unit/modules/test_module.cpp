@@ -54,6 +54,7 @@ strata_module_info() {
       },
       nullptr,
       nullptr,
+      nullptr,
   };
   return &info;
 }

@@ -42,6 +42,9 @@ STRATA_API void ensureDescriptors(int ranks, int rank, const char* logName);
 STRATA_API std::vector<int> parseCpuList(std::string_view text, std::string_view what);
 /// The list form of cpus ("0-3,8"); "" for none.
 STRATA_API std::string cpuListText(const std::vector<int>& cpus);
+/// The CPUs the calling thread may run on (its affinity mask: what srun --cpu-bind, taskset or
+/// numactl gave it), sorted; empty with *why set when sched_getaffinity failed.
+STRATA_API std::vector<int> allowedCpus(std::string* why = nullptr);
 /// Binds the calling thread to those of `cpus` the process may use (its current mask).
 /// Returns what it bound to ("0-3"), or "" with *why set when nothing was bound (none of them
 /// allowed, or sched_setaffinity failed). Empty cpus: nothing to do, "" and no why.

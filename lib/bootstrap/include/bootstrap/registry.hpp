@@ -52,6 +52,15 @@ struct ModuleLookup {
 /// (once per file) and checked (ABI, strata version, kind, name); never throws.
 STRATA_API ModuleLookup findModule(backend::ModuleKind kind, const std::string& name,
                                    const Config& config);
+/// The pre-flight lines (strata-info --check) of the module of that kind and name: none when it
+/// is absent, unusable or has nothing to add (ModuleInfo::preflight null); one Unknown line
+/// naming it when its check throws.
+STRATA_API std::vector<backend::CheckLine> modulePreflight(backend::ModuleKind kind,
+                                                           const std::string& name,
+                                                           const Config& config);
+/// modulePreflight of every transport transport.intra_node, then transport.inter_node, lists,
+/// each once.
+STRATA_API std::vector<backend::CheckLine> transportPreflight(const Config& config);
 
 /// A directory on the module path and where it comes from.
 struct ModuleDir {

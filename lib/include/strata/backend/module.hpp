@@ -10,14 +10,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include <strata/backend/check.hpp>
 #include <strata/backend/collectives.hpp>
 #include <strata/backend/transport.hpp>
 #include <strata/bootstrap.hpp>
 #include <strata/config.hpp>
 
 /// Bumped whenever ModuleInfo or any interface a module implements changes.
-#define STRATA_MODULE_ABI_VERSION 8u
+#define STRATA_MODULE_ABI_VERSION 9u
 #define STRATA_MODULE_ENTRY_POINT "strata_module_info"
 
 namespace strata::backend {
@@ -41,6 +43,11 @@ struct ModuleInfo {
   /// Collectives modules: creates the backend on init.context (collective over its ranks), or
   /// throws NotSupported saying why this process cannot use it. Others leave it null.
   std::unique_ptr<CollectivesBackend> (*createCollectives)(const CollectivesInit& init);
+  /// Transport and collectives modules, optional (null: nothing to add): what this node can and
+  /// cannot do for this backend, one line each with the fallback strata takes (strata-info
+  /// --check). Runs outside any job (no bootstrap, no peers) and must not need a device to be
+  /// present: a missing driver or device is a line, not an exception.
+  std::vector<CheckLine> (*preflight)(const Config& config);
 };
 
 }  // namespace strata::backend

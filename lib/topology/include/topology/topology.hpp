@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include <strata/backend/check.hpp>
 #include <strata/export.hpp>
 
 namespace strata::topology {
@@ -144,31 +145,32 @@ struct Placement {
 
 /// Where each of localRanks ranks of this host should take its NIC, cores and memory from.
 /// gpuOfRank[r]: the GPU index local rank r uses (-1: host only); empty: local rank r uses GPU
-/// r mod the GPUs, or none when the machine has none. Host-only ranks are spread over the NUMA
-/// nodes in blocks (local rank r of L on node r x nodes / L). Each rank takes a NIC at its
+/// r mod the GPUs, or none when the machine has none. numaOfRank[r] >= 0: host-only local rank
+/// r is bound to that NUMA node (numaOfCpus of its affinity); the others are spread over the
+/// NUMA nodes in blocks (local rank r of L on node r x nodes / L). Each rank takes a NIC at its
 /// nearest distance; among equally near ones the least used, then the first; ranks with fewer
 /// nearest NICs choose first. Throws InvalidConfig for a policy naming no NIC of the machine
 /// or a GPU index it does not have.
 STRATA_API std::vector<Placement> place(const Machine& m, int localRanks,
-                                        const std::vector<int>& gpuOfRank, const NicPolicy& policy);
+                                        const std::vector<int>& gpuOfRank, const NicPolicy& policy,
+                                        const std::vector<int>& numaOfRank = {});
+
+/// The NUMA node (OS index) whose cores hold every one of cpus (a rank's affinity mask), or -1
+/// when they span several nodes (an unbound rank) or cpus is empty.
+STRATA_API int numaOfCpus(const Machine& m, const std::vector<int>& cpus);
 
 /// strata-info --topology: the machine, the GPU x NIC paths and every local rank's placement.
 STRATA_API std::string describe(const Machine& m, const std::vector<Placement>& placements);
 
-/// One line of the pre-flight check: what was looked at, whether it is fine, what was found,
-/// and what strata does about it.
-struct CheckLine {
-  std::string what;
-  enum class State { Ok, Warn, Unknown } state = State::Ok;
-  std::string found;
-  std::string fallback;  ///< empty when nothing changes
-};
+/// One line of the pre-flight check (the SDK's, so that modules can add theirs).
+using CheckLine = backend::CheckLine;
 
 /// strata-info --check: what this node can and cannot do for the placements, from the topology
 /// and sysfs (sysfsRoot: "/sys", or a recorded tree): the NICs and whether they have an RDMA
 /// device, the IOMMU mode of each GPU and NIC, PCIe ACS on the bridges between each rank's GPU
 /// and NIC (peer-to-peer redirected to the root complex breaks or slows GPUDirect RDMA), and
-/// the MPS daemon. What needs CUDA or libfabric (peer access, FI_HMEM, NVLS) says so.
+/// the MPS daemon. What needs CUDA or libfabric (peer access, FI_HMEM, multicast) the transport
+/// modules add (ModuleInfo::preflight; strata-info --check asks them).
 STRATA_API std::vector<CheckLine> preflight(const Machine& m,
                                             const std::vector<Placement>& placements,
                                             const std::string& sysfsRoot);
