@@ -114,7 +114,16 @@ struct Shared {
     sum.count = total.size();
     sum.type = DataType::Uint64;
     sum.redop = ReduceOp::Sum;
-    allReduceOneShot(e, sum);
+    try {
+      allReduceOneShot(e, sum);
+    } catch (const Error& err) {
+      // Name the user's call: the allReduce is ours.
+      throw Error(err.code(),
+                  fmt::format("{} of {} B, in the ranks' agreement on its measured algorithm (a "
+                              "16-byte allReduce every rank runs after that call): {}",
+                              toString(r.op), r.bytes(), err.what()),
+                  err.peer());
+    }
     measured.decide(r.op, r.bytes(), total, e.size());
     if (e.rank() == 0) {
       STRATA_LOG(Info, "coll", "auto measured {}", measured.decision(r.op, r.bytes()));

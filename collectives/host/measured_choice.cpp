@@ -113,13 +113,13 @@ bool MeasuredChoice::record(CollectiveOp op, uint64_t bytes, Way way, uint64_t n
   const size_t w = static_cast<size_t>(way);
   // The first call of each block warms up: of the first block at once, of the second after
   // the first block's timed calls.
-  const size_t half = (callsFor(bytes) + 1) / 2;
-  if (k.warm[w] == 0 || (k.warm[w] == 1 && k.ns[w].size() == half && callsFor(bytes) > 1)) {
+  const uint32_t need = callsFor(bytes);
+  const size_t half = (need + 1) / 2;
+  if (k.warm[w] == 0 || (k.warm[w] == 1 && k.ns[w].size() == half && need > 1)) {
     ++k.warm[w];
   } else {
     k.ns[w].push_back(ns);
   }
-  const uint32_t need = callsFor(bytes);
   return k.ns[0].size() >= need && k.ns[1].size() >= need;
 }
 
