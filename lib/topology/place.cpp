@@ -1,6 +1,9 @@
 // Placement: which NIC, cores and NUMA node each local rank takes (docs/topology.md).
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 
@@ -109,6 +112,61 @@ int numaOfCpus(const Machine& m, const std::vector<int>& cpus) {
     if (n.cpus.empty()) continue;
     const std::vector<int> own = process::parseCpuList(n.cpus, "a NUMA node's cpuset");
     if (std::includes(own.begin(), own.end(), cpus.begin(), cpus.end())) return n.osIndex;
+  }
+  return -1;
+}
+
+namespace {
+
+/// The PCI address (lower case) of the GPU whose UUID starts with `uuid` ("GPU-..."), from the
+/// driver's information files; "" when none or several match.
+std::string busOfUuid(const std::string& uuid, const std::string& procRoot) {
+  std::error_code ec;
+  std::string found;
+  int matches = 0;
+  for (const auto& dir :
+       std::filesystem::directory_iterator(procRoot + "/driver/nvidia/gpus", ec)) {
+    std::ifstream in(dir.path() / "information");
+    std::string line, id, bus;
+    while (std::getline(in, line)) {
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      const std::string_view key = strings::trim(std::string_view(line).substr(0, colon));
+      const std::string value(strings::trim(std::string_view(line).substr(colon + 1)));
+      if (key == "GPU UUID") id = value;
+      if (key == "Bus Location") bus = value;
+    }
+    if (!id.empty() && !bus.empty() && id.compare(0, uuid.size(), uuid) == 0) {
+      ++matches;
+      found = bus;
+    }
+  }
+  if (matches != 1) return {};
+  std::transform(found.begin(), found.end(), found.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return found;
+}
+
+}  // namespace
+
+int gpuOfDevice(const Machine& m, int device, const char* visibleDevices,
+                const std::string& procRoot) {
+  if (device < 0) return -1;
+  const int gpus = static_cast<int>(m.gpus.size());
+  if (visibleDevices == nullptr || *visibleDevices == '\0') return device < gpus ? device : -1;
+  const std::vector<std::string_view> list = strings::split(visibleDevices);
+  if (static_cast<size_t>(device) >= list.size()) return -1;
+  const std::string entry(strings::trim(list[size_t(device)]));
+  if (!entry.empty() && entry.size() <= 6 &&
+      entry.find_first_not_of("0123456789") == std::string::npos) {
+    const int g = std::stoi(entry);
+    return g < gpus ? g : -1;
+  }
+  if (entry.rfind("GPU-", 0) != 0 || entry.size() <= 4) return -1;  // MIG-..., malformed
+  const std::string bus = busOfUuid(entry, procRoot);
+  for (int g = 0; g < gpus && !bus.empty(); ++g) {
+    const int node = m.gpus[size_t(g)].node;
+    if (node >= 0 && m.nodes[size_t(node)].busId == bus) return g;
   }
   return -1;
 }

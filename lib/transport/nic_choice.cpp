@@ -18,21 +18,6 @@
 
 namespace strata::transport {
 
-int physicalGpu(int device, const char* visibleDevices) {
-  if (device < 0) return -1;
-  if (visibleDevices == nullptr || *visibleDevices == '\0') return device;
-  std::vector<int> list;
-  for (std::string_view item : strings::split(visibleDevices)) {
-    item = strings::trim(item);
-    if (item.empty() || item.size() > 6 ||
-        item.find_first_not_of("0123456789") != std::string_view::npos) {
-      return -1;  // GPU-<uuid>, MIG-<uuid>, or a malformed entry
-    }
-    list.push_back(std::stoi(std::string(item)));
-  }
-  return device < static_cast<int>(list.size()) ? list[size_t(device)] : -1;
-}
-
 std::vector<int> proxyCpus(const Config& config, const std::string& nicCpus) {
   const std::string text = config::getString(config, "transport.proxy_cpus");
   if (text == "none") return {};
@@ -58,7 +43,8 @@ NearNic chooseNic(const Config& config, backend::TransportInit& init) {
   }
   const int localSize = std::max(init.localSize, 1);
   const int localRank = std::clamp(init.localRank, 0, localSize - 1);
-  // This rank's GPU: transport.cuda.device, else its local rank, through CUDA_VISIBLE_DEVICES.
+  // This rank's GPU: transport.cuda.device, else its local rank, through CUDA_VISIBLE_DEVICES
+  // (indexes, or UUIDs through the driver's /proc files).
   // The other local ranks (for spreading over equally near NICs): their local rank.
   std::vector<int> gpuOfRank;
   if (!machine.gpus.empty()) {
@@ -69,8 +55,7 @@ NearNic chooseNic(const Config& config, backend::TransportInit& init) {
       int g = r % gpus;
       if (r == localRank) {
         const int device = configured >= 0 ? static_cast<int>(configured) : localRank;
-        g = physicalGpu(device, visible);
-        if (g >= gpus) g = -1;
+        g = topology::gpuOfDevice(machine, device, visible, "/proc");
       }
       gpuOfRank.push_back(g);
     }

@@ -28,9 +28,4 @@ NearNic chooseNic(const Config& config, backend::TransportInit& init);
 /// when the ranks span hosts). Throws InvalidConfig for a malformed list.
 std::vector<int> proxyCpus(const Config& config, const std::string& nicCpus);
 
-/// The physical GPU (hwloc's, in CUDA order) of CUDA device `device` as this process numbers
-/// them: CUDA_VISIBLE_DEVICES=2,3 makes device 1 GPU 3. -1 when the list names GPUs by UUID or
-/// MIG instance (not mappable here) or has fewer entries than device.
-int physicalGpu(int device, const char* visibleDevices);
-
 }  // namespace strata::transport

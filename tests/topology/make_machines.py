@@ -18,7 +18,9 @@ and two sysfs trees of the DGX-like node for the pre-flight check (strata-info -
                     translated mode (DMA-FQ) for GPU 0 and mlx5_0
   sysfs-dgx-clean/  ACS present but not redirecting, the IOMMU in passthrough (identity)
 (bus/pci/devices/BDF/config with an ACS extended capability for every bridge, and
-kernel/iommu_groups/N/type with the devices' iommu_group links).
+kernel/iommu_groups/N/type with the devices' iommu_group links), and
+  proc-dgx/         the NVIDIA driver's driver/nvidia/gpus/BDF/information of its 8 GPUs (UUIDs
+                    made up), where CUDA_VISIBLE_DEVICES=GPU-<uuid> entries are resolved.
 The test suite (test_topology.cpp) checks each rank's NIC, cores and NUMA node on these.
 """
 
@@ -269,6 +271,34 @@ def write_sysfs(out, name, redirect_bridges, iommu_type):
         os.symlink(os.path.join('..', '..', '..', '..', 'kernel', 'iommu_groups', str(group)), link)
 
 
+def dgx_gpu_uuid(i):
+    """The made-up UUID of the DGX-like node's GPU i (proc-dgx/)."""
+    return 'GPU-5a1e%04x-0b1d-4c3e-8f21-0000000000%02x' % (0x2b00 + i, i)
+
+
+DGX_GPU_BUSES = ['0000:14:00.0', '0000:17:00.0', '0000:34:00.0', '0000:37:00.0',
+                 '0000:94:00.0', '0000:97:00.0', '0000:b4:00.0', '0000:b7:00.0']
+
+
+def write_proc(out, name):
+    """/proc/driver/nvidia/gpus/BDF/information of the DGX-like node's GPUs, in the driver's
+    layout (the fields strata reads: GPU UUID and Bus Location)."""
+    for i, bdf in enumerate(DGX_GPU_BUSES):
+        d = os.path.join(out, name, 'driver', 'nvidia', 'gpus', bdf)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, 'information'), 'w') as f:
+            f.write('Model: \t\t NVIDIA H100 80GB HBM3\n'
+                    'IRQ:   \t\t %d\n'
+                    'GPU UUID: \t %s\n'
+                    'Video BIOS: \t 96.00.74.00.0d\n'
+                    'Bus Type: \t PCIe\n'
+                    'DMA Size: \t 52 bits\n'
+                    'DMA Mask: \t 0xfffffffffffff\n'
+                    'Bus Location: \t %s\n'
+                    'Device Minor: \t %d\n'
+                    'GPU Excluded: \t No\n' % (200 + i, dgx_gpu_uuid(i), bdf, i))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'data')
     os.makedirs(out, exist_ok=True)
@@ -279,6 +309,7 @@ def main():
             f.write(text)
     write_sysfs(out, 'sysfs-dgx-acs', {'0000:12:00.0'}, 'DMA-FQ')
     write_sysfs(out, 'sysfs-dgx-clean', set(), 'identity')
+    write_proc(out, 'proc-dgx')
 
 
 if __name__ == '__main__':

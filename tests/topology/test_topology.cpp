@@ -145,6 +145,29 @@ BOOST_AUTO_TEST_CASE(host_only_ranks_bound_to_a_node_take_that_node) {
   BOOST_TEST(place(m, 2, {}, NicPolicy{}, {7, 7})[0].numa == 0);
 }
 
+BOOST_AUTO_TEST_CASE(cuda_visible_devices_by_index_and_by_uuid) {
+  const Machine m = Machine::load(data("dgx-h100.xml"));
+  const std::string proc = data("proc-dgx");
+  BOOST_TEST(gpuOfDevice(m, 0, nullptr, proc) == 0);
+  BOOST_TEST(gpuOfDevice(m, 7, "", proc) == 7);
+  BOOST_TEST(gpuOfDevice(m, 8, nullptr, proc) == -1);
+  BOOST_TEST(gpuOfDevice(m, 1, "2,3", proc) == 3);
+  BOOST_TEST(gpuOfDevice(m, 2, "2,3", proc) == -1);
+  BOOST_TEST(gpuOfDevice(m, 0, "12", proc) == -1);
+  BOOST_TEST(gpuOfDevice(m, 0, "x1", proc) == -1);
+  // UUIDs (the driver's information files give their PCI addresses), a unique prefix too.
+  BOOST_TEST(gpuOfDevice(m, 0, "GPU-5a1e2b05-0b1d-4c3e-8f21-000000000005", proc) == 5);
+  BOOST_TEST(gpuOfDevice(m, 1, "GPU-5a1e2b05, GPU-5a1e2b02", proc) == 2);
+  BOOST_TEST(gpuOfDevice(m, 0, "GPU-5a1e2b0", proc) == -1);  // all eight: ambiguous
+  BOOST_TEST(gpuOfDevice(m, 0, "GPU-ffff", proc) == -1);
+  BOOST_TEST(gpuOfDevice(m, 0, "GPU-", proc) == -1);
+  BOOST_TEST(gpuOfDevice(m, 0, "MIG-5a1e2b05-0b1d-4c3e-8f21-000000000005", proc) == -1);
+  BOOST_TEST(gpuOfDevice(m, 0, "GPU-5a1e2b05", data("sysfs-dgx-clean")) == -1);  // no driver
+  // The rank given GPU 5 by UUID takes GPU 5's NIC.
+  const auto ps = place(m, 1, {gpuOfDevice(m, 0, "GPU-5a1e2b05", proc)}, NicPolicy{});
+  BOOST_TEST(nicName(m, ps[0]) == "mlx5_5");
+}
+
 BOOST_AUTO_TEST_CASE(far_socket_gpus_spread_over_the_near_socket_nics) {
   const Machine m = Machine::load(data("nics-socket0.xml"));
   BOOST_REQUIRE(m.gpus.size() == 8u);

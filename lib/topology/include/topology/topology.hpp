@@ -159,6 +159,16 @@ STRATA_API std::vector<Placement> place(const Machine& m, int localRanks,
 /// when they span several nodes (an unbound rank) or cpus is empty.
 STRATA_API int numaOfCpus(const Machine& m, const std::vector<int>& cpus);
 
+/// The GPU (index into m.gpus) that CUDA device `device` of this process is, through
+/// CUDA_VISIBLE_DEVICES (visibleDevices; null or empty: device itself). Its entries are the
+/// machine's GPU ordinals or GPU UUIDs (GPU-..., or a unique prefix of one, as CUDA takes them),
+/// resolved to a PCI address through the NVIDIA driver's procRoot/driver/nvidia/gpus/*/information
+/// (procRoot "/proc", or a recorded tree). -1 for a MIG instance (MIG-...), a UUID no GPU has, an
+/// index past the list or the machine's GPUs, or a malformed entry: the rank is then host-only
+/// for placement.
+STRATA_API int gpuOfDevice(const Machine& m, int device, const char* visibleDevices,
+                           const std::string& procRoot);
+
 /// strata-info --topology: the machine, the GPU x NIC paths and every local rank's placement.
 STRATA_API std::string describe(const Machine& m, const std::vector<Placement>& placements);
 
