@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "base/log.hpp"
 #include "base/process.hpp"
 #include "base/strings.hpp"
+#include "base/wire.hpp"
 #include "bootstrap/registry.hpp"
 #include "topology/topology.hpp"
 
@@ -27,42 +30,105 @@ std::vector<int> proxyCpus(const Config& config, const std::string& nicCpus) {
   return process::parseCpuList(text, "transport.proxy_cpus");
 }
 
+namespace {
+
+/// What one rank says about itself for the placement of its host's ranks: its host, GPU (-1:
+/// host only, or not mappable) and the NUMA node of its binding (-1: unbound or unknown).
+struct RankView {
+  uint64_t hostId = 0;
+  int32_t gpu = -1;
+  int32_t numa = -1;
+};
+constexpr size_t kViewBytes = 16;
+
+/// Every rank's view, through one bootstrap allGather (every rank calls this when the ranks
+/// span hosts, whatever its topology says). A peer's values outside this machine's GPUs or
+/// NUMA nodes count as unknown (said at debug): they only steer the spreading.
+std::vector<RankView> exchangeViews(backend::TransportInit& init, const RankView& mine) {
+  std::vector<uint8_t> slots(kViewBytes * size_t(init.size));
+  wire::Writer w;
+  w.u64(mine.hostId).i32(mine.gpu).i32(mine.numa);
+  std::memcpy(slots.data() + kViewBytes * size_t(init.rank), w.data().data(), kViewBytes);
+  init.bootstrap->allGather(slots.data(), kViewBytes);
+  std::vector<RankView> out(size_t(init.size));
+  for (int r = 0; r < init.size; ++r) {
+    wire::Reader in(std::span<const uint8_t>(slots.data() + kViewBytes * size_t(r), kViewBytes),
+                    "placement view");
+    RankView& v = out[size_t(r)];
+    v.hostId = in.u64("host");
+    v.gpu = in.i32("gpu");
+    v.numa = in.i32("numa");
+  }
+  return out;
+}
+
+}  // namespace
+
 NearNic chooseNic(const Config& config, backend::TransportInit& init) {
   NearNic near;
   const std::string file = config::getString(config, "topology.file");
-  const std::string policyText = config::getString(config, "transport.fabric.nic");
-  const topology::NicPolicy policy = topology::NicPolicy::parse(policyText);
+  // What fails here is said after the exchange below, which every rank must join.
+  std::exception_ptr failed;
+  topology::NicPolicy policy;
   topology::Machine machine;
+  bool known = false;
   try {
+    policy = topology::NicPolicy::parse(config::getString(config, "transport.fabric.nic"));
     machine = topology::Machine::load(file);
+    known = true;
   } catch (const Error& e) {
-    if (!file.empty() || policy.mode != topology::NicPolicy::Mode::Auto) throw;
-    STRATA_LOG(Info, "topology", "rank {}: no NIC placement ({}); the transports choose their own",
-               init.rank, e.what());
-    return near;
-  }
-  const int localSize = std::max(init.localSize, 1);
-  const int localRank = std::clamp(init.localRank, 0, localSize - 1);
-  // This rank's GPU: transport.cuda.device, else its local rank, through CUDA_VISIBLE_DEVICES
-  // (indexes, or UUIDs through the driver's /proc files).
-  // The other local ranks (for spreading over equally near NICs): their local rank.
-  std::vector<int> gpuOfRank;
-  if (!machine.gpus.empty()) {
-    const int gpus = static_cast<int>(machine.gpus.size());
-    const int64_t configured = config::getInt(config, "transport.cuda.device");
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    for (int r = 0; r < localSize; ++r) {
-      int g = r % gpus;
-      if (r == localRank) {
-        const int device = configured >= 0 ? static_cast<int>(configured) : localRank;
-        g = topology::gpuOfDevice(machine, device, visible, "/proc");
-      }
-      gpuOfRank.push_back(g);
+    if (!file.empty() || policy.mode != topology::NicPolicy::Mode::Auto ||
+        e.code() == ErrorCode::InvalidConfig) {
+      failed = std::current_exception();
+    } else {
+      STRATA_LOG(Info, "topology",
+                 "rank {}: no NIC placement ({}); the transports choose their own", init.rank,
+                 e.what());
     }
   }
-  // A host-only rank's NUMA node: the one its affinity lies in (srun --cpu-bind, numactl).
-  std::vector<int> numaOfRank(size_t(localSize), -1);
-  numaOfRank[size_t(localRank)] = topology::numaOfCpus(machine, process::allowedCpus());
+  // This rank's GPU: transport.cuda.device, else its local rank (the only one when
+  // CUDA_VISIBLE_DEVICES lists one GPU: srun --gpus-per-task), through CUDA_VISIBLE_DEVICES
+  // (indexes, or UUIDs through the driver's /proc files); its NUMA node: the one its affinity
+  // lies in (srun --cpu-bind, numactl). The other ranks of the host say theirs.
+  RankView self;
+  self.hostId = init.hostId;
+  if (known) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (!machine.gpus.empty()) {
+      const int64_t configured = config::getInt(config, "transport.cuda.device");
+      int device = configured >= 0 ? static_cast<int>(configured) : std::max(init.localRank, 0);
+      if (configured < 0 && visible != nullptr && *visible != '\0' &&
+          strings::split(visible).size() == 1) {
+        device = 0;
+      }
+      self.gpu = topology::gpuOfDevice(machine, device, visible, "/proc");
+    }
+    self.numa = topology::numaOfCpus(machine, process::allowedCpus());
+  }
+  const std::vector<RankView> views = exchangeViews(init, self);
+  if (failed) std::rethrow_exception(failed);
+  if (!known) return near;
+  // This host's ranks (transport.host_id's grouping), in rank order, as they said; a value
+  // outside this machine counts as unknown (it only steers the spreading).
+  const int gpus = static_cast<int>(machine.gpus.size());
+  std::vector<int> gpuOfRank, numaOfRank;
+  int localRank = 0;
+  for (int r = 0; r < init.size; ++r) {
+    const RankView& v = views[size_t(r)];
+    if (v.hostId != init.hostId) continue;
+    if (r == init.rank) localRank = static_cast<int>(numaOfRank.size());
+    const bool fits = v.gpu >= -1 && v.gpu < gpus && v.numa >= -1 && v.numa <= 65535;
+    if (!fits) {
+      STRATA_LOG(Debug, "topology",
+                 "rank {}: rank {}'s placement view (GPU {}, NUMA node {}) does not fit this "
+                 "host ({} GPUs): taken as unknown",
+                 init.rank, r, v.gpu, v.numa, gpus);
+    }
+    gpuOfRank.push_back(fits ? v.gpu : -1);
+    numaOfRank.push_back(fits ? v.numa : -1);
+  }
+  const int localSize = static_cast<int>(numaOfRank.size());
+  if (gpus == 0) gpuOfRank.clear();
   const auto placements = topology::place(machine, localSize, gpuOfRank, policy, numaOfRank);
   // The pre-flight check, once per host (local rank 0), when info lines are wanted.
   if (localRank == 0 && log::enabled(log::Level::Info)) {
