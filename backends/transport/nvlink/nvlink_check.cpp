@@ -78,10 +78,11 @@ std::vector<backend::CheckLine> checkLines(const NodeFacts& f) {
     }
     if (!missing.empty()) {
       out.push_back({"GPU peer access", State::Warn, "none from GPU " + missing,
-                     "a kernel on one cannot reach the other's memory (CUDA IPC maps it only with "
-                     "peer access): the CUDA collectives fail at the first import between ranks "
-                     "on such a pair, naming the peer; they have no host-staged path yet. Give "
-                     "those ranks GPUs that are peers, or keep their buffers in host memory"});
+                     "a kernel on one cannot reach the other's memory, and CUDA IPC maps a buffer "
+                     "only where cudaDeviceCanAccessPeer allows it: the nvlink import between "
+                     "ranks on such a pair fails, naming the owner rank; strata has no "
+                     "host-staged path for device buffers yet. Give those ranks GPUs that are "
+                     "peers, or keep their buffers in host memory"});
     }
     if (!unknown.empty()) {
       out.push_back(
