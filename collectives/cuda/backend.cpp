@@ -877,7 +877,8 @@ std::string CudaBackend::setUpNet() {
     v.fifoProducerWords =
         reinterpret_cast<uint64_t*>(static_cast<char*>(netDevice_) + sizeof(NetState));
     netArgs_ = netPeers_->args(v);
-    // Kernels cannot wake the proxy: it polls while the communicator lives (docs).
+    // Kernels cannot wake the proxy: while the communicator lives it polls, then naps between
+    // calls (ProxyService::beginDeviceWork; docs/collectives-cuda.md).
     netPeers_->proxy().beginDeviceWork();
     netPolling_ = true;
     return {};

@@ -86,9 +86,10 @@ struct ProxyService::Impl {
   size_t blockBytes = 0;
   Control* control = nullptr;
   Ring rings[2];  ///< host producers, kernels
-  /// Device work in flight that may push (beginDeviceWork): poll, never sleep.
+  /// Device work in flight that may push (beginDeviceWork): poll, then nap, never sleep long.
   std::atomic<uint32_t> deviceWork{0};
   std::atomic<uint64_t> sleepCount{0};
+  std::atomic<uint64_t> napCount{0};  ///< short timed sleeps while device work is registered
   std::vector<Channel> channels;
   /// Fixed once the thread runs (deque: atomics do not move).
   std::deque<ConnectionState> connectionStates;
@@ -239,20 +240,28 @@ struct ProxyService::Impl {
         }
       }
       // Idle: spin briefly, yield for a while, then sleep until a producer wakes us (or 1 ms).
-      // While device work may push (a kernel cannot wake us), never sleep: yield instead.
+      // While device work may push, a kernel cannot wake us: yield for 2 ms after the last
+      // entry (the pushes of one call come microseconds apart), then nap, longer the longer
+      // the pause (50 us up to 20 ms idle, 200 us up to 200 ms, then 1 ms), so that a
+      // communicator between calls costs a few percent of a core instead of one, and the first
+      // push after a pause waits at most one nap (plus the timer's slack).
+      constexpr auto kDeviceBusy = std::chrono::milliseconds(2);
       auto idle = Clock::now() - idleSince;
+      const long deviceNapNs = idle < std::chrono::milliseconds(20)    ? 50'000
+                               : idle < std::chrono::milliseconds(200) ? 200'000
+                                                                       : 1'000'000;
+      const bool device = deviceWork.load(std::memory_order_acquire) != 0;
       if (idle < std::chrono::microseconds(20)) {
         device::spinPause();
-      } else if (idle < std::chrono::microseconds(500) ||
-                 deviceWork.load(std::memory_order_acquire) != 0) {
+      } else if (idle < std::chrono::microseconds(500) || (device && idle < kDeviceBusy)) {
         sched_yield();
       } else {
-        sleepCount.fetch_add(1, std::memory_order_relaxed);
+        (device ? napCount : sleepCount).fetch_add(1, std::memory_order_relaxed);
         uint32_t seen = __atomic_load_n(&wake, __ATOMIC_SEQ_CST);
         __atomic_store_n(&sleeping, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (!anyPublished() && !stopping.load(std::memory_order_seq_cst)) {
-          timespec ts{0, 1'000'000};
+          timespec ts{0, device ? deviceNapNs : 1'000'000};
           futex(&wake, FUTEX_WAIT_PRIVATE, seen, &ts);
         }
         __atomic_store_n(&sleeping, 0, __ATOMIC_SEQ_CST);
@@ -373,6 +382,10 @@ void ProxyService::endDeviceWork() noexcept {
 
 uint64_t ProxyService::sleeps() const noexcept {
   return impl_->sleepCount.load(std::memory_order_relaxed);
+}
+
+uint64_t ProxyService::naps() const noexcept {
+  return impl_->napCount.load(std::memory_order_relaxed);
 }
 
 void ProxyService::pinTo(std::vector<int> cpus) {

@@ -333,12 +333,16 @@ class STRATA_API ProxyService {
   /// InvalidArgument for a null or misaligned producerWords.
   FifoDeviceHandle fifo(void* mappedBase, uint64_t* producerWords);
   /// Device work that may push into the FIFO is in flight from begin to end (counted; pair
-  /// them). A kernel cannot wake the proxy, so meanwhile it polls (spins, then yields) instead
-  /// of sleeping; with no device work it sleeps when idle, as before.
+  /// them). A kernel cannot wake the proxy, so meanwhile it polls (spins, then yields) for 2 ms
+  /// after the last entry and then naps, 50 us at a time up to 20 ms idle, 200 us up to 200 ms,
+  /// then 1 ms (a push after a pause waits at most one nap and the timer's slack); with no
+  /// device work it sleeps when idle (1 ms at a time, or until a host producer wakes it).
   void beginDeviceWork() noexcept;
   void endDeviceWork() noexcept;
   /// Times the proxy went to sleep on an idle FIFO (diagnostics).
   uint64_t sleeps() const noexcept;
+  /// Times it napped on an idle FIFO while device work was registered (diagnostics).
+  uint64_t naps() const noexcept;
   /// Binds the proxy thread to these CPUs when it starts (Context::proxyCpus; those outside
   /// the process's mask are left out, and none inside binds nothing, with a warning). Call
   /// before start(); empty: unbound.

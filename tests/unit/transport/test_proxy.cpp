@@ -271,7 +271,14 @@ BOOST_AUTO_TEST_CASE(device_work_keeps_the_proxy_polling) {
   strata::publishTrigger(&h.triggers[id % h.size], strata::packTrigger(bogusTrigger(1)));
   BOOST_TEST(doneBy(h, id, deadline));
   std::this_thread::sleep_for(50ms);
-  // At most the sleep it was in when the work began (begin wakes it).
+  // At most the sleep it was in when the work began (begin wakes it): no long sleep, but once
+  // 2 ms passed without an entry it naps, and a kernel's push (no wake) is still taken.
+  BOOST_TEST(proxy.sleeps() <= s0 + 1);
+  const uint64_t n0 = proxy.naps();
+  BOOST_TEST(n0 > 0u);
+  const uint64_t id2 = __atomic_fetch_add(h.head, 1, __ATOMIC_ACQ_REL);
+  strata::publishTrigger(&h.triggers[id2 % h.size], strata::packTrigger(bogusTrigger(2)));
+  BOOST_TEST(doneBy(h, id2, deadline));
   BOOST_TEST(proxy.sleeps() <= s0 + 1);
   proxy.endDeviceWork();
   const uint64_t s1 = proxy.sleeps();
