@@ -42,8 +42,8 @@ struct RankView {
 constexpr size_t kViewBytes = 16;
 
 /// Every rank's view, through one bootstrap allGather (every rank calls this when the ranks
-/// span hosts, whatever its topology says). A peer's values outside this machine's GPUs or
-/// NUMA nodes count as unknown (said at debug): they only steer the spreading.
+/// span hosts, whatever its topology says). The values are decoded as sent; chooseNic checks
+/// them against this machine.
 std::vector<RankView> exchangeViews(backend::TransportInit& init, const RankView& mine) {
   std::vector<uint8_t> slots(kViewBytes * size_t(init.size));
   wire::Writer w;
