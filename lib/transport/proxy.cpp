@@ -48,18 +48,18 @@ void FifoDeviceHandle::wakeProxy() const noexcept {
 }
 
 struct ProxyService::Impl {
-  struct Channel {
-    std::shared_ptr<Connection> conn;
-    RegisteredMemory dst, src, peerFlags;
-    uint64_t flagOffset = 0;
-    uint64_t outbound = 0;
-    size_t state = 0;  ///< index in connectionStates: the channels of one Connection share it
-  };
   /// The failure of one Connection: its channels' later triggers are consumed without effect,
   /// while the other connections go on (a peer that is gone must not stop traffic to the rest).
   struct ConnectionState {
     std::atomic<bool> failed{false};
     std::exception_ptr error;  ///< under errorMu
+  };
+  struct Channel {
+    std::shared_ptr<Connection> conn;
+    RegisteredMemory dst, src, peerFlags;
+    uint64_t flagOffset = 0;
+    uint64_t outbound = 0;
+    ConnectionState* state = nullptr;  ///< shared by the channels of one Connection
   };
   /// The FIFO's shared words, at the start of its memory block (each on its own cache line):
   /// the host ring's head and tail cache (its producers' memory), both rings' tails, the futex.
@@ -90,9 +90,18 @@ struct ProxyService::Impl {
   std::atomic<uint32_t> deviceWork{0};
   std::atomic<uint64_t> sleepCount{0};
   std::atomic<uint64_t> napCount{0};  ///< short timed sleeps while device work is registered
-  std::vector<Channel> channels;
-  /// Fixed once the thread runs (deque: atomics do not move).
+  /// Channels may be added while the thread runs (a communicator connects a new peer on its
+  /// first send/recv): fixed slots, published by channelCount (release); the thread reads
+  /// only the slots below it. addMu orders the adders.
+  std::unique_ptr<std::unique_ptr<Channel>[]> channels{
+      new std::unique_ptr<Channel>[kTriggerNoChannel]};
+  std::atomic<size_t> channelCount{0};
+  std::mutex addMu;
+  /// Under addMu (deque: a state never moves once added).
   std::deque<ConnectionState> connectionStates;
+  Channel* channel(uint32_t i) const {
+    return i < channelCount.load(std::memory_order_acquire) ? channels[i].get() : nullptr;
+  }
   std::thread thread;
   std::vector<int> cpus;  ///< pinTo: where the thread runs (empty: unbound)
   std::atomic<bool> stopping{false};
@@ -149,12 +158,13 @@ struct ProxyService::Impl {
                               "to {}, sizes up to {} bytes per trigger, channels below {})",
                               t.channel, kTriggerMaxOffset, kTriggerMaxBytes, kTriggerNoChannel));
     }
-    if (t.channel >= channels.size()) {
+    Channel* found = channel(t.channel);
+    if (found == nullptr) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("proxy trigger for channel {}, but only {} channels exist", t.channel,
-                              channels.size()));
+                              channelCount.load(std::memory_order_acquire)));
     }
-    Channel& c = channels[t.channel];
+    Channel& c = *found;
     switch (t.type) {
       case TriggerType::Put:
         c.conn->write(c.dst, t.dstOffset, c.src, t.srcOffset, t.bytes);
@@ -178,8 +188,8 @@ struct ProxyService::Impl {
   /// Executes (or, on a failed Connection, skips) one trigger, then frees its slot: the entry
   /// zeroed before tail moves past it, so a producer never writes a slot the proxy still reads.
   void consume(Ring& r, const ProxyTrigger& t) {
-    ConnectionState* state =
-        t.channel < channels.size() ? &connectionStates[channels[t.channel].state] : nullptr;
+    const Channel* c = channel(t.channel);
+    ConnectionState* state = c != nullptr ? c->state : nullptr;
     if (!failed.load(std::memory_order_relaxed) &&
         !(state && state->failed.load(std::memory_order_relaxed))) {
       try {
@@ -306,9 +316,6 @@ ProxyService::~ProxyService() {
 uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMemory dst,
                                   RegisteredMemory src, RegisteredMemory peerFlags,
                                   uint64_t flagOffset) {
-  if (impl_->thread.joinable()) {
-    throw Error(ErrorCode::InvalidArgument, "ProxyService::addChannel after start()");
-  }
   if (!conn || !dst || !src || !peerFlags) {
     throw Error(ErrorCode::InvalidArgument, "ProxyService::addChannel: null connection or memory");
   }
@@ -317,25 +324,28 @@ uint32_t ProxyService::addChannel(std::shared_ptr<Connection> conn, RegisteredMe
                 "ProxyService::addChannel: dst and peerFlags must be the peer's memory (remote "
                 "views), src this rank's");
   }
-  if (impl_->channels.size() >= kTriggerNoChannel) {
+  std::lock_guard<std::mutex> lock(impl_->addMu);
+  const size_t count = impl_->channelCount.load(std::memory_order_relaxed);
+  if (count >= kTriggerNoChannel) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("ProxyService::addChannel: {} channels already, the most a FIFO entry "
                             "can name",
-                            impl_->channels.size()));
+                            count));
   }
   // The channels of one Connection share its state: find one of them, else add a state.
-  size_t sibling = 0;
-  while (sibling < impl_->channels.size() && impl_->channels[sibling].conn != conn) ++sibling;
-  const size_t state = sibling < impl_->channels.size() ? impl_->channels[sibling].state
-                                                        : impl_->connectionStates.size();
-  if (state == impl_->connectionStates.size()) impl_->connectionStates.emplace_back();
-  impl_->channels.push_back({std::move(conn), std::move(dst), std::move(src), std::move(peerFlags),
-                             flagOffset, 0, state});
-  return static_cast<uint32_t>(impl_->channels.size() - 1);
+  Impl::ConnectionState* state = nullptr;
+  for (size_t i = 0; i < count && state == nullptr; ++i) {
+    if (impl_->channels[i]->conn == conn) state = impl_->channels[i]->state;
+  }
+  if (state == nullptr) state = &impl_->connectionStates.emplace_back();
+  impl_->channels[count] = std::make_unique<Impl::Channel>(Impl::Channel{
+      std::move(conn), std::move(dst), std::move(src), std::move(peerFlags), flagOffset, 0, state});
+  impl_->channelCount.store(count + 1, std::memory_order_release);
+  return static_cast<uint32_t>(count);
 }
 
 PortChannel ProxyService::portChannel(uint32_t channel, uint64_t* inbound, uint64_t* expected) {
-  if (channel >= impl_->channels.size()) {
+  if (impl_->channel(channel) == nullptr) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("ProxyService::portChannel: no channel {}", channel));
   }
@@ -413,12 +423,13 @@ void ProxyService::check() const {
 }
 
 void ProxyService::check(uint32_t channel) const {
-  if (channel >= impl_->channels.size()) {
+  const Impl::Channel* c = impl_->channel(channel);
+  if (c == nullptr) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("ProxyService::check: no channel {}", channel));
   }
   if (!impl_->anyError.load(std::memory_order_acquire)) return;
-  const Impl::ConnectionState& state = impl_->connectionStates[impl_->channels[channel].state];
+  const Impl::ConnectionState& state = *c->state;
   if (impl_->failed.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(impl_->errorMu);
     std::rethrow_exception(impl_->stopError);

@@ -313,7 +313,8 @@ class STRATA_API ProxyService {
 
   /// A channel from src (local memory) to dst (a remote view from conn's peer); signals
   /// store a running count into the 8-byte word at peerFlags + flagOffset (a remote view).
-  /// Call before start(); at most kTriggerNoChannel channels.
+  /// At most kTriggerNoChannel channels. May be called while the proxy runs (from any thread):
+  /// the channel is usable once this returns.
   uint32_t addChannel(std::shared_ptr<Connection> conn, RegisteredMemory dst, RegisteredMemory src,
                       RegisteredMemory peerFlags, uint64_t flagOffset);
   /// The handle of a channel for host producers (fifo()). inbound is this rank's counter the

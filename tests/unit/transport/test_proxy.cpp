@@ -468,9 +468,10 @@ BOOST_AUTO_TEST_CASE(add_channel_argument_checks) {
   BOOST_CHECK_EXCEPTION(proxy.portChannel(1, &inbound, &consumed), Error, invalid);
   BOOST_CHECK_EXCEPTION(proxy.portChannel(~0u, &inbound, &consumed), Error, invalid);
 
-  // Channels are fixed once the thread runs.
+  // The thread running does not change the checks (channels may be added while it runs).
   proxy.start();
-  BOOST_CHECK_EXCEPTION(proxy.addChannel(conn, remote, local, flags, 0), Error, invalid);
+  BOOST_CHECK_EXCEPTION(proxy.addChannel(conn, local, local, flags, 0), Error, invalid);
+  BOOST_TEST(proxy.addChannel(conn, remote, local, flags, 0) == 1u);
   proxy.stop();  // nothing was pushed: the fake connection is never used
 }
 
@@ -567,6 +568,67 @@ BOOST_AUTO_TEST_CASE(an_error_fails_one_connection_only) {
   BOOST_TEST(liveCalls.load() == 3);
   BOOST_CHECK_EXCEPTION(proxy.check(liveData), Error, hasCode(ErrorCode::InvalidArgument));
   BOOST_CHECK_EXCEPTION(proxy.check(), Error, lost);  // still the first error
+  proxy.stop();
+}
+
+// Channels added while the proxy runs (a communicator connects a peer on its first send/recv)
+// while a producer keeps signalling on the first one: each new channel works as soon as
+// addChannel returns, shares its Connection's failure state with its siblings, and the first
+// channel's signals all arrive in order.
+BOOST_AUTO_TEST_CASE(channels_added_while_the_proxy_runs) {
+  const auto deadline = Clock::now() + 60s;
+  std::vector<char> buffer(4096);
+  auto local = fakeMemory(true, buffer.data(), buffer.size());
+  std::atomic<int> firstCalls{0}, laterCalls{0}, lostCalls{0};
+  std::atomic<uint64_t> firstLast{0}, laterLast{0}, lostLast{0};
+  auto first = scriptedConnection(1, false, &firstCalls, &firstLast);
+  ProxyService proxy(16);
+  alignas(8) uint64_t inbound[64] = {};
+  alignas(8) uint64_t consumed[64] = {};
+  const uint32_t ch0 = proxy.addChannel(first, peerMemory(1, 4096), local, peerMemory(1, 64), 0);
+  PortChannel p0 = proxy.portChannel(ch0, &inbound[0], &consumed[0]);
+  proxy.start();
+
+  constexpr int kSignals = 20000;
+  std::thread producer([&] {
+    uint64_t id = 0;
+    for (int i = 0; i < kSignals; ++i) {
+      while (!p0.trySignal(&id)) std::this_thread::yield();
+    }
+  });
+  // Meanwhile: 30 channels on new connections, each used at once.
+  FifoDeviceHandle fifo = proxy.fifo();
+  std::vector<std::shared_ptr<strata::Connection>> conns;
+  for (int i = 1; i <= 30; ++i) {
+    conns.push_back(scriptedConnection(2, false, &laterCalls, &laterLast));
+    const uint32_t ch =
+        proxy.addChannel(conns.back(), peerMemory(2, 4096), local, peerMemory(2, 64), 8);
+    BOOST_TEST(ch == static_cast<uint32_t>(i));
+    PortChannel p = proxy.portChannel(ch, &inbound[i], &consumed[i]);
+    uint64_t id = 0;
+    BOOST_TEST_REQUIRE(pushUntil(fifo, {0, 0, 0, p.channel, TriggerType::Signal}, &id, deadline));
+    BOOST_TEST_REQUIRE(doneBy(fifo, id, deadline));
+    BOOST_TEST(laterCalls.load() == i);
+    BOOST_TEST(laterLast.load() == 1u);  // a fresh channel's first signal
+  }
+  // A failing connection added late, with a sibling channel added later still: both fail.
+  auto gone = scriptedConnection(3, true, &lostCalls, &lostLast);
+  const uint32_t g1 = proxy.addChannel(gone, peerMemory(3, 4096), local, peerMemory(3, 64), 0);
+  uint64_t id = 0;
+  BOOST_TEST_REQUIRE(pushUntil(fifo, {0, 0, 0, g1, TriggerType::Signal}, &id, deadline));
+  BOOST_TEST_REQUIRE(doneBy(fifo, id, deadline));
+  const uint32_t g2 = proxy.addChannel(gone, peerMemory(3, 4096), local, peerMemory(3, 64), 8);
+  BOOST_TEST_REQUIRE(pushUntil(fifo, {0, 0, 0, g2, TriggerType::Signal}, &id, deadline));
+  BOOST_TEST_REQUIRE(doneBy(fifo, id, deadline));
+  BOOST_TEST(lostCalls.load() == 1);  // the sibling is not called: its Connection failed
+  BOOST_CHECK_EXCEPTION(proxy.check(g2), Error, hasCode(ErrorCode::PeerLost));
+  BOOST_CHECK_NO_THROW(proxy.check(ch0));
+  producer.join();
+  while (firstLast.load() < static_cast<uint64_t>(kSignals) && Clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  BOOST_TEST(firstCalls.load() == kSignals);
+  BOOST_TEST(firstLast.load() == static_cast<uint64_t>(kSignals));
   proxy.stop();
 }
 
