@@ -6,7 +6,8 @@
 // per-block state in device memory and the abort record in mapped host memory. When the ranks
 // span several hosts (host-major, the same count on each), it also sets up the network step to
 // the ranks of its local index on the other hosts (net_setup.hpp: a proxy, pinned bounce
-// buffers), and the cross-host algorithm serves every call (net_plan.hpp). Otherwise it serves
+// buffers; a send/recv peer of another local index gets a pair of its own on first use), and the
+// cross-host algorithm serves every call (net_plan.hpp). Otherwise it serves
 // nothing and says why (unsuitable()), so that host-memory use is unaffected.
 //
 // A call builds the kernel arguments and enqueues one kernel (across hosts: the plan's few) on
@@ -30,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -252,6 +254,11 @@ class CudaBackend final : public backend::CollectivesBackend {
   /// Ranks on several hosts: the network step's peers, bounce buffers (pinned and mapped) and
   /// proxy; collective among the ranks of this local index.
   std::string setUpNet();
+  /// Pins host memory the kernels use and maps it (cudaHostRegister); empty or why not.
+  std::string pinMapped(void* p, size_t bytes, void** dev);
+  /// Send/recv peers of another host and local index: their pairs, made on first use
+  /// (collective with each of them: they are in the matching call), pinned and mapped.
+  void addPairs(const std::vector<int>& ranks);
   /// Stops the proxy, unregisters the pinned memory and frees the network step's resources.
   void releaseNet() noexcept;
   /// The network step's failure (its proxy's first error), or nullopt.
@@ -273,10 +280,11 @@ class CudaBackend final : public backend::CollectivesBackend {
   NetLayout net_;
   std::unique_ptr<NetPeers> netPeers_;
   NetArgs netArgs_;
-  bool netPolling_ = false;    ///< the proxy polls (beginDeviceWork)
-  std::vector<void*> pinned_;  ///< host ranges registered with cudaHostRegister
-  void* netDevice_ = nullptr;  ///< device memory: NetState, then the FIFO's 2 words
-  char* workspace_ = nullptr;  ///< device memory for planCrossHost's workspace
+  std::map<int, NetLane> pairLanes_;  ///< addPairs: a send/recv peer's lane, by its rank
+  bool netPolling_ = false;           ///< the proxy polls (beginDeviceWork)
+  std::vector<void*> pinned_;         ///< host ranges registered with cudaHostRegister
+  void* netDevice_ = nullptr;         ///< device memory: NetState, then the FIFO's 2 words
+  char* workspace_ = nullptr;         ///< device memory for planCrossHost's workspace
   uint64_t workspaceBytes_ = 0;
   std::vector<void*> oldWorkspaces_;  ///< outgrown, kept until teardown (launches may use them)
   int device_ = -1;
@@ -373,8 +381,9 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
           "device memory, several hosts (same ranks per host, host-major): allReduce as "
           "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
           "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
-          "host; allGather, reduceScatter, broadcast, allToAll likewise; send/recv between "
-          "ranks of one local index; every size",
+          "host; allGather, reduceScatter, broadcast, allToAll likewise; send/recv with any "
+          "rank of another host (a pair of slots of its own on first use with a rank of "
+          "another local index); every size",
           t.netChunk);
   }
   return fmt::format(
@@ -628,6 +637,7 @@ void CudaBackend::teardown() noexcept {
       static auto* netGraveyard = new std::vector<std::unique_ptr<NetPeers>>();
       netGraveyard->push_back(std::move(be.netPeers_));
       be.pinned_.clear();
+      be.pairLanes_.clear();
       be.netDevice_ = nullptr;
       be.workspace_ = nullptr;
       be.oldWorkspaces_.clear();
@@ -843,13 +853,7 @@ std::string CudaBackend::setUpNet() {
         std::make_unique<NetPeers>(*context_, peerOf, net_.host, tuning_.netChunk, timeoutSeconds_);
     // Pinned and mapped: the kernels write the send bounce and the FIFO, read the receive
     // bounce and the counters (which the fabric transport writes).
-    auto pin = [&](void* p, size_t bytes, void** dev) -> std::string {
-      cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
-      if (e != cudaSuccess) return cudaWhy("pinning the network step's host memory", e);
-      pinned_.push_back(p);
-      e = cudaHostGetDevicePointer(dev, p, 0);
-      return e == cudaSuccess ? std::string() : cudaWhy("mapping the network step's memory", e);
-    };
+    auto pin = [&](void* p, size_t bytes, void** dev) { return pinMapped(p, bytes, dev); };
     NetPeers::Views v;
     void* send = nullptr;
     void* recv = nullptr;
@@ -887,6 +891,39 @@ std::string CudaBackend::setUpNet() {
   }
 }
 
+std::string CudaBackend::pinMapped(void* p, size_t bytes, void** dev) {
+  cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
+  if (e != cudaSuccess) return cudaWhy("pinning the network step's host memory", e);
+  pinned_.push_back(p);
+  e = cudaHostGetDevicePointer(dev, p, 0);
+  return e == cudaSuccess ? std::string() : cudaWhy("mapping the network step's memory", e);
+}
+
+void CudaBackend::addPairs(const std::vector<int>& ranks) {
+  // A pair made by an earlier call whose pinning failed is pinned again, not made again.
+  std::vector<int> make;
+  for (int r : ranks) {
+    if (netPeers_->pair(r) == nullptr) make.push_back(r);
+  }
+  netPeers_->addPairs(*context_, make, make);  // the Context's ranks are the communicator's
+  for (int r : ranks) {
+    const NetPeers::Pair* p = netPeers_->pair(r);
+    void* send = nullptr;
+    void* recv = nullptr;
+    void* flags = nullptr;
+    std::string why = pinMapped(p->send.data(), p->send.size(), &send);
+    if (why.empty()) why = pinMapped(p->recv.data(), p->recv.size(), &recv);
+    if (why.empty()) why = pinMapped(p->flags.data(), p->flags.size(), &flags);
+    if (!why.empty()) {
+      throw Error(ErrorCode::BackendError,
+                  fmt::format("cuda collectives: setting up send/recv with rank {}: {}", r, why));
+    }
+    pairLanes_[r] =
+        netPeers_->pairLane(*p, static_cast<char*>(send), static_cast<const char*>(recv),
+                            static_cast<uint64_t*>(flags));
+  }
+}
+
 void CudaBackend::releaseNet() noexcept {
   if (netPeers_) {
     if (netPolling_) netPeers_->proxy().endDeviceWork();
@@ -895,6 +932,7 @@ void CudaBackend::releaseNet() noexcept {
   }
   for (void* p : pinned_) cudaHostUnregister(p);
   pinned_.clear();
+  pairLanes_.clear();
   netPeers_.reset();
   if (netDevice_ != nullptr) cudaFree(netDevice_);
   netDevice_ = nullptr;
@@ -1010,11 +1048,35 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     }
   }
   DeviceGuard guard(device_);
+  // A send/recv peer of another local index needs its pair, made on its first use.
+  std::vector<int> newPairs;
+  for (const NetCall& c : calls) {
+    if (std::string why = netUnsuitable(c, net_); !why.empty()) {
+      throw Error(ErrorCode::NotSupported, "cuda collectives: " + why);
+    }
+    for (int peer : {c.sendTo, c.recvFrom}) {
+      if (c.op == NetOp::SendRecv && needsPair(peer, net_) && !pairLanes_.contains(peer) &&
+          std::find(newPairs.begin(), newPairs.end(), peer) == newPairs.end()) {
+        newPairs.push_back(peer);
+      }
+    }
+  }
+  if (!newPairs.empty()) {
+    if (capturing(stream)) {
+      throw Error(ErrorCode::NotSupported,
+                  fmt::format("cuda collectives: the first send/recv between rank {} and rank {} "
+                              "(another host and local index) sets up their pair, which a stream "
+                              "being captured cannot do: run it once before capturing",
+                              rank_, newPairs.front()));
+    }
+    addPairs(newPairs);
+  }
   std::string what;
   size_t launches = 0;
   for (NetCall& c : calls) {
-    if (std::string why = netUnsuitable(c, net_); !why.empty()) {
-      throw Error(ErrorCode::NotSupported, "cuda collectives: " + why);
+    if (c.op == NetOp::SendRecv) {
+      if (needsPair(c.sendTo, net_)) c.sendLane = &pairLanes_.at(c.sendTo);
+      if (needsPair(c.recvFrom, net_)) c.recvLane = &pairLanes_.at(c.recvFrom);
     }
     const uint64_t need = netWorkspaceBytes(c, net_);
     if (need > workspaceBytes_) {

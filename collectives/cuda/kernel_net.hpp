@@ -1,18 +1,19 @@
 #pragma once
 
 // The network step of the cross-host collectives (docs/collectives-cuda.md, "Across hosts"): a
-// rank exchanges bytes with the ranks of the same local index on the other hosts through
-// PortChannels. The kernel copies what it sends into a pinned host bounce buffer, pushes a
-// put-with-signal per peer into the proxy FIFO (the proxy writes it into the peer's receive
-// bounce buffer over the fabric connection, then raises the peer's data counter), waits for each
-// peer's data counter, and either folds the peers' data with its own in host order (NetReduce)
-// or copies it out (NetGather). After it has read a peer's slot it signals that peer's ack
-// counter through a second channel; a sender reuses a slot (and its own bounce half) only after
-// the ack of the chunk that used it two chunks ago (two slots per peer, by chunk parity).
+// rank exchanges bytes with its lanes' peers (the ranks of the same local index on the other
+// hosts, or a send/recv's peers) through PortChannels. The kernel copies what it sends into a
+// pinned host bounce buffer, pushes a put-with-signal per peer into the proxy FIFO (the proxy
+// writes it into the peer's receive bounce buffer over the fabric connection, then raises the
+// peer's data counter), waits for each peer's data counter, and either folds the peers' data with
+// its own in host order (NetReduce) or copies it out (NetGather). After it has read a peer's slot
+// it signals that peer's ack counter through a second channel; a sender reuses a slot (and its own
+// bounce half) only after the ack of the chunk that used it two chunks ago (two slots per peer, by
+// chunk parity).
 //
-// Counts (chunks sent to and received from each host) live in NetState, in this rank's device
-// memory, so they persist across launches and graph replays as the semaphores' counts do. One
-// block runs the step; thread 0 waits and pushes, every thread copies and folds.
+// Counts (chunks sent to and received from each peer rank) live in NetState, in this rank's
+// device memory, so they persist across launches and graph replays as the semaphores' counts do.
+// One block runs the step; thread 0 waits and pushes, every thread copies and folds.
 
 #include "kernel_common.hpp"
 
@@ -26,7 +27,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool pushTrigger(Ctx& ctx, const Waiter&
                                                          const ProxyTrigger& t) {
   FifoDeviceHandle fifo = n.fifo;
   uint64_t id = 0;
-  return w.until(ctx, n.peerRank[h], 0, [&](uint64_t&) { return fifo.tryPush(t, &id); });
+  return w.until(ctx, -1 - n.lane[h].peer, 0, [&](uint64_t&) { return fifo.tryPush(t, &id); });
 }
 
 /// Thread 0 waits until *word reaches want (acquire: what the proxy wrote before it is visible
@@ -69,8 +70,8 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
   // a runtime-indexed array lives in local memory).
   uint32_t sendParity = 0, recvParity = 0;
   for (int h = 0; h < n.hosts; ++h) {
-    sendParity |= static_cast<uint32_t>(n.state->sent[h] & 1u) << h;
-    recvParity |= static_cast<uint32_t>(n.state->received[h] & 1u) << h;
+    sendParity |= static_cast<uint32_t>(n.state->sent[n.lane[h].peer] & 1u) << h;
+    recvParity |= static_cast<uint32_t>(n.state->received[n.lane[h].peer] & 1u) << h;
   }
   ctx.sync();  // thread 0 changes the counts only after every thread read them
   bool ok = true;
@@ -84,8 +85,9 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
     if (ctx.thread() == 0) {
       for (int h = 0; h < n.hosts && ok; ++h) {
         if ((n.sendMask >> h & 1u) == 0) continue;
-        const uint64_t s = n.state->sent[h];
-        if (s >= 2) ok = waitCount(ctx, w, n.peerRank[h], n.ackIn[h], s - 1);
+        const NetLane& lane = n.lane[h];
+        const uint64_t s = n.state->sent[lane.peer];
+        if (s >= 2) ok = waitCount(ctx, w, -1 - lane.peer, lane.ackIn, s - 1);
       }
     }
     if (!ctx.syncAnd(ok)) return;
@@ -93,7 +95,7 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
     for (int h = 0; h < n.hosts; ++h) {
       if ((n.sendMask >> h & 1u) == 0) continue;
       const uint32_t p = ((sendParity >> h) ^ static_cast<uint32_t>(c)) & 1u;
-      char* slot = n.sendBounce + n.slot(p, h);
+      char* slot = n.lane[h].sendSlot + p * n.lane[h].parityStride;
       const char* src = n.src[h];
       moveUnits(
           ctx, 0, units, [&](uint64_t i) { return loadUnit16(src, off + i * 16, end); },
@@ -104,15 +106,18 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
     if (ctx.thread() == 0) {
       for (int h = 0; h < n.hosts && ok; ++h) {
         if ((n.sendMask >> h & 1u) == 0) continue;
-        const uint32_t p = ((sendParity >> h) ^ static_cast<uint32_t>(c)) & 1u;
+        const NetLane& lane = n.lane[h];
+        const uint64_t parity = ((sendParity >> h) ^ static_cast<uint32_t>(c)) & 1u;
         ok = pushTrigger(ctx, w, n, h,
-                         {n.slot(p, n.host), n.slot(p, h), units * 16, n.dataChannel[h],
+                         {lane.dstOffset + parity * lane.parityStride,
+                          lane.srcOffset + parity * lane.parityStride, units * 16, lane.dataChannel,
                           TriggerType::PutWithSignal});
-        n.state->sent[h] += 1;
+        n.state->sent[lane.peer] += 1;
       }
       for (int h = 0; h < n.hosts && ok; ++h) {
         if ((n.recvMask >> h & 1u) == 0) continue;
-        ok = waitCount(ctx, w, n.peerRank[h], n.dataIn[h], n.state->received[h] + 1);
+        const NetLane& lane = n.lane[h];
+        ok = waitCount(ctx, w, -1 - lane.peer, lane.dataIn, n.state->received[lane.peer] + 1);
       }
     }
     if (!ctx.syncAnd(ok)) return;
@@ -123,7 +128,7 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
           const device::Vec16 out = foldHostsVec<T, Op>(n, [&](int h) {
             if (h == n.host) return loadUnit16(n.src[h], off + i * 16, end);
             const uint32_t p = ((recvParity >> h) ^ static_cast<uint32_t>(c)) & 1u;
-            return device::loadVec16(n.recvBounce + n.slot(p, h) + i * 16);
+            return device::loadVec16(n.lane[h].recvSlot + p * n.lane[h].parityStride + i * 16);
           });
           storeUnit16(n.dst[n.host], off + i * 16, end, out);
         }
@@ -132,7 +137,7 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
       for (int h = 0; h < n.hosts; ++h) {
         if ((n.recvMask >> h & 1u) == 0) continue;
         const uint32_t p = ((recvParity >> h) ^ static_cast<uint32_t>(c)) & 1u;
-        const char* slot = n.recvBounce + n.slot(p, h);
+        const char* slot = n.lane[h].recvSlot + p * n.lane[h].parityStride;
         char* dst = n.dst[h];
         moveUnits(
             ctx, 0, units, [&](uint64_t i) { return device::loadVec16(slot + i * 16); },
@@ -144,8 +149,8 @@ STRATA_HOST_DEVICE void netExchange(Ctx& ctx, const KernelArgs& a, bool reduce) 
     if (ctx.thread() == 0) {
       for (int h = 0; h < n.hosts && ok; ++h) {
         if ((n.recvMask >> h & 1u) == 0) continue;
-        ok = pushTrigger(ctx, w, n, h, {0, 0, 0, n.ackChannel[h], TriggerType::Signal});
-        n.state->received[h] += 1;
+        ok = pushTrigger(ctx, w, n, h, {0, 0, 0, n.lane[h].ackChannel, TriggerType::Signal});
+        n.state->received[n.lane[h].peer] += 1;
       }
     }
   }

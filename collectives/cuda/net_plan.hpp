@@ -12,9 +12,13 @@
 #include <string>
 #include <vector>
 
+#include <strata/error.hpp>
+
 #include "kernels.hpp"
 
 namespace strata::cuda {
+
+static_assert(kMaxHosts * kMaxRanks <= kMaxNetRanks, "NetState counts every rank");
 
 /// Where this rank sits among the hosts.
 struct NetLayout {
@@ -61,8 +65,10 @@ enum class NetOp { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll, Sen
 
 /// One cross-host call as the caller states it (counts as the seam counts them: AllReduce and
 /// Broadcast the whole buffer, AllGather, ReduceScatter and AllToAll one rank's block, SendRecv
-/// each message). SendRecv: a send to sendTo and a receive from recvFrom (either may be -1), the
-/// peers on other hosts with this rank's local index (a fused send/recv: both at once).
+/// each message). SendRecv: a send to sendTo and a receive from recvFrom (either may be -1; a
+/// fused send/recv: both at once), ranks on other hosts. A peer of this rank's local index
+/// takes its collective lane; any other takes the lane of its pair (NetPeers::addPairs), which
+/// the caller passes in sendLane / recvLane.
 struct NetCall {
   NetOp op = NetOp::AllReduce;
   ElemType type = ElemType::Float;
@@ -71,10 +77,12 @@ struct NetCall {
   void* recv = nullptr;
   uint64_t count = 0;
   uint64_t elemSize = 1;
-  int root = 0;               ///< Broadcast: the root's rank
-  int sendTo = -1;            ///< SendRecv: the rank this rank sends to (-1: none)
-  int recvFrom = -1;          ///< SendRecv: the rank this rank receives from (-1: none)
-  char* workspace = nullptr;  ///< netWorkspaceBytes() of device memory
+  int root = 0;                       ///< Broadcast: the root's rank
+  int sendTo = -1;                    ///< SendRecv: the rank this rank sends to (-1: none)
+  int recvFrom = -1;                  ///< SendRecv: the rank this rank receives from (-1: none)
+  const NetLane* sendLane = nullptr;  ///< SendRecv: sendTo's pair, when not of this local index
+  const NetLane* recvLane = nullptr;  ///< SendRecv: recvFrom's pair, likewise
+  char* workspace = nullptr;          ///< netWorkspaceBytes() of device memory
 };
 
 struct PlannedLaunch {
@@ -100,13 +108,18 @@ inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
   for (int peer : {c.sendTo, c.recvFrom}) {
     if (peer < 0) continue;
     if (peer >= l.nranks()) return "peer rank " + std::to_string(peer) + " does not exist";
-    if (peer / l.localRanks == l.host || peer % l.localRanks != l.local) {
-      return "send/recv across hosts runs between ranks of the same local index on different "
+    if (peer / l.localRanks == l.host) {
+      return "send/recv between ranks of one host is not served when the ranks span several "
              "hosts (rank " +
-             std::to_string(l.rank()) + " and rank " + std::to_string(peer) + " are not)";
+             std::to_string(l.rank()) + " and rank " + std::to_string(peer) + " share a host)";
     }
   }
   return {};
+}
+
+/// Whether a send/recv peer needs a pair of its own (not this rank's collective lane).
+inline bool needsPair(int peer, const NetLayout& l) {
+  return peer >= 0 && peer / l.localRanks != l.host && peer % l.localRanks != l.local;
 }
 
 /// The launches of call c on this rank. local: the one-host arguments of this rank (rank and
@@ -152,8 +165,8 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     p.args.net.sendMask = sendMask;
     p.args.net.recvMask = recvMask;
     p.args.net.bytes = bytes;
-    // Reported as -1 - rank (AbortRecord::peer): a rank on another host.
-    for (int h = 0; h < l.hosts; ++h) p.args.net.peerRank[h] = -1 - (h * l.localRanks + l.local);
+    // Lane h: the rank of this local index on host h.
+    for (int h = 0; h < l.hosts; ++h) p.args.net.lane[h].peer = h * l.localRanks + l.local;
     out.push_back(p);
     return &out.back().args.net;
   };
@@ -258,11 +271,36 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
       break;
     }
     case NetOp::SendRecv: {
-      const uint32_t to = c.sendTo >= 0 ? 1u << (c.sendTo / l.localRanks) : 0;
-      const uint32_t from = c.recvFrom >= 0 ? 1u << (c.recvFrom / l.localRanks) : 0;
+      // Lane 0: the send's peer; lane 1 the receive's (lane 0 too when it is the same rank).
+      auto laneOf = [&](int peer, const NetLane* pair) {
+        if (!needsPair(peer, l)) {
+          NetLane lane = net.lane[peer / l.localRanks];
+          lane.peer = peer;
+          return lane;
+        }
+        if (pair == nullptr || pair->peer != peer) {
+          throw Error(ErrorCode::InvalidArgument,
+                      "cross-host send/recv: rank " + std::to_string(peer) +
+                          " is not of this rank's local index and has no pair lane");
+        }
+        return *pair;
+      };
+      const bool same = c.sendTo >= 0 && c.sendTo == c.recvFrom;
+      const uint32_t to = c.sendTo >= 0 ? 1u : 0u;
+      const uint32_t from = c.recvFrom < 0 ? 0u : same ? 1u : 2u;
       NetArgs* n = netLaunch(KernelId::NetGather, to, from, c.count * es);
-      if (c.sendTo >= 0) n->src[c.sendTo / l.localRanks] = send;
-      if (c.recvFrom >= 0) n->dst[c.recvFrom / l.localRanks] = recv;
+      n->host = -1;  // no lane of its own: nothing is folded
+      n->hosts = 2;
+      for (NetLane& lane : n->lane) lane = NetLane{};
+      if (c.sendTo >= 0) {
+        n->lane[0] = laneOf(c.sendTo, c.sendLane);
+        n->src[0] = send;
+      }
+      if (c.recvFrom >= 0) {
+        const int at = same ? 0 : 1;
+        n->lane[at] = laneOf(c.recvFrom, c.recvLane);
+        n->dst[at] = recv;
+      }
       break;
     }
   }

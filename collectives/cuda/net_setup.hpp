@@ -5,10 +5,15 @@
 // receive bounce buffers and the counter words (host memory registered with the Context, which
 // the fabric transport writes), and a ProxyService with two PortChannels per peer (data: puts
 // into the peer's receive bounce and raises its data counter; ack: raises its ack counter).
-// Creation is collective among those peers. The CUDA module maps the bounce buffers, the
+// Creation is collective among those peers. A send/recv to a rank of another host that is not
+// of this rank's local index gets a pair of its own on first use (addPairs, collective with that
+// rank only): a connection, two slots each way, two counter words and two channels on the
+// running proxy. The CUDA module maps the bounce buffers, the
 // counters and the proxy FIFO into the GPU (cudaHostRegister); the host emulation
 // (tests/cuda-emu/net_emu.cpp) uses them as they are.
 
+#include <algorithm>
+#include <deque>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -77,6 +82,74 @@ class NetPeers {
   uint64_t* flags() const { return static_cast<uint64_t*>(flags_.data()); }
   uint64_t bounceBytes() const { return sendBounce_.size(); }
 
+  /// Adds a pair per listed peer, collective with each of them (each must list this rank).
+  /// ctxPeers: their Context ranks; ranks: their ranks in the collective (NetLane::peer). One
+  /// connect and exchange per pair, in ascending order of the peers' ranks: every rank takes
+  /// its pairs in the order of (lower rank, higher rank), so a rank waits only for a peer still
+  /// at an earlier pair, and a ring of first send/recvs cannot wait on itself. A rank already
+  /// paired is an InvalidArgument.
+  void addPairs(Context& ctx, const std::vector<int>& ctxPeers, const std::vector<int>& ranks) {
+    if (ctxPeers.size() != ranks.size()) {
+      throw Error(ErrorCode::InvalidArgument, "network step: one Context rank per paired rank");
+    }
+    std::vector<size_t> order(ranks.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      order[i] = i;
+      if (pair(ranks[i]) != nullptr) {
+        throw Error(ErrorCode::InvalidArgument,
+                    "network step: rank " + std::to_string(ranks[i]) + " is already paired");
+      }
+    }
+    if (ranks.empty()) return;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return ranks[x] < ranks[y]; });
+    for (size_t i : order) {
+      const int peer[] = {ctxPeers[i]};
+      Pair p;
+      p.rank = ranks[i];
+      p.conn = ctx.connect(peer).at(0);
+      p.send = ctx.allocate(2 * chunk_);
+      p.recv = ctx.allocate(2 * chunk_);
+      p.flags = ctx.allocate(kPairFlagBytes);
+      RegisteredMemory recv = ctx.exchange(p.recv, peer).at(0);
+      RegisteredMemory flags = ctx.exchange(p.flags, peer).at(0);
+      p.data = proxy_->addChannel(p.conn, recv, p.send, flags, 0);
+      p.ack = proxy_->addChannel(p.conn, recv, p.send, flags, 8);
+      pairs_.push_back(std::move(p));
+    }
+  }
+  /// A pair's memory (the CUDA module maps it), or nullptr.
+  struct Pair {
+    int rank = -1;
+    std::shared_ptr<Connection> conn;
+    RegisteredMemory send, recv, flags;  ///< 2 x chunk, 2 x chunk, kPairFlagBytes
+    uint32_t data = 0, ack = 0;
+  };
+  static constexpr uint64_t kPairFlagBytes = 64;  ///< data count at 0, ack count at 8
+  const Pair* pair(int rank) const {
+    for (const Pair& p : pairs_) {
+      if (p.rank == rank) return &p;
+    }
+    return nullptr;
+  }
+  /// The lane of a pair as a kernel sees it (views: where the kernel sees its send, receive and
+  /// flag memory; the emulation passes the host pointers).
+  NetLane pairLane(const Pair& p, char* send, const char* recv, uint64_t* flags) const {
+    NetLane lane;
+    lane.sendSlot = send;
+    lane.recvSlot = recv;
+    lane.parityStride = chunk_;
+    lane.dataIn = flags;
+    lane.ackIn = flags + 1;
+    lane.dataChannel = p.data;
+    lane.ackChannel = p.ack;
+    lane.peer = p.rank;
+    return lane;
+  }
+  NetLane pairLane(const Pair& p) const {
+    return pairLane(p, static_cast<char*>(p.send.data()), static_cast<const char*>(p.recv.data()),
+                    static_cast<uint64_t*>(p.flags.data()));
+  }
+
   /// Where the kernel sees this rank's memory (device pointers of the mappings; the host
   /// emulation passes the host pointers).
   struct Views {
@@ -93,15 +166,23 @@ class NetPeers {
     n.hosts = hosts_;
     n.host = host_;
     n.chunk = chunk_;
-    n.sendBounce = v.sendBounce;
-    n.recvBounce = v.recvBounce;
     n.fifo = proxy_->fifo(v.fifo, v.fifoProducerWords);
+    // Lane h: slot (parity, h) of the [2 parities][hosts][chunk] bounce buffers; this rank's
+    // chunks land in the peer's receive slot of this host. The peer's rank is the caller's
+    // (planCrossHost sets it).
+    const uint64_t stride = static_cast<uint64_t>(hosts_) * chunk_;
     for (int h = 0; h < hosts_; ++h) {
       if (h == host_) continue;
-      n.dataChannel[h] = data_[h];
-      n.ackChannel[h] = ack_[h];
-      n.dataIn[h] = v.flags + dataFlag(h) / 8;
-      n.ackIn[h] = v.flags + ackFlag(h) / 8;
+      NetLane& lane = n.lane[h];
+      lane.sendSlot = v.sendBounce + static_cast<uint64_t>(h) * chunk_;
+      lane.recvSlot = v.recvBounce + static_cast<uint64_t>(h) * chunk_;
+      lane.srcOffset = static_cast<uint64_t>(h) * chunk_;
+      lane.dstOffset = static_cast<uint64_t>(host_) * chunk_;
+      lane.parityStride = stride;
+      lane.dataChannel = data_[h];
+      lane.ackChannel = ack_[h];
+      lane.dataIn = v.flags + dataFlag(h) / 8;
+      lane.ackIn = v.flags + ackFlag(h) / 8;
     }
     n.state = v.state;
     return n;
@@ -121,6 +202,7 @@ class NetPeers {
   std::unique_ptr<ProxyService> proxy_;
   uint32_t data_[kMaxHosts] = {};
   uint32_t ack_[kMaxHosts] = {};
+  std::deque<Pair> pairs_;  // pair() hands out pointers
 };
 
 }  // namespace strata::cuda

@@ -271,7 +271,8 @@ constexpr KeyInfo kKeys[] = {
      false},
     {"collectives.cuda.net_chunk_bytes", Type::Bytes, "512K", "",
      "CUDA module, ranks on several hosts: bytes of each bounce slot of the network step (a rank "
-     "pins 4 x hosts x this in host memory); a multiple of 16 (docs/collectives-cuda.md).",
+     "pins 4 x hosts x this in host memory, and 4 x this more per send/recv peer of another host "
+     "and local index); a multiple of 16 (docs/collectives-cuda.md).",
      false},
     {"collectives.cuda.wait_limit", Type::Double, "600", "0..",
      "CUDA module: seconds a kernel waits for a peer that makes no progress before it gives up "

@@ -93,8 +93,8 @@ struct ProxyService::Impl {
   /// Channels may be added while the thread runs (a communicator connects a new peer on its
   /// first send/recv): fixed slots, published by channelCount (release); the thread reads
   /// only the slots below it. addMu orders the adders.
-  std::unique_ptr<std::unique_ptr<Channel>[]> channels{
-      new std::unique_ptr<Channel>[kTriggerNoChannel]};
+  std::unique_ptr<std::unique_ptr<Channel>[]> channels =
+      std::make_unique<std::unique_ptr<Channel>[]>(kTriggerNoChannel);
   std::atomic<size_t> channelCount{0};
   std::mutex addMu;
   /// Under addMu (deque: a state never moves once added).

@@ -29,8 +29,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,6 +177,8 @@ bool integral(ElemType t) {
          t != ElemType::Double;
 }
 
+const char* const kPatternNames[] = {"ring", "one way", "shift", "crossed", "snake"};
+
 struct Case {
   NetOp op = NetOp::AllReduce;
   ElemType type = ElemType::Float;
@@ -182,20 +186,63 @@ struct Case {
   uint64_t count = 0;
   int root = 0;
   bool inPlace = false;
-  bool oneWay = false;  ///< SendRecv: host 0's ranks send to host 1's (else a fused ring)
+  /// SendRecv: who sends to whom.
+  ///   Ring: to (h + 1, l), from (h - 1, l), fused (the collective lanes);
+  ///   OneWay: host 0's rank l to host 1's rank l;
+  ///   Shift: to (h + 1, l + 1), from (h - 1, l - 1), fused (at L > 1 every peer is of another
+  ///     local index: pairs of their own);
+  ///   Crossed: host 0's rank l to host 1's rank L - 1 - l (pairs, one way);
+  ///   Snake: one cycle through every rank, position q at host q mod H, local index
+  ///     (q / H + q mod H) mod L: consecutive ranks on different hosts, some of the same local
+  ///     index and some not (at H = 2 a rank sends on a pair and receives on its collective lane,
+  ///     or the other way round), fused.
+  enum Pattern { Ring, OneWay, Shift, Crossed, Snake, kPatterns };
+  int pattern = Ring;
 
   /// SendRecv: whom rank r sends to and receives from (-1: nobody).
   void peers(int r, int hosts, int local, int* to, int* from) const {
     const int h = r / local, l = r % local;
-    *to = oneWay ? (h == 0 ? local + l : -1) : ((h + 1) % hosts) * local + l;
-    *from = oneWay ? (h == 1 ? l : -1) : ((h + hosts - 1) % hosts) * local + l;
+    const int n = hosts * local;
+    *to = -1;
+    *from = -1;
+    switch (pattern) {
+      case Ring:
+        *to = ((h + 1) % hosts) * local + l;
+        *from = ((h + hosts - 1) % hosts) * local + l;
+        break;
+      case OneWay:
+        if (h == 0) *to = local + l;
+        if (h == 1) *from = l;
+        break;
+      case Shift:
+        *to = ((h + 1) % hosts) * local + (l + 1) % local;
+        *from = ((h + hosts - 1) % hosts) * local + (l + local - 1) % local;
+        break;
+      case Crossed:
+        if (h == 0) *to = local + (local - 1 - l);
+        if (h == 1) *from = local - 1 - l;
+        break;
+      case Snake: {
+        auto at = [&](int q) {
+          q = ((q % n) + n) % n;
+          const int qh = q % hosts;
+          return qh * local + (q / hosts + qh) % local;
+        };
+        for (int q = 0; q < n; ++q) {
+          if (at(q) != r) continue;
+          *to = at(q + 1);
+          *from = at(q - 1);
+        }
+        break;
+      }
+    }
   }
 
   std::string describe() const {
     return std::string(opName(op)) + " type " + std::to_string(static_cast<int>(type)) + " op " +
            std::to_string(static_cast<int>(redOp)) + " count " + std::to_string(count) +
            (op == NetOp::Broadcast ? " root " + std::to_string(root) : "") +
-           (op == NetOp::SendRecv ? (oneWay ? " one way" : " ring") : "") +
+           (op == NetOp::SendRecv ? std::string(" pattern ") + kPatternNames[pattern] : "") +
            (inPlace ? " in place" : "");
   }
 };
@@ -221,6 +268,7 @@ class Host {
     std::vector<int> peerOf(static_cast<size_t>(hosts_));
     for (int h = 0; h < hosts_; ++h) peerOf[h] = h;
     words_.assign(static_cast<size_t>(2 * o.local), 0);
+    pairLanes_.resize(static_cast<size_t>(o.local));
     states_.resize(static_cast<size_t>(o.local));
     std::memset(states_.data(), 0, states_.size() * sizeof(NetState));
     // One set of peers per local rank, made in local-rank order on every host (collective).
@@ -236,6 +284,12 @@ class Host {
   int hosts() const { return hosts_; }
   int host() const { return host_; }
   int nranks() const { return hosts_ * o_.local; }
+  /// Pairs this host's ranks made (send/recv peers of another local index).
+  int pairs() const {
+    int n = 0;
+    for (const auto& m : pairLanes_) n += static_cast<int>(m.size());
+    return n;
+  }
 
   /// Runs cases back to back (one stream per rank) and checks them; false on the first failure
   /// (printed). slowRank: a local rank of this host that sleeps now and then (-1: none).
@@ -244,6 +298,7 @@ class Host {
     const int n = nranks();
     std::vector<Buffers> bufs(cases.size());
     std::vector<std::vector<Launch>> perRank(static_cast<size_t>(L));
+    makePairs(cases);
     where_.assign(static_cast<size_t>(L), {});
     for (size_t c = 0; c < cases.size(); ++c) {
       const Case& k = cases[c];
@@ -270,8 +325,12 @@ class Host {
         call.count = k.count;
         call.elemSize = es;
         call.root = k.root;
-        if (k.op == NetOp::SendRecv) k.peers(rank, hosts_, L, &call.sendTo, &call.recvFrom);
         const NetLayout layout{hosts_, L, host_, l};
+        if (k.op == NetOp::SendRecv) {
+          k.peers(rank, hosts_, L, &call.sendTo, &call.recvFrom);
+          if (needsPair(call.sendTo, layout)) call.sendLane = &pairLanes_[l].at(call.sendTo);
+          if (needsPair(call.recvFrom, layout)) call.recvLane = &pairLanes_[l].at(call.recvFrom);
+        }
         b.work.emplace_back(netWorkspaceBytes(call, layout));
         call.workspace = b.work[l].data();
         call.send = b.send[l].data();
@@ -375,6 +434,37 @@ class Host {
     return true;
   }
 
+  /// The pairs the send/recvs of cases need that do not exist yet, made as the module makes
+  /// them on first use (NetPeers::addPairs), in the order of (lower rank, higher rank) on every
+  /// process: each process makes those of its ranks, one peer at a time.
+  void makePairs(const std::vector<Case>& cases) {
+    const int L = o_.local;
+    std::set<std::pair<int, int>> want;
+    for (const Case& k : cases) {
+      if (k.op != NetOp::SendRecv) continue;
+      for (int r = 0; r < nranks(); ++r) {
+        int to = -1, from = -1;
+        k.peers(r, hosts_, L, &to, &from);
+        const NetLayout layout{hosts_, L, r / L, r % L};
+        for (int peer : {to, from}) {
+          if (needsPair(peer, layout)) want.insert({std::min(r, peer), std::max(r, peer)});
+        }
+      }
+    }
+    for (auto [a, b] : want) {
+      for (auto [me, peer] : {std::pair{a, b}, std::pair{b, a}}) {
+        if (me / L != host_) continue;
+        const int l = me % L;
+        if (pairLanes_[l].contains(peer)) continue;
+        peers_[l]->addPairs(*ctx_, {peer / L}, {peer});
+        const NetPeers::Pair& p = *peers_[l]->pair(peer);
+        world_->addWeakRange(static_cast<char*>(p.send.data()), p.send.size());
+        world_->addWeakRange(static_cast<char*>(p.recv.data()), p.recv.size());
+        pairLanes_[l][peer] = peers_[l]->pairLane(p);
+      }
+    }
+  }
+
   /// What each local rank's abort record says; empty when none gave up.
   std::string aborts() {
     std::string out;
@@ -415,16 +505,22 @@ class Host {
       out += "  rank " + std::to_string(host_ * o_.local + l) + " in " + at + ": pushed " +
              std::to_string(__atomic_load_n(&words_[2 * l], __ATOMIC_ACQUIRE)) + ", executed " +
              std::to_string(peers_[l]->proxy().executed());
+      auto counts = [&](int peer, const uint64_t* data, const uint64_t* acks) {
+        return ": sent " +
+               std::to_string(__atomic_load_n(&states_[l].sent[peer], __ATOMIC_RELAXED)) +
+               " received " +
+               std::to_string(__atomic_load_n(&states_[l].received[peer], __ATOMIC_RELAXED)) +
+               " data in " + std::to_string(__atomic_load_n(data, __ATOMIC_ACQUIRE)) + " acks in " +
+               std::to_string(__atomic_load_n(acks, __ATOMIC_ACQUIRE));
+      };
       for (int h = 0; h < hosts_; ++h) {
         if (h == host_) continue;
-        out +=
-            "; host " + std::to_string(h) + ": sent " +
-            std::to_string(__atomic_load_n(&states_[l].sent[h], __ATOMIC_RELAXED)) + " received " +
-            std::to_string(__atomic_load_n(&states_[l].received[h], __ATOMIC_RELAXED)) +
-            " data in " +
-            std::to_string(__atomic_load_n(&flags[NetPeers::dataFlag(h) / 8], __ATOMIC_ACQUIRE)) +
-            " acks in " +
-            std::to_string(__atomic_load_n(&flags[NetPeers::ackFlag(h) / 8], __ATOMIC_ACQUIRE));
+        out += "; host " + std::to_string(h) +
+               counts(h * o_.local + l, &flags[NetPeers::dataFlag(h) / 8],
+                      &flags[NetPeers::ackFlag(h) / 8]);
+      }
+      for (const auto& [peer, lane] : pairLanes_[l]) {
+        out += "; pair with rank " + std::to_string(peer) + counts(peer, lane.dataIn, lane.ackIn);
       }
       out += "\n";
     }
@@ -583,6 +679,8 @@ class Host {
   std::vector<NetState> states_;
   std::vector<std::unique_ptr<NetPeers>> peers_;
   std::vector<NetArgs> net_;
+  /// Per local rank: the lanes of its pairs (send/recv peers of another local index), by rank.
+  std::vector<std::map<int, NetLane>> pairLanes_;
   // Diagnostics of a failed batch (netCounts()): when the first rank gave up, and when the
   // monitor stopped the others (by then the rank that gave up may have run on: its later waits
   // fail at once, but pushes and waits that need no waiting still go through).
@@ -623,7 +721,7 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
           c.root = static_cast<int>((count + static_cast<uint64_t>(r)) % nranks);
           const bool inPlaceForm = op != NetOp::AllToAll && op != NetOp::SendRecv;
           c.inPlace = inPlaceForm && (count + static_cast<uint64_t>(t)) % 2 == 1;
-          c.oneWay = (count + static_cast<uint64_t>(t)) % 2 == 0;
+          c.pattern = static_cast<int>((count + static_cast<uint64_t>(t)) % Case::kPatterns);
           batch.push_back(c);
         }
       }
@@ -644,7 +742,7 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
     c.count = 1 + rng() % (o.chunk / 2);
     c.root = static_cast<int>(rng() % nranks);
     c.inPlace = c.op != NetOp::AllToAll && c.op != NetOp::SendRecv && rng() % 2 == 0;
-    c.oneWay = rng() % 2 == 0;
+    c.pattern = static_cast<int>(rng() % Case::kPatterns);
     out.push_back(c);
   }
   return out;
@@ -739,8 +837,11 @@ int main(int argc, char** argv) {
       }
       calls += static_cast<int>(cases.size());
     }
-    std::printf("%s%d calls on %d hosts x %d ranks (chunk %llu B) passed\n", who.c_str(), calls,
-                host.hosts(), o.local, static_cast<unsigned long long>(o.chunk));
+    std::printf(
+        "%s%d calls on %d hosts x %d ranks (chunk %llu B, %d send/recv pairs of "
+        "another local index) passed\n",
+        who.c_str(), calls, host.hosts(), o.local, static_cast<unsigned long long>(o.chunk),
+        host.pairs());
     ctx->bootstrap().barrier();
     return 0;
   } catch (const std::exception& e) {

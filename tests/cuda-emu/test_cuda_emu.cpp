@@ -1814,12 +1814,45 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   p2p.op = NetOp::SendRecv;
   p2p.sendTo = 3;
   BOOST_TEST(netUnsuitable(p2p, two).empty());
-  p2p.sendTo = 0;  // same host
-  BOOST_TEST(has(netUnsuitable(p2p, two), "same local index"));
-  p2p.sendTo = 2;  // other host, other local index
-  BOOST_TEST(has(netUnsuitable(p2p, two), "same local index"));
+  BOOST_TEST(!needsPair(3, two));  // rank 3: host 1, local index 1, as rank 1
+  p2p.sendTo = 0;                  // same host
+  BOOST_TEST(has(netUnsuitable(p2p, two), "share a host"));
+  p2p.sendTo = 2;  // other host, other local index: served through a pair of its own
+  BOOST_TEST(netUnsuitable(p2p, two).empty());
+  BOOST_TEST(needsPair(2, two));
   p2p.sendTo = 4;
   BOOST_TEST(has(netUnsuitable(p2p, two), "does not exist"));
+  {
+    // A fused send to rank 2 (its pair's lane) and receive from rank 3 (the collective lane
+    // of host 1): lane 0 and lane 1 of one NetGather; without the pair's lane, an error.
+    KernelArgs local;
+    NetArgs net;
+    net.lane[1].dataChannel = 7;
+    NetLane pair;
+    pair.peer = 2;
+    pair.dataChannel = 9;
+    char sbuf[8], rbuf[8];
+    p2p.sendTo = 2;
+    p2p.recvFrom = 3;
+    p2p.count = 8;
+    p2p.elemSize = 1;
+    p2p.send = sbuf;
+    p2p.recv = rbuf;
+    BOOST_CHECK_THROW(planCrossHost(p2p, two, local, net), strata::Error);
+    p2p.sendLane = &pair;
+    const auto plan = planCrossHost(p2p, two, local, net);
+    BOOST_REQUIRE_EQUAL(plan.size(), 1u);
+    const NetArgs& n = plan[0].args.net;
+    BOOST_TEST((n.sendMask == 1u && n.recvMask == 2u && n.hosts == 2));
+    BOOST_TEST((n.lane[0].peer == 2 && n.lane[0].dataChannel == 9u));
+    BOOST_TEST((n.lane[1].peer == 3 && n.lane[1].dataChannel == 7u));
+    BOOST_TEST((n.src[0] == sbuf && n.dst[1] == rbuf));
+    p2p.recvFrom = 2;  // both ways with rank 2: one lane
+    p2p.recvLane = &pair;
+    const auto bothPlan = planCrossHost(p2p, two, local, net);
+    const NetArgs& both = bothPlan.at(0).args.net;
+    BOOST_TEST((both.sendMask == 1u && both.recvMask == 1u && both.dst[0] == rbuf));
+  }
 
   // allReduce of 5 elements at L = 2: shards of 2 (reduce-scatter, network, all-gather), then a
   // tail of 1 (all-reduce in the host, network); Avg is a sum in the host.
@@ -1848,7 +1881,7 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   BOOST_TEST(n.ranksTotal == 4);
   BOOST_TEST(n.sendMask == 2u);  // host 1
   BOOST_TEST(n.recvMask == 2u);
-  BOOST_TEST(n.peerRank[1] == -1 - 3);  // rank 3, reported as -1 - rank
+  BOOST_TEST(n.lane[1].peer == 3);  // rank 3 (its abort records say -1 - 3)
   BOOST_TEST(n.bytes == 8u);
   BOOST_TEST(n.src[0] == reinterpret_cast<const char*>(out.data() + 2));  // shard 1, in place
   BOOST_TEST(plan[4].args.net.bytes == 4u);
