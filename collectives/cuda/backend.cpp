@@ -382,8 +382,8 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
           "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
           "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
           "host; allGather, reduceScatter, broadcast, allToAll likewise; send/recv with any "
-          "rank of another host (a pair of slots of its own on first use with a rank of "
-          "another local index); every size",
+          "other rank (a pair of slots of its own on first use with a rank of another host "
+          "and local index; batches as one-round pieces); every size",
           t.netChunk);
   }
   return fmt::format(
@@ -978,22 +978,18 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     throw Error(ErrorCode::NotSupported, "cuda collectives: the ranks share one host");
   }
   const auto stream = static_cast<cudaStream_t>(r.stream.handle);
-  // The calls: one, or a send/recv batch as fused pairs (the k-th send with the k-th receive
-  // when their sizes match: a send of more than two bounce slots waits for its receiver).
+  // A collective is one call; a Send, a Recv or a batch is a list of items (planCrossHostBatch).
   std::vector<NetCall> calls;
-  auto base = [&](DataType t) {
-    NetCall c;
-    c.type = static_cast<ElemType>(static_cast<int>(t));
-    c.elemSize = sizeOf(t);
-    return c;
-  };
+  std::vector<P2pItem> items;
   switch (r.op) {
     case CollectiveOp::AllReduce:
     case CollectiveOp::AllGather:
     case CollectiveOp::ReduceScatter:
     case CollectiveOp::Broadcast:
     case CollectiveOp::AllToAll: {
-      NetCall c = base(r.type);
+      NetCall c;
+      c.type = static_cast<ElemType>(static_cast<int>(r.type));
+      c.elemSize = sizeOf(r.type);
       c.op = r.op == CollectiveOp::AllReduce       ? NetOp::AllReduce
              : r.op == CollectiveOp::AllGather     ? NetOp::AllGather
              : r.op == CollectiveOp::ReduceScatter ? NetOp::ReduceScatter
@@ -1009,56 +1005,45 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     }
     case CollectiveOp::Send:
     case CollectiveOp::Recv: {
-      NetCall c = base(r.type);
-      c.op = NetOp::SendRecv;
-      c.send = r.send;
-      c.recv = r.recv;
-      c.count = r.count;
-      (r.op == CollectiveOp::Send ? c.sendTo : c.recvFrom) = r.peer;
-      calls.push_back(c);
+      P2pItem it;
+      it.send = r.op == CollectiveOp::Send;
+      it.peer = r.peer;
+      it.src = static_cast<const char*>(r.send);
+      it.dst = static_cast<char*>(r.recv);
+      it.bytes = r.count * sizeOf(r.type);
+      items.push_back(it);
       break;
     }
-    case CollectiveOp::SendRecv: {
-      std::vector<const PointToPoint*> sends, recvs;
+    case CollectiveOp::SendRecv:
       for (const PointToPoint& p : r.batch) {
-        (p.kind == PointToPoint::Kind::Send ? sends : recvs).push_back(&p);
-      }
-      for (size_t k = 0; k < std::max(sends.size(), recvs.size()); ++k) {
-        const PointToPoint* s = k < sends.size() ? sends[k] : nullptr;
-        const PointToPoint* v = k < recvs.size() ? recvs[k] : nullptr;
-        const bool fuse = s != nullptr && v != nullptr &&
-                          s->count * sizeOf(s->type) == v->count * sizeOf(v->type);
-        for (const PointToPoint* p : fuse ? std::vector{s} : std::vector{s, v}) {
-          if (p == nullptr) continue;
-          NetCall c = base(DataType::Uint8);
-          c.op = NetOp::SendRecv;
-          c.count = p->count * sizeOf(p->type);
-          if (fuse || p->kind == PointToPoint::Kind::Send) {
-            c.send = p->send;
-            c.sendTo = p->peer;
-          }
-          if (fuse || p->kind == PointToPoint::Kind::Recv) {
-            c.recv = fuse ? v->recv : p->recv;
-            c.recvFrom = fuse ? v->peer : p->peer;
-          }
-          calls.push_back(c);
-        }
+        P2pItem it;
+        it.send = p.kind == PointToPoint::Kind::Send;
+        it.peer = p.peer;
+        it.src = static_cast<const char*>(p.send);
+        it.dst = static_cast<char*>(p.recv);
+        it.bytes = p.count * sizeOf(p.type);
+        items.push_back(it);
       }
       break;
-    }
   }
   DeviceGuard guard(device_);
-  // A send/recv peer of another local index needs its pair, made on its first use.
-  std::vector<int> newPairs;
   for (const NetCall& c : calls) {
     if (std::string why = netUnsuitable(c, net_); !why.empty()) {
       throw Error(ErrorCode::NotSupported, "cuda collectives: " + why);
     }
-    for (int peer : {c.sendTo, c.recvFrom}) {
-      if (c.op == NetOp::SendRecv && needsPair(peer, net_) && !pairLanes_.contains(peer) &&
-          std::find(newPairs.begin(), newPairs.end(), peer) == newPairs.end()) {
-        newPairs.push_back(peer);
-      }
+  }
+  // A send/recv peer of another host and local index needs its pair, made on its first use.
+  std::vector<int> newPairs;
+  for (const P2pItem& it : items) {
+    NetCall c;
+    c.op = NetOp::SendRecv;
+    (it.send ? c.sendTo : c.recvFrom) = it.peer;
+    if (std::string why = netUnsuitable(c, net_); !why.empty()) {
+      throw Error(ErrorCode::NotSupported, "cuda collectives: " + why);
+    }
+    if (it.bytes > 0 && needsPair(it.peer, net_) && !pairLanes_.contains(it.peer) &&
+        std::find(newPairs.begin(), newPairs.end(), it.peer) == newPairs.end()) {
+      newPairs.push_back(it.peer);
     }
   }
   if (!newPairs.empty()) {
@@ -1071,13 +1056,15 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     }
     addPairs(newPairs);
   }
-  std::string what;
-  size_t launches = 0;
+  KernelArgs local = base_;
+  local.started = nullptr;  // no stall monitor across hosts
+  local.call = 0;
+  std::vector<PlannedLaunch> planned;
+  if (!items.empty()) {
+    planned = planCrossHostBatch(items, net_, local, netArgs_, p2pBatchBlocks(tuning_),
+                                 [&](int peer) { return &pairLanes_.at(peer); });
+  }
   for (NetCall& c : calls) {
-    if (c.op == NetOp::SendRecv) {
-      if (needsPair(c.sendTo, net_)) c.sendLane = &pairLanes_.at(c.sendTo);
-      if (needsPair(c.recvFrom, net_)) c.recvLane = &pairLanes_.at(c.recvFrom);
-    }
     const uint64_t need = netWorkspaceBytes(c, net_);
     if (need > workspaceBytes_) {
       if (capturing(stream)) {
@@ -1098,22 +1085,23 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
       workspaceBytes_ = need;
     }
     c.workspace = workspace_;
-    KernelArgs local = base_;
-    local.started = nullptr;  // no stall monitor across hosts
-    local.call = 0;
-    for (const PlannedLaunch& p : planCrossHost(c, net_, local, netArgs_)) {
-      const bool net = p.id == KernelId::NetReduce || p.id == KernelId::NetGather;
-      Shape shape = shapeFor(p.id, p.args.bytes(), localSize_, tuning_, base_.layout);
-      if (net) shape.blocks = 1;  // the network step runs in one block
-      const int e = launchKernel(p.id, p.type, p.args, shape, r.stream.handle);
-      if (e != 0) {
-        throw Error(
-            ErrorCode::BackendError,
-            "cuda collectives: " + cudaWhy(fmt::format("launching {}", toString(p.id)).c_str(),
-                                           static_cast<cudaError_t>(e)));
-      }
-      if (launches++ < 8) what += (what.empty() ? "" : " + ") + toString(p.id);
+    for (const PlannedLaunch& p : planCrossHost(c, net_, local, netArgs_)) planned.push_back(p);
+  }
+  std::string what;
+  size_t launches = 0;
+  for (const PlannedLaunch& p : planned) {
+    const bool net = p.id == KernelId::NetReduce || p.id == KernelId::NetGather;
+    Shape shape = shapeFor(p.id, p.args.bytes(), localSize_, tuning_, base_.layout);
+    if (net) shape.blocks = 1;                   // the network step runs in one block
+    if (p.blocks != 0) shape.blocks = p.blocks;  // a send/recv piece: both sides' grid
+    const int e = launchKernel(p.id, p.type, p.args, shape, r.stream.handle);
+    if (e != 0) {
+      throw Error(
+          ErrorCode::BackendError,
+          "cuda collectives: " + cudaWhy(fmt::format("launching {}", toString(p.id)).c_str(),
+                                         static_cast<cudaError_t>(e)));
     }
+    if (launches++ < 8) what += (what.empty() ? "" : " + ") + toString(p.id);
   }
   trackLaunch(stream);
   // The path, for strata-perf's "algorithm:" lines: only the bounce path exists (no FI_HMEM).

@@ -15,6 +15,7 @@
 #include <strata/error.hpp>
 
 #include "kernels.hpp"
+#include "plan.hpp"
 
 namespace strata::cuda {
 
@@ -89,6 +90,9 @@ struct PlannedLaunch {
   KernelId id = KernelId::NetReduce;
   ElemType type = ElemType::Uint8;
   KernelArgs args;
+  /// The grid the launch needs (a send/recv piece on this host: both sides cut the same
+  /// rounds); 0: the caller's choice.
+  uint32_t blocks = 0;
 };
 
 /// Bytes of workspace a call needs.
@@ -108,10 +112,9 @@ inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
   for (int peer : {c.sendTo, c.recvFrom}) {
     if (peer < 0) continue;
     if (peer >= l.nranks()) return "peer rank " + std::to_string(peer) + " does not exist";
-    if (peer / l.localRanks == l.host) {
-      return "send/recv between ranks of one host is not served when the ranks span several "
-             "hosts (rank " +
-             std::to_string(l.rank()) + " and rank " + std::to_string(peer) + " share a host)";
+    if (peer == l.rank()) {
+      return "send/recv of device memory to this rank itself (rank " + std::to_string(peer) +
+             ") is not served";
     }
   }
   return {};
@@ -278,6 +281,11 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
           lane.peer = peer;
           return lane;
         }
+        if (peer / l.localRanks == l.host) {
+          throw Error(ErrorCode::InvalidArgument,
+                      "cross-host send/recv: rank " + std::to_string(peer) +
+                          " shares this rank's host (planCrossHostBatch serves it)");
+        }
         if (pair == nullptr || pair->peer != peer) {
           throw Error(ErrorCode::InvalidArgument,
                       "cross-host send/recv: rank " + std::to_string(peer) +
@@ -303,6 +311,91 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
       }
       break;
     }
+  }
+  return out;
+}
+
+/// A send/recv batch when the ranks span several hosts (a Send, a Recv, or Communicator::
+/// sendRecv's items, with any other ranks). One send and one receive of equal size (or only
+/// one of them), both with ranks of other hosts, are one NetGather launch (its chunks each way
+/// wait only for the other side's earlier ones). Anything else runs as pieces of at most one
+/// round per peer in p2pSchedule's order (step k: piece k of every send, then of every
+/// receive), so that a batch with a cycle cannot wait on itself: with a rank of this host, the
+/// one-host Send/Recv kernels (a round: localBlocks x the P2P part, the grid localBlocks on
+/// both sides); with a rank of another host, a NetGather of at most two bounce slots (a send's
+/// chunk waits for the ack of the chunk two before it, which its receiver gave in an earlier
+/// step). pairLane(rank): the lane of that rank's pair (needsPair), or nullptr.
+template <class PairLane>
+std::vector<PlannedLaunch> planCrossHostBatch(const std::vector<P2pItem>& items, const NetLayout& l,
+                                              const KernelArgs& local, const NetArgs& net,
+                                              uint32_t localBlocks, PairLane&& pairLane) {
+  std::vector<PlannedLaunch> out;
+  const P2pItem* onlySend = nullptr;
+  const P2pItem* onlyRecv = nullptr;
+  int sends = 0, recvs = 0;
+  for (const P2pItem& it : items) {
+    if (it.bytes == 0) continue;
+    if (it.peer < 0 || it.peer >= l.nranks() || it.peer == l.rank()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "cross-host send/recv: no rank " + std::to_string(it.peer) + " to exchange with");
+    }
+    if (it.send) {
+      ++sends;
+      onlySend = &it;
+    } else {
+      ++recvs;
+      onlyRecv = &it;
+    }
+  }
+  auto remote = [&](int peer) { return peer / l.localRanks != l.host; };
+  auto netPiece = [&](const P2pItem* snd, const P2pItem* rcv, uint64_t bytes) {
+    NetCall c;
+    c.op = NetOp::SendRecv;
+    c.type = ElemType::Uint8;
+    c.elemSize = 1;
+    c.count = bytes;
+    if (snd != nullptr) {
+      c.send = snd->src;
+      c.sendTo = snd->peer;
+      if (needsPair(snd->peer, l)) c.sendLane = pairLane(snd->peer);
+    }
+    if (rcv != nullptr) {
+      c.recv = rcv->dst;
+      c.recvFrom = rcv->peer;
+      if (needsPair(rcv->peer, l)) c.recvLane = pairLane(rcv->peer);
+    }
+    for (PlannedLaunch& p : planCrossHost(c, l, local, net)) out.push_back(p);
+  };
+  if (sends + recvs == 0) return out;
+  if (sends <= 1 && recvs <= 1 && (onlySend == nullptr || remote(onlySend->peer)) &&
+      (onlyRecv == nullptr || remote(onlyRecv->peer)) &&
+      (onlySend == nullptr || onlyRecv == nullptr || onlySend->bytes == onlyRecv->bytes)) {
+    netPiece(onlySend, onlyRecv, onlySend != nullptr ? onlySend->bytes : onlyRecv->bytes);
+    return out;
+  }
+  const uint64_t localPiece = static_cast<uint64_t>(localBlocks) * local.layout.p2pPartBytes();
+  const uint64_t netPieceBytes = 2 * net.chunk;
+  if (localPiece == 0 || netPieceBytes == 0) {
+    throw Error(ErrorCode::InvalidArgument, "cross-host send/recv: no P2P slots or bounce slots");
+  }
+  const std::vector<P2pItem> pieces = p2pScheduleBy(
+      items, l.nranks(), [&](int peer) { return remote(peer) ? netPieceBytes : localPiece; });
+  for (const P2pItem& piece : pieces) {
+    if (remote(piece.peer)) {
+      netPiece(piece.send ? &piece : nullptr, piece.send ? nullptr : &piece, piece.bytes);
+      continue;
+    }
+    PlannedLaunch p;
+    p.id = piece.send ? KernelId::Send : KernelId::Recv;
+    p.type = ElemType::Uint8;
+    p.args = local;
+    p.args.send = piece.src;
+    p.args.recv = piece.dst;
+    p.args.count = piece.bytes;
+    p.args.elemSize = 1;
+    p.args.peer = piece.peer % l.localRanks;
+    p.blocks = localBlocks;
+    out.push_back(p);
   }
   return out;
 }

@@ -153,14 +153,17 @@ inline uint64_t p2pPieceBytes(const Tuning& t, const ScratchLayout& l) {
 /// their own step-k receives. Launching whole messages (all sends, then all receives) instead
 /// deadlocks as soon as a message is larger than one round and the pattern has a cycle (the
 /// emulation shows it: tests/cuda-emu, batch_*).
-inline std::vector<P2pItem> p2pSchedule(const std::vector<P2pItem>& items, int nranks,
-                                        uint64_t pieceBytes) {
+/// pieceBytes(peer): a round with that peer (the same on both sides of a pair).
+template <class PieceBytes>
+std::vector<P2pItem> p2pScheduleBy(const std::vector<P2pItem>& items, int nranks,
+                                   PieceBytes&& pieceBytesOf) {
   const size_t n = static_cast<size_t>(nranks);
   std::vector<std::vector<P2pItem>> sends(n), recvs(n);
   size_t steps = 0;
   for (const P2pItem& it : items) {
     if (it.bytes == 0 || it.peer < 0 || static_cast<size_t>(it.peer) >= n) continue;
     auto& seq = (it.send ? sends : recvs)[static_cast<size_t>(it.peer)];
+    const uint64_t pieceBytes = pieceBytesOf(it.peer);
     for (uint64_t off = 0; off < it.bytes; off += pieceBytes) {
       P2pItem piece = it;
       piece.bytes = std::min(pieceBytes, it.bytes - off);
@@ -179,6 +182,10 @@ inline std::vector<P2pItem> p2pSchedule(const std::vector<P2pItem>& items, int n
     }
   }
   return out;
+}
+inline std::vector<P2pItem> p2pSchedule(const std::vector<P2pItem>& items, int nranks,
+                                        uint64_t pieceBytes) {
+  return p2pScheduleBy(items, nranks, [&](int) { return pieceBytes; });
 }
 
 inline std::string toString(KernelId id) {

@@ -56,6 +56,8 @@ namespace {
 
 /// Blocks of a one-host launch at most (each launch draws 1 to this many).
 constexpr uint32_t kMostBlocks = 3;
+/// The grid of send/recv pieces between ranks of one host (p2pBatchBlocks in the module).
+constexpr uint32_t kP2pBlocks = 2;
 
 struct Options {
   int local = 2;
@@ -177,7 +179,8 @@ bool integral(ElemType t) {
          t != ElemType::Double;
 }
 
-const char* const kPatternNames[] = {"ring", "one way", "shift", "crossed", "snake"};
+const char* const kPatternNames[] = {"ring",  "one way", "shift", "crossed",
+                                     "snake", "local",   "cycle", "all"};
 
 struct Case {
   NetOp op = NetOp::AllReduce;
@@ -196,16 +199,51 @@ struct Case {
   ///     (q / H + q mod H) mod L: consecutive ranks on different hosts, some of the same local
   ///     index and some not (at H = 2 a rank sends on a pair and receives on its collective lane,
   ///     or the other way round), fused.
-  enum Pattern { Ring, OneWay, Shift, Crossed, Snake, kPatterns };
+  ///   Local: to (h, l + 1), from (h, l - 1) (the one-host kernels; at L = 1 a ring);
+  ///   Cycle: rank r to r + 1, from r - 1: inside each host, and across at the hosts' edges
+  ///     (a rank there sends to one host and receives from its own: pieces, step by step);
+  ///   All: every rank to and from every other (a grouped all-to-all of send/recvs), the block
+  ///     from rank q at q in the output.
+  enum Pattern { Ring, OneWay, Shift, Crossed, Snake, Local, Cycle, All, kPatterns };
   int pattern = Ring;
 
-  /// SendRecv: whom rank r sends to and receives from (-1: nobody).
+  /// SendRecv: the items of rank r's batch, in order: (a send?, the peer).
+  std::vector<std::pair<bool, int>> items(int r, int hosts, int local) const {
+    std::vector<std::pair<bool, int>> out;
+    const int n = hosts * local;
+    if (pattern == All) {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        out.push_back({true, q});
+        out.push_back({false, q});
+      }
+      return out;
+    }
+    int to = -1, from = -1;
+    peers(r, hosts, local, &to, &from);
+    if (to >= 0) out.push_back({true, to});
+    if (from >= 0) out.push_back({false, from});
+    return out;
+  }
+
+  /// The peers of the one-send-one-receive patterns (-1: nobody).
   void peers(int r, int hosts, int local, int* to, int* from) const {
     const int h = r / local, l = r % local;
     const int n = hosts * local;
     *to = -1;
     *from = -1;
-    switch (pattern) {
+    switch (pattern == Local && local == 1 ? Ring : pattern) {
+      case Local:
+        *to = h * local + (l + 1) % local;
+        *from = h * local + (l + local - 1) % local;
+        break;
+      case Cycle:
+        *to = (r + 1) % n;
+        *from = (r + n - 1) % n;
+        break;
+      case All:
+      case kPatterns:
+        break;
       case Ring:
         *to = ((h + 1) % hosts) * local + l;
         *from = ((h + hosts - 1) % hosts) * local + l;
@@ -307,8 +345,9 @@ class Host {
       // Every rank's input, the same on every host.
       const bool blocks = k.op == NetOp::ReduceScatter || k.op == NetOp::AllToAll;
       const uint64_t inCount = blocks ? k.count * n : k.count;
-      const uint64_t outCount =
-          k.op == NetOp::AllGather || k.op == NetOp::AllToAll ? k.count * n : k.count;
+      const bool gathers = k.op == NetOp::AllGather || k.op == NetOp::AllToAll ||
+                           (k.op == NetOp::SendRecv && k.pattern == Case::All);
+      const uint64_t outCount = gathers ? k.count * n : k.count;
       for (int r = 0; r < n; ++r) {
         std::mt19937_64 rng(o_.seed * 1000003 + c * 131 + static_cast<uint64_t>(r));
         b.input.push_back(testing::randomData(rng, dataType(k.type), inCount));
@@ -326,11 +365,6 @@ class Host {
         call.elemSize = es;
         call.root = k.root;
         const NetLayout layout{hosts_, L, host_, l};
-        if (k.op == NetOp::SendRecv) {
-          k.peers(rank, hosts_, L, &call.sendTo, &call.recvFrom);
-          if (needsPair(call.sendTo, layout)) call.sendLane = &pairLanes_[l].at(call.sendTo);
-          if (needsPair(call.recvFrom, layout)) call.recvLane = &pairLanes_[l].at(call.recvFrom);
-        }
         b.work.emplace_back(netWorkspaceBytes(call, layout));
         call.workspace = b.work[l].data();
         call.send = b.send[l].data();
@@ -359,7 +393,26 @@ class Host {
         // The one-host launches of a call have the same grid on every rank of the host (their
         // semaphores are per block), as the module's are; a random one per call and launch.
         uint64_t localLaunches = 0;
-        for (const PlannedLaunch& p : planCrossHost(call, layout, world_->args(l), net_[l])) {
+        std::vector<PlannedLaunch> planned;
+        if (k.op == NetOp::SendRecv) {
+          // The batch's items: sends from the input, receives into the output (All: the block
+          // of rank q at q).
+          std::vector<P2pItem> items;
+          for (auto [isSend, peer] : k.items(rank, hosts_, L)) {
+            P2pItem it;
+            it.send = isSend;
+            it.peer = peer;
+            it.src = b.send[l].data();
+            it.dst = b.recv[l].data() + (k.pattern == Case::All ? peer * k.count * es : 0);
+            it.bytes = k.count * es;
+            items.push_back(it);
+          }
+          planned = planCrossHostBatch(items, layout, world_->args(l), net_[l], kP2pBlocks,
+                                       [&](int peer) { return &pairLanes_[l].at(peer); });
+        } else {
+          planned = planCrossHost(call, layout, world_->args(l), net_[l]);
+        }
+        for (const PlannedLaunch& p : planned) {
           Launch x;
           x.run = true;
           x.id = p.id;
@@ -368,6 +421,7 @@ class Host {
           const bool net = p.id == KernelId::NetReduce || p.id == KernelId::NetGather;
           std::mt19937_64 shape(o_.seed * 31 + c * 8191 + (net ? 4096 : localLaunches++));
           x.blocks = net ? 1 : 1 + static_cast<uint32_t>(shape() % kMostBlocks);
+          if (p.blocks != 0) x.blocks = p.blocks;  // a send/recv piece: both sides' grid
           x.threads = 2 + static_cast<uint32_t>(shape() % 4);
           perRank[l].push_back(x);
           where_[l].push_back({c, static_cast<int>(p.id)});
@@ -443,10 +497,8 @@ class Host {
     for (const Case& k : cases) {
       if (k.op != NetOp::SendRecv) continue;
       for (int r = 0; r < nranks(); ++r) {
-        int to = -1, from = -1;
-        k.peers(r, hosts_, L, &to, &from);
         const NetLayout layout{hosts_, L, r / L, r % L};
-        for (int peer : {to, from}) {
+        for (auto [isSend, peer] : k.items(r, hosts_, L)) {
           if (needsPair(peer, layout)) want.insert({std::min(r, peer), std::max(r, peer)});
         }
       }
@@ -594,6 +646,17 @@ class Host {
         break;
       case NetOp::SendRecv:
         for (int r = 0; r < n; ++r) {
+          if (k.pattern == Case::All) {
+            // Block q from rank q; this rank's own block keeps the output's fill.
+            for (int q = 0; q < n; ++q) {
+              if (q == r) {
+                out[r].insert(out[r].end(), k.count * es, static_cast<char>(0x5a));
+              } else {
+                out[r].insert(out[r].end(), in[q].begin(), in[q].end());
+              }
+            }
+            continue;
+          }
           int to = -1, from = -1;
           k.peers(r, hosts_, o_.local, &to, &from);
           if (from >= 0) out[r] = in[from];  // else nothing to check
@@ -704,7 +767,9 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
       std::vector<Case> batch;
       const bool reduces = op == NetOp::AllReduce || op == NetOp::ReduceScatter;
       const uint64_t perPeer = op == NetOp::AllReduce ? o.chunk * o.local : o.chunk;
-      const uint64_t big = perPeer * 3 / 2 / elemSize(t) + 5;
+      // send/recv: more than two network pieces (of two slots each) per message.
+      const uint64_t big =
+          op == NetOp::SendRecv ? perPeer * 5 / elemSize(t) + 5 : perPeer * 3 / 2 / elemSize(t) + 5;
       for (RedOp r : kOps) {
         if (!reduces && r != RedOp::Sum) continue;
         for (uint64_t count : counts) {

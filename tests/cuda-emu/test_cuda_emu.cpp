@@ -1815,8 +1815,10 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   p2p.sendTo = 3;
   BOOST_TEST(netUnsuitable(p2p, two).empty());
   BOOST_TEST(!needsPair(3, two));  // rank 3: host 1, local index 1, as rank 1
-  p2p.sendTo = 0;                  // same host
-  BOOST_TEST(has(netUnsuitable(p2p, two), "share a host"));
+  p2p.sendTo = 0;                  // same host: the one-host kernels in planCrossHostBatch
+  BOOST_TEST(netUnsuitable(p2p, two).empty());
+  p2p.sendTo = 1;  // itself
+  BOOST_TEST(has(netUnsuitable(p2p, two), "itself"));
   p2p.sendTo = 2;  // other host, other local index: served through a pair of its own
   BOOST_TEST(netUnsuitable(p2p, two).empty());
   BOOST_TEST(needsPair(2, two));
@@ -1852,6 +1854,43 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
     const auto bothPlan = planCrossHost(p2p, two, local, net);
     const NetArgs& both = bothPlan.at(0).args.net;
     BOOST_TEST((both.sendMask == 1u && both.recvMask == 1u && both.dst[0] == rbuf));
+  }
+  {
+    // Batches (rank 1 of 2 x 2): one send and one receive of equal size with other hosts are one
+    // fused launch; a batch with a rank of this host runs as one-round pieces, step by step.
+    KernelArgs local;
+    local.layout.p2pPeer = 64 * kMaxBlocks;  // parts of 64 B: a round of 2 blocks is 128 B
+    NetArgs net;
+    net.chunk = 32;  // a network piece: 2 slots, 64 B
+    NetLane pair;
+    pair.peer = 2;
+    std::vector<char> a(200), b(200), c(200);
+    auto lane = [&](int peer) { return peer == 2 ? &pair : nullptr; };
+    std::vector<P2pItem> items = {{true, 2, a.data(), nullptr, 200},
+                                  {false, 3, nullptr, b.data(), 200}};
+    auto fused = planCrossHostBatch(items, two, local, net, 2, lane);
+    BOOST_REQUIRE_EQUAL(fused.size(), 1u);
+    BOOST_TEST((fused[0].id == KernelId::NetGather && fused[0].args.net.bytes == 200u));
+    items.push_back({true, 0, c.data(), nullptr, 200});  // and rank 0, on this host
+    auto pieces = planCrossHostBatch(items, two, local, net, 2, lane);
+    // Sends to rank 0 in rounds of 128 B (2), to rank 2 in pieces of 64 B (4); receives from
+    // rank 3 in 4: step k has every send piece k, then every receive piece k.
+    std::vector<std::string> got;
+    for (const PlannedLaunch& p : pieces) {
+      const bool net = p.id == KernelId::NetGather;
+      got.push_back(std::string(p.id == KernelId::Send ? "send0/"
+                                : net                  ? "net/"
+                                                       : "recv/") +
+                    std::to_string(net ? p.args.net.bytes : p.args.count));
+      if (!net) BOOST_TEST((p.blocks == 2u && p.args.peer == 0));
+      if (net) BOOST_TEST(p.args.net.hosts == 2);
+    }
+    const std::vector<std::string> want = {"send0/128", "net/64", "net/64", "send0/72", "net/64",
+                                           "net/64",    "net/64", "net/64", "net/8",    "net/8"};
+    BOOST_TEST(got == want, boost::test_tools::per_element());
+    BOOST_TEST((pieces[1].args.net.sendMask == 1u && pieces[2].args.net.recvMask == 2u));
+    items.push_back({true, 1, c.data(), nullptr, 8});  // itself
+    BOOST_CHECK_THROW(planCrossHostBatch(items, two, local, net, 2, lane), strata::Error);
   }
 
   // allReduce of 5 elements at L = 2: shards of 2 (reduce-scatter, network, all-gather), then a
