@@ -117,7 +117,7 @@ class NetPeers {
       pairs_.push_back(std::move(p));
     }
   }
-  /// A pair's memory (the CUDA module maps it), or nullptr.
+  /// A pair: its connection, memory (the CUDA module maps it) and channels.
   struct Pair {
     int rank = -1;
     std::shared_ptr<Connection> conn;
@@ -125,6 +125,7 @@ class NetPeers {
     uint32_t data = 0, ack = 0;
   };
   static constexpr uint64_t kPairFlagBytes = 64;  ///< data count at 0, ack count at 8
+  /// The pair with that rank, or nullptr.
   const Pair* pair(int rank) const {
     for (const Pair& p : pairs_) {
       if (p.rank == rank) return &p;
