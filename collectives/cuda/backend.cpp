@@ -972,6 +972,25 @@ int CudaBackend::recordedPeer(int64_t recorded) const {
   return recorded < localSize_ ? localRanks_[static_cast<size_t>(recorded)] : -1;
 }
 
+namespace {
+
+/// A sendRecv batch's sends and receives, in bytes.
+std::vector<P2pItem> batchItems(const CollectiveRequest& r) {
+  std::vector<P2pItem> items;
+  for (const PointToPoint& p : r.batch) {
+    P2pItem it;
+    it.send = p.kind == PointToPoint::Kind::Send;
+    it.peer = p.peer;
+    it.src = static_cast<const char*>(p.send);
+    it.dst = static_cast<char*>(p.recv);
+    it.bytes = p.count * sizeOf(p.type);
+    items.push_back(it);
+  }
+  return items;
+}
+
+}  // namespace
+
 std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
   if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
   if (!crossHost_) {
@@ -1015,15 +1034,7 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
       break;
     }
     case CollectiveOp::SendRecv:
-      for (const PointToPoint& p : r.batch) {
-        P2pItem it;
-        it.send = p.kind == PointToPoint::Kind::Send;
-        it.peer = p.peer;
-        it.src = static_cast<const char*>(p.send);
-        it.dst = static_cast<char*>(p.recv);
-        it.bytes = p.count * sizeOf(p.type);
-        items.push_back(it);
-      }
+      items = batchItems(r);
       break;
   }
   DeviceGuard guard(device_);
@@ -1176,16 +1187,7 @@ std::optional<Error> CudaBackend::asyncError() const {
 
 std::string CudaBackend::launchBatch(const CollectiveRequest& r) {
   if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
-  std::vector<P2pItem> items;
-  for (const PointToPoint& p : r.batch) {
-    P2pItem it;
-    it.send = p.kind == PointToPoint::Kind::Send;
-    it.peer = p.peer;
-    it.src = static_cast<const char*>(p.send);
-    it.dst = static_cast<char*>(p.recv);
-    it.bytes = p.count * sizeOf(p.type);
-    items.push_back(it);
-  }
+  const std::vector<P2pItem> items = batchItems(r);
   Shape shape;
   shape.blocks = p2pBatchBlocks(tuning_);
   shape.threads = std::clamp<uint32_t>(tuning_.threads, 32, kMaxThreads);
