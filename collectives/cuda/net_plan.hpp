@@ -276,15 +276,15 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     case NetOp::SendRecv: {
       // Lane 0: the send's peer; lane 1 the receive's (lane 0 too when it is the same rank).
       auto laneOf = [&](int peer, const NetLane* pair) {
-        if (!needsPair(peer, l)) {
-          NetLane lane = net.lane[peer / l.localRanks];
-          lane.peer = peer;
-          return lane;
-        }
         if (peer / l.localRanks == l.host) {
           throw Error(ErrorCode::InvalidArgument,
                       "cross-host send/recv: rank " + std::to_string(peer) +
                           " shares this rank's host (planCrossHostBatch serves it)");
+        }
+        if (!needsPair(peer, l)) {
+          NetLane lane = net.lane[peer / l.localRanks];
+          lane.peer = peer;
+          return lane;
         }
         if (pair == nullptr || pair->peer != peer) {
           throw Error(ErrorCode::InvalidArgument,

@@ -1841,6 +1841,9 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
     p2p.send = sbuf;
     p2p.recv = rbuf;
     BOOST_CHECK_THROW(planCrossHost(p2p, two, local, net), strata::Error);
+    p2p.sendTo = 0;  // this host: planCrossHostBatch's one-host kernels, not a lane
+    BOOST_CHECK_THROW(planCrossHost(p2p, two, local, net), strata::Error);
+    p2p.sendTo = 2;
     p2p.sendLane = &pair;
     const auto plan = planCrossHost(p2p, two, local, net);
     BOOST_REQUIRE_EQUAL(plan.size(), 1u);
