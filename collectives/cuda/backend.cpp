@@ -137,6 +137,30 @@ bool mpsControlRunning() {
   return ::stat(pipe.c_str(), &st) == 0;
 }
 
+/// A point-to-point request's sends and receives, in bytes: a sendRecv batch's items, or the one
+/// Send or Recv (none for a collective).
+std::vector<P2pItem> p2pItems(const CollectiveRequest& r) {
+  std::vector<P2pItem> items;
+  auto add = [&](bool send, int peer, const void* src, void* dst, uint64_t count, DataType t) {
+    P2pItem it;
+    it.send = send;
+    it.peer = peer;
+    it.src = static_cast<const char*>(src);
+    it.dst = static_cast<char*>(dst);
+    it.bytes = count * sizeOf(t);
+    items.push_back(it);
+  };
+  if (r.op == CollectiveOp::Send || r.op == CollectiveOp::Recv) {
+    add(r.op == CollectiveOp::Send, r.peer, r.send, r.recv, r.count, r.type);
+  }
+  if (r.op == CollectiveOp::SendRecv) {
+    for (const PointToPoint& p : r.batch) {
+      add(p.kind == PointToPoint::Kind::Send, p.peer, p.send, p.recv, p.count, p.type);
+    }
+  }
+  return items;
+}
+
 class CudaBackend;
 
 /// One family of kernels, one kernel per op.
@@ -396,21 +420,8 @@ std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
   if (!be_.why().empty()) return be_.why();
   if (family_ == Family::CrossHost) {
     if (!be_.crossHost()) return "the ranks share one host (the one-host algorithms serve them)";
-    std::vector<std::pair<int, int>> peers;  // (sendTo, recvFrom)
-    if (r.op == CollectiveOp::Send) peers.push_back({r.peer, -1});
-    if (r.op == CollectiveOp::Recv) peers.push_back({-1, r.peer});
-    if (r.op == CollectiveOp::SendRecv) {
-      for (const PointToPoint& p : r.batch) {
-        peers.push_back(p.kind == PointToPoint::Kind::Send ? std::pair{p.peer, -1}
-                                                           : std::pair{-1, p.peer});
-      }
-    }
-    for (auto [to, from] : peers) {
-      NetCall c;
-      c.op = NetOp::SendRecv;
-      c.sendTo = to;
-      c.recvFrom = from;
-      if (std::string why = netUnsuitable(c, be_.netLayout()); !why.empty()) return why;
+    for (const P2pItem& it : p2pItems(r)) {
+      if (std::string why = p2pPeerUnsuitable(it.peer, be_.netLayout()); !why.empty()) return why;
     }
     return {};
   }
@@ -853,17 +864,16 @@ std::string CudaBackend::setUpNet() {
         std::make_unique<NetPeers>(*context_, peerOf, net_.host, tuning_.netChunk, timeoutSeconds_);
     // Pinned and mapped: the kernels write the send bounce and the FIFO, read the receive
     // bounce and the counters (which the fabric transport writes).
-    auto pin = [&](void* p, size_t bytes, void** dev) { return pinMapped(p, bytes, dev); };
     NetPeers::Views v;
     void* send = nullptr;
     void* recv = nullptr;
     void* flags = nullptr;
     void* fifo = nullptr;
     std::span<std::byte> fifoMem = netPeers_->proxy().fifoMemory();
-    std::string why = pin(netPeers_->sendBounce(), netPeers_->bounceBytes(), &send);
-    if (why.empty()) why = pin(netPeers_->recvBounce(), netPeers_->bounceBytes(), &recv);
-    if (why.empty()) why = pin(netPeers_->flags(), NetPeers::kFlagBytes, &flags);
-    if (why.empty()) why = pin(fifoMem.data(), fifoMem.size(), &fifo);
+    std::string why = pinMapped(netPeers_->sendBounce(), netPeers_->bounceBytes(), &send);
+    if (why.empty()) why = pinMapped(netPeers_->recvBounce(), netPeers_->bounceBytes(), &recv);
+    if (why.empty()) why = pinMapped(netPeers_->flags(), NetPeers::kFlagBytes, &flags);
+    if (why.empty()) why = pinMapped(fifoMem.data(), fifoMem.size(), &fifo);
     if (!why.empty()) return why;
     const size_t deviceBytes = sizeof(NetState) + 2 * sizeof(uint64_t);
     cudaError_t e = cudaMalloc(&netDevice_, deviceBytes);
@@ -900,7 +910,8 @@ std::string CudaBackend::pinMapped(void* p, size_t bytes, void** dev) {
 }
 
 void CudaBackend::addPairs(const std::vector<int>& ranks) {
-  // A pair made by an earlier call whose pinning failed is pinned again, not made again.
+  // A pair made by an earlier call whose pinning failed is not made again; its pinning is tried
+  // again (a range that was pinned then fails as already registered, reported as such).
   std::vector<int> make;
   for (int r : ranks) {
     if (netPeers_->pair(r) == nullptr) make.push_back(r);
@@ -972,25 +983,6 @@ int CudaBackend::recordedPeer(int64_t recorded) const {
   return recorded < localSize_ ? localRanks_[static_cast<size_t>(recorded)] : -1;
 }
 
-namespace {
-
-/// A sendRecv batch's sends and receives, in bytes.
-std::vector<P2pItem> batchItems(const CollectiveRequest& r) {
-  std::vector<P2pItem> items;
-  for (const PointToPoint& p : r.batch) {
-    P2pItem it;
-    it.send = p.kind == PointToPoint::Kind::Send;
-    it.peer = p.peer;
-    it.src = static_cast<const char*>(p.send);
-    it.dst = static_cast<char*>(p.recv);
-    it.bytes = p.count * sizeOf(p.type);
-    items.push_back(it);
-  }
-  return items;
-}
-
-}  // namespace
-
 std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
   if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
   if (!crossHost_) {
@@ -1023,18 +1015,9 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
       break;
     }
     case CollectiveOp::Send:
-    case CollectiveOp::Recv: {
-      P2pItem it;
-      it.send = r.op == CollectiveOp::Send;
-      it.peer = r.peer;
-      it.src = static_cast<const char*>(r.send);
-      it.dst = static_cast<char*>(r.recv);
-      it.bytes = r.count * sizeOf(r.type);
-      items.push_back(it);
-      break;
-    }
+    case CollectiveOp::Recv:
     case CollectiveOp::SendRecv:
-      items = batchItems(r);
+      items = p2pItems(r);
       break;
   }
   DeviceGuard guard(device_);
@@ -1046,10 +1029,7 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
   // A send/recv peer of another host and local index needs its pair, made on its first use.
   std::vector<int> newPairs;
   for (const P2pItem& it : items) {
-    NetCall c;
-    c.op = NetOp::SendRecv;
-    (it.send ? c.sendTo : c.recvFrom) = it.peer;
-    if (std::string why = netUnsuitable(c, net_); !why.empty()) {
+    if (std::string why = p2pPeerUnsuitable(it.peer, net_); !why.empty()) {
       throw Error(ErrorCode::NotSupported, "cuda collectives: " + why);
     }
     if (it.bytes > 0 && needsPair(it.peer, net_) && !pairLanes_.contains(it.peer) &&
@@ -1187,7 +1167,7 @@ std::optional<Error> CudaBackend::asyncError() const {
 
 std::string CudaBackend::launchBatch(const CollectiveRequest& r) {
   if (!why_.empty()) throw Error(ErrorCode::NotSupported, "cuda collectives: " + why_);
-  const std::vector<P2pItem> items = batchItems(r);
+  const std::vector<P2pItem> items = p2pItems(r);
   Shape shape;
   shape.blocks = p2pBatchBlocks(tuning_);
   shape.threads = std::clamp<uint32_t>(tuning_.threads, 32, kMaxThreads);

@@ -106,16 +106,22 @@ inline uint64_t netWorkspaceBytes(const NetCall& c, const NetLayout& l) {
   return 0;
 }
 
+/// Why a send/recv with rank peer cannot run across the hosts (empty: it can; -1: no peer).
+inline std::string p2pPeerUnsuitable(int peer, const NetLayout& l) {
+  if (peer < 0) return {};
+  if (peer >= l.nranks()) return "peer rank " + std::to_string(peer) + " does not exist";
+  if (peer == l.rank()) {
+    return "send/recv of device memory to this rank itself (rank " + std::to_string(peer) +
+           ") is not served";
+  }
+  return {};
+}
+
 /// Why call c cannot run across the hosts (empty: it can).
 inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
   if (c.op != NetOp::SendRecv) return {};
   for (int peer : {c.sendTo, c.recvFrom}) {
-    if (peer < 0) continue;
-    if (peer >= l.nranks()) return "peer rank " + std::to_string(peer) + " does not exist";
-    if (peer == l.rank()) {
-      return "send/recv of device memory to this rank itself (rank " + std::to_string(peer) +
-             ") is not served";
-    }
+    if (std::string why = p2pPeerUnsuitable(peer, l); !why.empty()) return why;
   }
   return {};
 }
