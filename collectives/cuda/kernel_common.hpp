@@ -8,7 +8,7 @@
 //   uint32_t thread(), threads(), block(), blocks();  // CUDA's threadIdx.x, blockDim.x, ...
 //   void sync();                                      // __syncthreads()
 //   bool syncAnd(bool);                               // __syncthreads_and()
-//   void spin();                                      // one step of a wait loop
+//   void spin(uint32_t polls);                        // one step of a wait loop (polls so far)
 // so the same code runs as CUDA kernels (context.cuh) and in host threads (tests/cuda-emu).
 // Everything that crosses threads goes through <strata/device.hpp>'s leaf primitives, which
 // have host twins.
@@ -450,7 +450,7 @@ struct Waiter {
           }
         }
       }
-      ctx.spin();
+      ctx.spin(i);
     }
   }
 

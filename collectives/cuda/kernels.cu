@@ -53,7 +53,7 @@ struct CudaThread {
     return ok;
 #endif
   }
-  STRATA_HOST_DEVICE void spin() {
+  STRATA_HOST_DEVICE void spin(uint32_t /*polls*/) {
     device::spinPause();
   }
 };

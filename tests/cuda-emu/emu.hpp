@@ -256,10 +256,20 @@ class Thread {
     sync();  // nobody sets fail for a later syncAnd before everyone read it
     return all;
   }
-  void spin() {
+  /// One step of a wait loop: a yield for the first kYieldPolls polls of a wait, then a short
+  /// sleep, so that threads that wait long leave the CPUs to those that work (the proxy thread,
+  /// the other ranks' kernels): on a host with fewer CPUs than emulated threads, yielding alone
+  /// kept every waiting thread runnable and a run took minutes.
+  void spin(uint32_t polls) {
     jitter();
-    std::this_thread::yield();
+    if (polls < kYieldPolls) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(kSleepUs));
+    }
   }
+  static constexpr uint32_t kYieldPolls = 256;
+  static constexpr int kSleepUs = 20;
 
  private:
   void jitter() {
