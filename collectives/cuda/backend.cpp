@@ -902,16 +902,20 @@ std::string CudaBackend::setUpNet() {
 }
 
 std::string CudaBackend::pinMapped(void* p, size_t bytes, void** dev) {
-  cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
-  if (e != cudaSuccess) return cudaWhy("pinning the network step's host memory", e);
-  pinned_.push_back(p);
-  e = cudaHostGetDevicePointer(dev, p, 0);
+  // A range pinned by an earlier try (one whose later pinning failed) is only mapped again:
+  // registering it twice fails (cudaErrorHostMemoryAlreadyRegistered).
+  if (std::find(pinned_.begin(), pinned_.end(), p) == pinned_.end()) {
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
+    if (e != cudaSuccess) return cudaWhy("pinning the network step's host memory", e);
+    pinned_.push_back(p);
+  }
+  const cudaError_t e = cudaHostGetDevicePointer(dev, p, 0);
   return e == cudaSuccess ? std::string() : cudaWhy("mapping the network step's memory", e);
 }
 
 void CudaBackend::addPairs(const std::vector<int>& ranks) {
-  // A pair made by an earlier call whose pinning failed is not made again; its pinning is tried
-  // again (a range that was pinned then fails as already registered, reported as such).
+  // A pair made by an earlier call whose pinning failed is not made again; what was not pinned
+  // then is tried again (pinMapped skips what was).
   std::vector<int> make;
   for (int r : ranks) {
     if (netPeers_->pair(r) == nullptr) make.push_back(r);
