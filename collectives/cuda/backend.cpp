@@ -4,7 +4,7 @@
 // has a CUDA device, it allocates each rank's scratch through the Context (the nvlink transport:
 // device memory, exported by CUDA IPC), maps the scratch of every rank of its host, and keeps
 // per-block state in device memory and the abort record in mapped host memory. When the ranks
-// span several hosts (host-major, the same count on each), it also sets up the network step to
+// span several hosts (the same count on each), it also sets up the network step to
 // the ranks of its local index on the other hosts (net_setup.hpp: a proxy, pinned bounce
 // buffers; a send/recv peer of another local index gets a pair of its own on first use), and the
 // cross-host algorithm serves every call (net_plan.hpp). Otherwise it serves
@@ -135,6 +135,27 @@ bool mpsControlRunning() {
       std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
   struct stat st {};
   return ::stat(pipe.c_str(), &st) == 0;
+}
+
+/// The cross-host plan's name for a request's op.
+NetOp netOpOf(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce:
+      return NetOp::AllReduce;
+    case CollectiveOp::AllGather:
+      return NetOp::AllGather;
+    case CollectiveOp::ReduceScatter:
+      return NetOp::ReduceScatter;
+    case CollectiveOp::Broadcast:
+      return NetOp::Broadcast;
+    case CollectiveOp::AllToAll:
+      return NetOp::AllToAll;
+    case CollectiveOp::Send:
+    case CollectiveOp::Recv:
+    case CollectiveOp::SendRecv:
+      break;
+  }
+  return NetOp::SendRecv;
 }
 
 /// A point-to-point request's sends and receives, in bytes: a sendRecv batch's items, or the one
@@ -402,12 +423,13 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
       break;
     case Family::CrossHost:
       return fmt::format(
-          "device memory, several hosts (same ranks per host, host-major): allReduce as "
+          "device memory, several hosts (same ranks per host): allReduce as "
           "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
           "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
-          "host; allGather, reduceScatter, broadcast, allToAll likewise; send/recv with any "
-          "other rank (a pair of slots of its own on first use with a rank of another host "
-          "and local index; batches as one-round pieces); every size",
+          "host; broadcast likewise; allGather, reduceScatter, allToAll likewise when the ranks "
+          "are host-major; send/recv with any other rank (a pair of slots of its own on first "
+          "use with a rank of another host and local index; batches as one-round pieces); "
+          "every size",
           t.netChunk);
   }
   return fmt::format(
@@ -420,6 +442,9 @@ std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
   if (!be_.why().empty()) return be_.why();
   if (family_ == Family::CrossHost) {
     if (!be_.crossHost()) return "the ranks share one host (the one-host algorithms serve them)";
+    if (std::string why = netOpUnsuitable(netOpOf(r.op), be_.netLayout()); !why.empty()) {
+      return why;
+    }
     for (const P2pItem& it : p2pItems(r)) {
       if (std::string why = p2pPeerUnsuitable(it.peer, be_.netLayout()); !why.empty()) return why;
     }
@@ -859,7 +884,7 @@ std::string CudaBackend::setUpNet() {
   try {
     DeviceGuard guard(device_);
     std::vector<int> peerOf(static_cast<size_t>(net_.hosts));
-    for (int h = 0; h < net_.hosts; ++h) peerOf[h] = h * net_.localRanks + net_.local;
+    for (int h = 0; h < net_.hosts; ++h) peerOf[h] = net_.rankOf(h, net_.local);
     netPeers_ =
         std::make_unique<NetPeers>(*context_, peerOf, net_.host, tuning_.netChunk, timeoutSeconds_);
     // Pinned and mapped: the kernels write the send bounce and the FIFO, read the receive
@@ -1005,11 +1030,7 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
       NetCall c;
       c.type = static_cast<ElemType>(static_cast<int>(r.type));
       c.elemSize = sizeOf(r.type);
-      c.op = r.op == CollectiveOp::AllReduce       ? NetOp::AllReduce
-             : r.op == CollectiveOp::AllGather     ? NetOp::AllGather
-             : r.op == CollectiveOp::ReduceScatter ? NetOp::ReduceScatter
-             : r.op == CollectiveOp::Broadcast     ? NetOp::Broadcast
-                                                   : NetOp::AllToAll;
+      c.op = netOpOf(r.op);
       c.redOp = static_cast<RedOp>(static_cast<int>(r.redop));
       c.send = r.send;
       c.recv = r.recv;

@@ -6,9 +6,14 @@
 // hosts") gives the algorithms; the host emulation (tests/cuda-emu/net_emu.cpp) runs exactly
 // these launches.
 //
-// Ranks are host-major: rank = host x localRanks + local, every host with the same number of
-// ranks (crossHostLayout says why a layout is not served).
+// Every host has the same number of ranks. allReduce, broadcast and send/recv serve any
+// placement of the ranks on the hosts (NetLayout maps a rank to its host and local index and
+// back); allGather, reduceScatter and allToAll need host-major ranks (rank = host x localRanks +
+// local: their blocks of one host are contiguous in the caller's buffers). crossHostLayout and
+// netUnsuitable say why a layout or a call is not served.
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,14 +26,45 @@ namespace strata::cuda {
 
 static_assert(kMaxHosts * kMaxRanks <= kMaxNetRanks, "NetState counts every rank");
 
-/// Where this rank sits among the hosts.
+/// Where this rank sits among the hosts, and where every rank does. Host-major (rank = host x
+/// localRanks + local) unless place() was given the ranks of each host.
 struct NetLayout {
   int hosts = 1;
   int localRanks = 1;
   int host = 0;
   int local = 0;
-  int rank() const { return host * localRanks + local; }
+  bool hostMajor = true;
+  /// Not host-major: rankAtPos[h x localRanks + l] is the rank of local index l on host h, and
+  /// posOfRank[rank] that position.
+  std::array<int16_t, kMaxNetRanks> rankAtPos{};
+  std::array<int16_t, kMaxNetRanks> posOfRank{};
+
   int nranks() const { return hosts * localRanks; }
+  /// The rank of local index l on host h.
+  int rankOf(int h, int l) const {
+    return hostMajor ? h * localRanks + l : rankAtPos[static_cast<size_t>(h * localRanks + l)];
+  }
+  int rank() const { return rankOf(host, local); }
+  /// The host and the local index of rank r (0 <= r < nranks()).
+  int hostOf(int r) const {
+    return (hostMajor ? r : posOfRank[static_cast<size_t>(r)]) / localRanks;
+  }
+  int localOf(int r) const {
+    return (hostMajor ? r : posOfRank[static_cast<size_t>(r)]) % localRanks;
+  }
+  /// Places the ranks: groups[h][l] is the rank of local index l on host h (hosts x localRanks
+  /// entries, each rank of 0 .. nranks() - 1 once: the caller checked).
+  void place(const std::vector<std::vector<int>>& groups) {
+    hostMajor = true;
+    for (int h = 0; h < hosts; ++h) {
+      for (int l = 0; l < localRanks; ++l) {
+        const int r = groups[static_cast<size_t>(h)][static_cast<size_t>(l)];
+        rankAtPos[static_cast<size_t>(h * localRanks + l)] = static_cast<int16_t>(r);
+        posOfRank[static_cast<size_t>(r)] = static_cast<int16_t>(h * localRanks + l);
+        if (r != h * localRanks + l) hostMajor = false;
+      }
+    }
+  }
 };
 
 /// Why ranks grouped by host (each group in rank order, groups by first rank) cannot run the
@@ -45,20 +81,29 @@ inline std::string crossHostLayout(const std::vector<std::vector<int>>& groups, 
   if (local > kMaxRanks) {
     return std::to_string(local) + " ranks per host, more than " + std::to_string(kMaxRanks);
   }
+  const int n = hosts * local;
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  NetLayout out{hosts, local, -1, -1};
   for (int h = 0; h < hosts; ++h) {
     if (static_cast<int>(groups[h].size()) != local) {
       return "hosts have different numbers of ranks (" + std::to_string(groups[0].size()) +
              " and " + std::to_string(groups[h].size()) + ")";
     }
     for (int l = 0; l < local; ++l) {
-      if (groups[h][l] != h * local + l) {
-        return "ranks are not host-major (rank " + std::to_string(groups[h][l]) +
-               " is local rank " + std::to_string(l) + " of host " + std::to_string(h) +
-               "; Slurm's --distribution=block gives host-major ranks)";
+      const int r = groups[h][l];
+      if (r < 0 || r >= n || seen[static_cast<size_t>(r)]) {
+        return "the hosts' rank lists are not a partition of ranks 0 to " + std::to_string(n - 1);
       }
-      if (groups[h][l] == rank) *layout = {hosts, local, h, l};
+      seen[static_cast<size_t>(r)] = true;
+      if (r == rank) {
+        out.host = h;
+        out.local = l;
+      }
     }
   }
+  if (out.host < 0) return "rank " + std::to_string(rank) + " is on none of the hosts";
+  out.place(groups);
+  *layout = out;
   return {};
 }
 
@@ -117,8 +162,31 @@ inline std::string p2pPeerUnsuitable(int peer, const NetLayout& l) {
   return {};
 }
 
+/// Why op cannot run across the hosts in layout l (empty: it can, with suitable arguments).
+inline std::string netOpUnsuitable(NetOp op, const NetLayout& l) {
+  if (l.hostMajor || op == NetOp::AllReduce || op == NetOp::Broadcast || op == NetOp::SendRecv) {
+    return {};
+  }
+  int h = 0, q = 0;  // the first place whose rank is not host-major's
+  while (l.rankOf(h, q) == h * l.localRanks + q) {
+    if (++q == l.localRanks) {
+      q = 0;
+      ++h;
+    }
+  }
+  return std::string(op == NetOp::AllGather       ? "allGather"
+                     : op == NetOp::ReduceScatter ? "reduceScatter"
+                                                  : "allToAll") +
+         " across hosts needs host-major ranks (rank = host x ranks per host + local index; "
+         "Slurm's --distribution=block gives them): here local rank " +
+         std::to_string(q) + " of host " + std::to_string(h) + " is rank " +
+         std::to_string(l.rankOf(h, q)) +
+         " (allReduce, broadcast and send/recv serve any placement)";
+}
+
 /// Why call c cannot run across the hosts (empty: it can).
 inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
+  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) return why;
   if (c.op != NetOp::SendRecv) return {};
   for (int peer : {c.sendTo, c.recvFrom}) {
     if (std::string why = p2pPeerUnsuitable(peer, l); !why.empty()) return why;
@@ -128,7 +196,7 @@ inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
 
 /// Whether a send/recv peer needs a pair of its own (not this rank's collective lane).
 inline bool needsPair(int peer, const NetLayout& l) {
-  return peer >= 0 && peer / l.localRanks != l.host && peer % l.localRanks != l.local;
+  return peer >= 0 && l.hostOf(peer) != l.host && l.localOf(peer) != l.local;
 }
 
 /// The launches of call c on this rank. local: the one-host arguments of this rank (rank and
@@ -137,6 +205,9 @@ inline bool needsPair(int peer, const NetLayout& l) {
 inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayout& l,
                                                 const KernelArgs& local, const NetArgs& net) {
   std::vector<PlannedLaunch> out;
+  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) {
+    throw Error(ErrorCode::NotSupported, why);
+  }
   if (c.count == 0) return out;
   out.reserve(kMaxHosts + 4);  // netLaunch hands out a pointer into it
   const uint64_t es = c.elemSize;
@@ -175,7 +246,7 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     p.args.net.recvMask = recvMask;
     p.args.net.bytes = bytes;
     // Lane h: the rank of this local index on host h.
-    for (int h = 0; h < l.hosts; ++h) p.args.net.lane[h].peer = h * l.localRanks + l.local;
+    for (int h = 0; h < l.hosts; ++h) p.args.net.lane[h].peer = l.rankOf(h, l.local);
     out.push_back(p);
     return &out.back().args.net;
   };
@@ -247,7 +318,7 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     case NetOp::Broadcast: {
       // The root to the ranks of its local index on the other hosts, then inside every host
       // from that local index.
-      const int rootHost = c.root / l.localRanks, rootLocal = c.root % l.localRanks;
+      const int rootHost = l.hostOf(c.root), rootLocal = l.localOf(c.root);
       const bool isRoot = c.root == l.rank();
       if (l.local == rootLocal) {
         NetArgs* n = l.host == rootHost
@@ -282,13 +353,13 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     case NetOp::SendRecv: {
       // Lane 0: the send's peer; lane 1 the receive's (lane 0 too when it is the same rank).
       auto laneOf = [&](int peer, const NetLane* pair) {
-        if (peer / l.localRanks == l.host) {
+        if (l.hostOf(peer) == l.host) {
           throw Error(ErrorCode::InvalidArgument,
                       "cross-host send/recv: rank " + std::to_string(peer) +
                           " shares this rank's host (planCrossHostBatch serves it)");
         }
         if (!needsPair(peer, l)) {
-          NetLane lane = net.lane[peer / l.localRanks];
+          NetLane lane = net.lane[l.hostOf(peer)];
           lane.peer = peer;
           return lane;
         }
@@ -353,7 +424,7 @@ std::vector<PlannedLaunch> planCrossHostBatch(const std::vector<P2pItem>& items,
       onlyRecv = &it;
     }
   }
-  auto remote = [&](int peer) { return peer / l.localRanks != l.host; };
+  auto remote = [&](int peer) { return l.hostOf(peer) != l.host; };
   auto netPiece = [&](const P2pItem* snd, const P2pItem* rcv, uint64_t bytes) {
     NetCall c;
     c.op = NetOp::SendRecv;
@@ -399,7 +470,7 @@ std::vector<PlannedLaunch> planCrossHostBatch(const std::vector<P2pItem>& items,
     p.args.recv = piece.dst;
     p.args.count = piece.bytes;
     p.args.elemSize = 1;
-    p.args.peer = piece.peer % l.localRanks;
+    p.args.peer = l.localOf(piece.peer);
     p.blocks = localBlocks;
     out.push_back(p);
   }

@@ -7,11 +7,15 @@
 // scratch and the bounce buffers); host memory stands in for device memory, so the bounce
 // path's copies are host copies. Every process runs the same calls in the same order and checks
 // its own ranks' results, bit for bit, against a reference folded in the algorithm's order
-// (inside each host in rank order, then over the hosts in host order; for integer types this
+// (inside each host in local order, then over the hosts in host order; for integer types this
 // is the rank-order fold too, and is checked against it).
 //
 // usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] [--timeout SECONDS]
-//                     [--cut] [--stall-report]
+//                     [--cut] [--stall-report] [--layout block|cyclic]
+//   --layout cyclic  places rank l x H + h at local index l of host h (Slurm's
+//          --distribution=cyclic) instead of h x L + l: allReduce, broadcast and send/recv run
+//          (the send/recv patterns, defined by host and local index, are other ranks then), and
+//          allGather, reduceScatter and allToAll must be refused as not host-major.
 //   --cut  runs calls until one fails (a test cuts the link between the hosts meanwhile), then
 //          prints what each local rank reported and exits 0 when one names a rank on another
 //          host, 1 otherwise.
@@ -67,7 +71,28 @@ struct Options {
   uint64_t seed = 1;
   double timeout = 20;
   bool stallReport = false;
+  /// The ranks' placement: host-major (rank = h x L + l), or cyclic (rank = l x H + h: Slurm's
+  /// --distribution=cyclic), which only allReduce, broadcast and send/recv serve.
+  bool cyclic = false;
 };
+
+/// Local index l of host h, with every rank placed as o says.
+NetLayout placed(const Options& o, int hosts, int h, int l) {
+  NetLayout g{hosts, o.local, h, l};
+  if (o.cyclic) {
+    std::vector<std::vector<int>> groups(static_cast<size_t>(hosts));
+    for (int hh = 0; hh < hosts; ++hh) {
+      for (int ll = 0; ll < o.local; ++ll) groups[hh].push_back(ll * hosts + hh);
+    }
+    g.place(groups);
+  }
+  return g;
+}
+
+/// Whether op runs in o's placement.
+bool served(const Options& o, NetOp op) {
+  return !o.cyclic || op == NetOp::AllReduce || op == NetOp::Broadcast || op == NetOp::SendRecv;
+}
 
 const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
                            ElemType::Int64, ElemType::Uint64, ElemType::Half,  ElemType::BFloat16,
@@ -99,18 +124,19 @@ const char* opName(NetOp op) {
   return "sendrecv";
 }
 
-/// The fold of one element in the algorithm's order: each host's ranks in rank order (rounded
+/// The fold of one element in the algorithm's order: each host's ranks in local order (rounded
 /// to the type when the host has several ranks: the one-host kernels store their result), then
 /// the hosts in host order, Avg dividing by every rank, one rounding at the end.
 template <class T, class A>
-void foldHierarchical(ReduceOp op, const std::vector<const char*>& in, size_t i, int hosts,
-                      int local, char* out, A (*load)(const char*), void (*store)(A, char*)) {
+void foldHierarchical(ReduceOp op, const std::vector<const char*>& in, size_t i, const NetLayout& g,
+                      char* out, A (*load)(const char*), void (*store)(A, char*)) {
   const ReduceOp inner = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+  const int hosts = g.hosts, local = g.localRanks;
   A total{};
   for (int h = 0; h < hosts; ++h) {
-    A part = load(in[h * local] + i * sizeof(T));
+    A part = load(in[g.rankOf(h, 0)] + i * sizeof(T));
     for (int l = 1; l < local; ++l) {
-      part = testing::fold<A>(inner, part, load(in[h * local + l] + i * sizeof(T)));
+      part = testing::fold<A>(inner, part, load(in[g.rankOf(h, l)] + i * sizeof(T)));
     }
     if (local > 1) {  // the host's partial result is stored as T
       char tmp[sizeof(T)];
@@ -146,14 +172,14 @@ void storeBf16(float v, char* p) {
   storeT<uint16_t>(collectives::floatToBf16(v), p);
 }
 
-void reference(ElemType t, RedOp op, const std::vector<const char*>& in, size_t count, int hosts,
-               int local, char* out) {
+void reference(ElemType t, RedOp op, const std::vector<const char*>& in, size_t count,
+               const NetLayout& g, char* out) {
   const auto r = static_cast<ReduceOp>(static_cast<int>(op));
   for (size_t i = 0; i < count; ++i) {
     switch (t) {
-#define STRATA_REF(E, T)                                                        \
-  case ElemType::E:                                                             \
-    foldHierarchical<T, T>(r, in, i, hosts, local, out, &loadT<T>, &storeT<T>); \
+#define STRATA_REF(E, T)                                             \
+  case ElemType::E:                                                  \
+    foldHierarchical<T, T>(r, in, i, g, out, &loadT<T>, &storeT<T>); \
     break;
       STRATA_REF(Int8, int8_t)
       STRATA_REF(Uint8, uint8_t)
@@ -165,10 +191,10 @@ void reference(ElemType t, RedOp op, const std::vector<const char*>& in, size_t 
       STRATA_REF(Double, double)
 #undef STRATA_REF
       case ElemType::Half:
-        foldHierarchical<uint16_t, float>(r, in, i, hosts, local, out, &loadHalf, &storeHalf);
+        foldHierarchical<uint16_t, float>(r, in, i, g, out, &loadHalf, &storeHalf);
         break;
       case ElemType::BFloat16:
-        foldHierarchical<uint16_t, float>(r, in, i, hosts, local, out, &loadBf16, &storeBf16);
+        foldHierarchical<uint16_t, float>(r, in, i, g, out, &loadBf16, &storeBf16);
         break;
     }
   }
@@ -208,9 +234,9 @@ struct Case {
   int pattern = Ring;
 
   /// SendRecv: the items of rank r's batch, in order: (a send?, the peer).
-  std::vector<std::pair<bool, int>> items(int r, int hosts, int local) const {
+  std::vector<std::pair<bool, int>> items(int r, const NetLayout& g) const {
     std::vector<std::pair<bool, int>> out;
-    const int n = hosts * local;
+    const int n = g.nranks();
     if (pattern == All) {
       for (int q = 0; q < n; ++q) {
         if (q == r) continue;
@@ -220,22 +246,25 @@ struct Case {
       return out;
     }
     int to = -1, from = -1;
-    peers(r, hosts, local, &to, &from);
+    peers(r, g, &to, &from);
     if (to >= 0) out.push_back({true, to});
     if (from >= 0) out.push_back({false, from});
     return out;
   }
 
-  /// The peers of the one-send-one-receive patterns (-1: nobody).
-  void peers(int r, int hosts, int local, int* to, int* from) const {
-    const int h = r / local, l = r % local;
+  /// The peers of the one-send-one-receive patterns (-1: nobody); (h, l) is local index l of
+  /// host h, whichever rank that is in g's placement.
+  void peers(int r, const NetLayout& g, int* to, int* from) const {
+    const int hosts = g.hosts, local = g.localRanks;
+    const int h = g.hostOf(r), l = g.localOf(r);
     const int n = hosts * local;
+    auto at = [&](int hh, int ll) { return g.rankOf(hh, ll); };
     *to = -1;
     *from = -1;
     switch (pattern == Local && local == 1 ? Ring : pattern) {
       case Local:
-        *to = h * local + (l + 1) % local;
-        *from = h * local + (l + local - 1) % local;
+        *to = at(h, (l + 1) % local);
+        *from = at(h, (l + local - 1) % local);
         break;
       case Cycle:
         *to = (r + 1) % n;
@@ -245,31 +274,31 @@ struct Case {
       case kPatterns:
         break;
       case Ring:
-        *to = ((h + 1) % hosts) * local + l;
-        *from = ((h + hosts - 1) % hosts) * local + l;
+        *to = at((h + 1) % hosts, l);
+        *from = at((h + hosts - 1) % hosts, l);
         break;
       case OneWay:
-        if (h == 0) *to = local + l;
-        if (h == 1) *from = l;
+        if (h == 0) *to = at(1, l);
+        if (h == 1) *from = at(0, l);
         break;
       case Shift:
-        *to = ((h + 1) % hosts) * local + (l + 1) % local;
-        *from = ((h + hosts - 1) % hosts) * local + (l + local - 1) % local;
+        *to = at((h + 1) % hosts, (l + 1) % local);
+        *from = at((h + hosts - 1) % hosts, (l + local - 1) % local);
         break;
       case Crossed:
-        if (h == 0) *to = local + (local - 1 - l);
-        if (h == 1) *from = local - 1 - l;
+        if (h == 0) *to = at(1, local - 1 - l);
+        if (h == 1) *from = at(0, local - 1 - l);
         break;
       case Snake: {
-        auto at = [&](int q) {
+        auto snake = [&](int q) {
           q = ((q % n) + n) % n;
           const int qh = q % hosts;
-          return qh * local + (q / hosts + qh) % local;
+          return at(qh, (q / hosts + qh) % local);
         };
         for (int q = 0; q < n; ++q) {
-          if (at(q) != r) continue;
-          *to = at(q + 1);
-          *from = at(q - 1);
+          if (snake(q) != r) continue;
+          *to = snake(q + 1);
+          *from = snake(q - 1);
         }
         break;
       }
@@ -300,12 +329,11 @@ class Host {
     // 32-64 B, hundreds per call (cuda-net-emu-2x4 took 31 s instead of 11 here).
     ScratchLayout layout = layoutFor(t, o.local);
     layout.p2pPeer = 512 * kMaxBlocks;
-    world_ = std::make_unique<World>(o.local, layout,
-                                     static_cast<uint64_t>(o.timeout * 1e9),
+    world_ = std::make_unique<World>(o.local, layout, static_cast<uint64_t>(o.timeout * 1e9),
                                      o.seed * 7919 + static_cast<uint64_t>(host_));
     world_->preload();
     world_->onFirstAbort = [this](int l) {
-      firstAbortCounts_ = "network counts when rank " + std::to_string(host_ * o_.local + l) +
+      firstAbortCounts_ = "network counts when rank " + std::to_string(rankOf(host_, l)) +
                           " gave up (its launch has ended):\n" + netCounts();
     };
     std::vector<int> peerOf(static_cast<size_t>(hosts_));
@@ -327,6 +355,9 @@ class Host {
   int hosts() const { return hosts_; }
   int host() const { return host_; }
   int nranks() const { return hosts_ * o_.local; }
+  /// Local index l of host h in the placement.
+  NetLayout layout(int h, int l) const { return placed(o_, hosts_, h, l); }
+  int rankOf(int h, int l) const { return layout(h, l).rank(); }
   /// Pairs this host's ranks made (send/recv peers of another local index).
   int pairs() const {
     int n = 0;
@@ -359,7 +390,8 @@ class Host {
       }
       b.expect = expected(k, b.input);
       for (int l = 0; l < L; ++l) {
-        const int rank = host_ * L + l;
+        const NetLayout layout = this->layout(host_, l);
+        const int rank = layout.rank();
         b.send.emplace_back(b.input[rank]);
         b.recv.emplace_back(outCount * es, static_cast<char>(0x5a));
         NetCall call;
@@ -369,7 +401,6 @@ class Host {
         call.count = k.count;
         call.elemSize = es;
         call.root = k.root;
-        const NetLayout layout{hosts_, L, host_, l};
         b.work.emplace_back(netWorkspaceBytes(call, layout));
         call.workspace = b.work[l].data();
         call.send = b.send[l].data();
@@ -403,7 +434,7 @@ class Host {
           // The batch's items: sends from the input, receives into the output (All: the block
           // of rank q at q).
           std::vector<P2pItem> items;
-          for (auto [isSend, peer] : k.items(rank, hosts_, L)) {
+          for (auto [isSend, peer] : k.items(rank, layout)) {
             P2pItem it;
             it.send = isSend;
             it.peer = peer;
@@ -464,7 +495,7 @@ class Host {
       const Case& k = cases[c];
       const size_t es = elemSize(k.type);
       for (int l = 0; l < L; ++l) {
-        const int rank = host_ * L + l;
+        const int rank = rankOf(host_, l);
         const std::vector<char>& want = bufs[c].expect[rank];
         const char* got = bufs[c].recv[l].data() + bufs[c].outAt[l];
         for (size_t i = 0; i < want.size(); i += es) {
@@ -497,23 +528,24 @@ class Host {
   /// them on first use (NetPeers::addPairs), in the order of (lower rank, higher rank) on every
   /// process: each process makes those of its ranks, one peer at a time.
   void makePairs(const std::vector<Case>& cases) {
-    const int L = o_.local;
     std::set<std::pair<int, int>> want;
     for (const Case& k : cases) {
       if (k.op != NetOp::SendRecv) continue;
       for (int r = 0; r < nranks(); ++r) {
-        const NetLayout layout{hosts_, L, r / L, r % L};
-        for (auto [isSend, peer] : k.items(r, hosts_, L)) {
+        const NetLayout g = layout(0, 0);
+        const NetLayout layout = this->layout(g.hostOf(r), g.localOf(r));
+        for (auto [isSend, peer] : k.items(r, layout)) {
           if (needsPair(peer, layout)) want.insert({std::min(r, peer), std::max(r, peer)});
         }
       }
     }
     for (auto [a, b] : want) {
       for (auto [me, peer] : {std::pair{a, b}, std::pair{b, a}}) {
-        if (me / L != host_) continue;
-        const int l = me % L;
+        const NetLayout g = layout(0, 0);
+        if (g.hostOf(me) != host_) continue;
+        const int l = g.localOf(me);
         if (pairLanes_[l].contains(peer)) continue;
-        peers_[l]->addPairs(*ctx_, {peer / L}, {peer});
+        peers_[l]->addPairs(*ctx_, {g.hostOf(peer)}, {peer});
         const NetPeers::Pair& p = *peers_[l]->pair(peer);
         world_->addWeakRange(static_cast<char*>(p.send.data()), p.send.size());
         world_->addWeakRange(static_cast<char*>(p.recv.data()), p.recv.size());
@@ -529,9 +561,10 @@ class Host {
       const AbortRecord& ab = world_->rank(l).abort;
       const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
       if (code == 0) continue;
-      const int rank = host_ * o_.local + l;
-      const int64_t peer = ab.peer < 0 ? -1 - ab.peer : host_ * o_.local + ab.peer;
-      const int peerHost = static_cast<int>(peer / o_.local);
+      const int rank = rankOf(host_, l);
+      const int peer =
+          ab.peer < 0 ? static_cast<int>(-1 - ab.peer) : rankOf(host_, static_cast<int>(ab.peer));
+      const int peerHost = layout(0, 0).hostOf(peer);
       char msg[256];
       std::snprintf(
           msg, sizeof msg,
@@ -559,7 +592,7 @@ class Host {
         const auto& w = where_[l][begun - begunBefore_[l] - 1];
         at += " (call " + std::to_string(w.first) + ", kernel " + std::to_string(w.second) + ")";
       }
-      out += "  rank " + std::to_string(host_ * o_.local + l) + " in " + at + ": pushed " +
+      out += "  rank " + std::to_string(rankOf(host_, l)) + " in " + at + ": pushed " +
              std::to_string(__atomic_load_n(&words_[2 * l], __ATOMIC_ACQUIRE)) + ", executed " +
              std::to_string(peers_[l]->proxy().executed());
       auto counts = [&](int peer, const uint64_t* data, const uint64_t* acks) {
@@ -573,7 +606,7 @@ class Host {
       for (int h = 0; h < hosts_; ++h) {
         if (h == host_) continue;
         out += "; host " + std::to_string(h) +
-               counts(h * o_.local + l, &flags[NetPeers::dataFlag(h) / 8],
+               counts(rankOf(h, l), &flags[NetPeers::dataFlag(h) / 8],
                       &flags[NetPeers::ackFlag(h) / 8]);
       }
       for (const auto& [peer, lane] : pairLanes_[l]) {
@@ -595,7 +628,7 @@ class Host {
       const AbortRecord& ab = world_->rank(l).abort;
       const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
       if ((code == AbortRecord::Timeout || code == AbortRecord::Stopped) && ab.peer < 0 &&
-          (-1 - ab.peer) / o_.local != host_) {
+          layout(0, 0).hostOf(static_cast<int>(-1 - ab.peer)) != host_) {
         return true;
       }
     }
@@ -620,7 +653,7 @@ class Host {
     switch (k.op) {
       case NetOp::AllReduce: {
         std::vector<char> r(k.count * es);
-        reference(k.type, k.redOp, ptrs, k.count, hosts_, o_.local, r.data());
+        reference(k.type, k.redOp, ptrs, k.count, layout(0, 0), r.data());
         for (auto& o : out) o = r;
         break;
       }
@@ -629,7 +662,7 @@ class Host {
           std::vector<const char*> blocks;
           for (auto* p : ptrs) blocks.push_back(p + q * k.count * es);
           out[q].resize(k.count * es);
-          reference(k.type, k.redOp, blocks, k.count, hosts_, o_.local, out[q].data());
+          reference(k.type, k.redOp, blocks, k.count, layout(0, 0), out[q].data());
         }
         break;
       case NetOp::AllGather: {
@@ -663,7 +696,7 @@ class Host {
             continue;
           }
           int to = -1, from = -1;
-          k.peers(r, hosts_, o_.local, &to, &from);
+          k.peers(r, layout(0, 0), &to, &from);
           if (from >= 0) out[r] = in[from];  // else nothing to check
         }
         break;
@@ -768,6 +801,7 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
               : std::vector<uint64_t>{1, 3, static_cast<uint64_t>(o.local) * 5 + 1, 257, 0};
   for (NetOp op : {NetOp::AllReduce, NetOp::ReduceScatter, NetOp::AllGather, NetOp::Broadcast,
                    NetOp::AllToAll, NetOp::SendRecv}) {
+    if (!served(o, op)) continue;
     for (ElemType t : kTypes) {
       std::vector<Case> batch;
       const bool reduces = op == NetOp::AllReduce || op == NetOp::ReduceScatter;
@@ -807,6 +841,11 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
   for (int i = 0; i < calls; ++i) {
     Case c;
     c.op = static_cast<NetOp>(rng() % 6);
+    if (!served(o, c.op)) {
+      c.op = c.op == NetOp::AllGather  ? NetOp::Broadcast
+             : c.op == NetOp::AllToAll ? NetOp::SendRecv
+                                       : NetOp::AllReduce;
+    }
     c.type = kTypes[rng() % 10];
     c.redOp = kOps[rng() % 5];
     c.count = 1 + rng() % (o.chunk / 2);
@@ -821,7 +860,7 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
 int usage() {
   std::fprintf(stderr,
                "usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] "
-               "[--timeout SECONDS] [--cut] [--stall-report]\n");
+               "[--timeout SECONDS] [--cut] [--stall-report] [--layout block|cyclic]\n");
   return 2;
 }
 
@@ -846,6 +885,10 @@ int main(int argc, char** argv) {
       o.cut = true;
     } else if (a == "--stall-report") {
       o.stallReport = true;
+    } else if (a == "--layout" && hasValue) {
+      const std::string v = argv[++i];
+      if (v != "block" && v != "cyclic") return usage();
+      o.cyclic = v == "cyclic";
     } else {
       return usage();
     }
@@ -884,6 +927,34 @@ int main(int argc, char** argv) {
       // The link is down: leave without the teardown's goodbyes to the other host.
       std::_Exit(ok ? 0 : 1);
     }
+    if (o.cyclic) {
+      // What is not served in this placement is refused, saying why, before anything runs.
+      const NetLayout g = host.layout(host.host(), 0);
+      for (NetOp op : {NetOp::AllGather, NetOp::ReduceScatter, NetOp::AllToAll}) {
+        NetCall c;
+        c.op = op;
+        c.count = 1;
+        const std::string why = netUnsuitable(c, g);
+        bool refused = false;
+        try {
+          planCrossHost(c, g, KernelArgs{}, NetArgs{});
+        } catch (const Error& e) {
+          refused = e.code() == ErrorCode::NotSupported && why == e.what();
+        }
+        if (why.find("host-major") == std::string::npos || !refused) {
+          std::printf(
+              "%sFAIL: %s in the cyclic placement was not refused as not host-major "
+              "(netUnsuitable said \"%s\")\n",
+              who.c_str(), opName(op), why.c_str());
+          std::fflush(stdout);
+          std::_Exit(1);
+        }
+      }
+      std::printf(
+          "%scyclic placement (rank = local x %d + host): allGather, reduceScatter and "
+          "allToAll refused (%s)\n",
+          who.c_str(), host.hosts(), netUnsuitable(NetCall{NetOp::AllGather}, g).c_str());
+    }
     int calls = 0;
     for (const auto& batch : batches(o, host.nranks())) {
       if (!host.run(batch, -1, &failure)) {
@@ -908,10 +979,10 @@ int main(int argc, char** argv) {
       calls += static_cast<int>(cases.size());
     }
     std::printf(
-        "%s%d calls on %d hosts x %d ranks (chunk %llu B, %d send/recv pairs of "
+        "%s%d calls on %d hosts x %d ranks, %s placement (chunk %llu B, %d send/recv pairs of "
         "another local index) passed\n",
-        who.c_str(), calls, host.hosts(), o.local, static_cast<unsigned long long>(o.chunk),
-        host.pairs());
+        who.c_str(), calls, host.hosts(), o.local, o.cyclic ? "cyclic" : "host-major",
+        static_cast<unsigned long long>(o.chunk), host.pairs());
     ctx->bootstrap().barrier();
     return 0;
   } catch (const std::exception& e) {

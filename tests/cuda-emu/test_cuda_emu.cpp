@@ -1804,7 +1804,51 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   BOOST_TEST(crossHostLayout({{0, 1}, {2, 3}}, 3, &l).empty());
   BOOST_TEST((l.hosts == 2 && l.localRanks == 2 && l.host == 1 && l.local == 1));
   BOOST_TEST(has(crossHostLayout({{0, 1, 2}, {3}}, 0, &l), "different numbers of ranks"));
-  BOOST_TEST(has(crossHostLayout({{0, 2}, {1, 3}}, 0, &l), "not host-major"));
+  BOOST_TEST(has(crossHostLayout({{0, 1}, {1, 3}}, 0, &l), "not a partition"));
+  BOOST_TEST(has(crossHostLayout({{0, 1}, {2, 4}}, 0, &l), "not a partition"));
+  // Not host-major (Slurm's cyclic distribution): placed, rank by rank; allReduce, broadcast
+  // and send/recv are served, allGather, reduceScatter and allToAll refused saying why.
+  BOOST_TEST(crossHostLayout({{0, 2, 4}, {1, 3, 5}}, 3, &l).empty());
+  BOOST_TEST((l.hosts == 2 && l.localRanks == 3 && l.host == 1 && l.local == 1 && !l.hostMajor));
+  BOOST_TEST(l.rank() == 3);
+  BOOST_TEST((l.rankOf(0, 2) == 4 && l.rankOf(1, 0) == 1));
+  BOOST_TEST((l.hostOf(4) == 0 && l.localOf(4) == 2 && l.hostOf(5) == 1 && l.localOf(5) == 2));
+  for (NetOp op : {NetOp::AllReduce, NetOp::Broadcast, NetOp::SendRecv}) {
+    BOOST_TEST(netOpUnsuitable(op, l).empty());
+  }
+  for (NetOp op : {NetOp::AllGather, NetOp::ReduceScatter, NetOp::AllToAll}) {
+    const std::string why = netOpUnsuitable(op, l);
+    BOOST_TEST(has(why, "host-major"));
+    BOOST_TEST(has(why, "local rank 1 of host 0 is rank 2"), why);
+    NetCall c;
+    c.op = op;
+    c.count = 4;
+    BOOST_CHECK_THROW(planCrossHost(c, l, KernelArgs{}, NetArgs{}), strata::Error);
+  }
+  {
+    // A cyclic broadcast from rank 1 (host 1, local 0): rank 3 (host 1, local 1) gets it from
+    // its host's local index 0 and sends nothing across; rank 1's lanes are the ranks of local
+    // index 0 (0 on host 0), not host-major's.
+    NetCall b;
+    b.op = NetOp::Broadcast;
+    b.count = 8;
+    b.elemSize = 1;
+    b.root = 1;
+    char buf[8] = {};
+    b.send = buf;
+    b.recv = buf;
+    const auto mine = planCrossHost(b, l, KernelArgs{}, NetArgs{});
+    BOOST_TEST(mine.size() == 1u);
+    BOOST_TEST(
+        (mine.size() == 1 && mine[0].id == KernelId::BroadcastDirect && mine[0].args.peer == 0));
+    NetLayout root;
+    BOOST_TEST(crossHostLayout({{0, 2, 4}, {1, 3, 5}}, 1, &root).empty());
+    const auto roots = planCrossHost(b, root, KernelArgs{}, NetArgs{});
+    BOOST_TEST(roots.size() == 2u);
+    BOOST_TEST((roots.size() == 2 && roots[0].id == KernelId::NetGather &&
+                roots[0].args.net.sendMask == 1u && roots[0].args.net.lane[0].peer == 0 &&
+                roots[0].args.net.lane[1].peer == 1));
+  }
   std::vector<std::vector<int>> nine;
   for (int h = 0; h < 9; ++h) nine.push_back({h});
   BOOST_TEST(has(crossHostLayout(nine, 0, &l), "more than the 8"));
