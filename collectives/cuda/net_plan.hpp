@@ -45,13 +45,12 @@ struct NetLayout {
     return hostMajor ? h * localRanks + l : rankAtPos[static_cast<size_t>(h * localRanks + l)];
   }
   int rank() const { return rankOf(host, local); }
-  /// The host and the local index of rank r (0 <= r < nranks()).
-  int hostOf(int r) const {
-    return (hostMajor ? r : posOfRank[static_cast<size_t>(r)]) / localRanks;
-  }
-  int localOf(int r) const {
-    return (hostMajor ? r : posOfRank[static_cast<size_t>(r)]) % localRanks;
-  }
+  /// The host and the local index of rank r; -1 when there is no rank r.
+  int hostOf(int r) const { return exists(r) ? position(r) / localRanks : -1; }
+  int localOf(int r) const { return exists(r) ? position(r) % localRanks : -1; }
+  bool exists(int r) const { return r >= 0 && r < nranks() && r < kMaxNetRanks; }
+  /// h x localRanks + l for rank r of local index l on host h (r exists).
+  int position(int r) const { return hostMajor ? r : posOfRank[static_cast<size_t>(r)]; }
   /// Places the ranks: groups[h][l] is the rank of local index l on host h (hosts x localRanks
   /// entries, each rank of 0 .. nranks() - 1 once: the caller checked).
   void place(const std::vector<std::vector<int>>& groups) {
@@ -353,6 +352,10 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     case NetOp::SendRecv: {
       // Lane 0: the send's peer; lane 1 the receive's (lane 0 too when it is the same rank).
       auto laneOf = [&](int peer, const NetLane* pair) {
+        if (l.hostOf(peer) < 0) {
+          throw Error(ErrorCode::InvalidArgument,
+                      "cross-host send/recv: no rank " + std::to_string(peer));
+        }
         if (l.hostOf(peer) == l.host) {
           throw Error(ErrorCode::InvalidArgument,
                       "cross-host send/recv: rank " + std::to_string(peer) +

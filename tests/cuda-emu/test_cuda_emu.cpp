@@ -1813,6 +1813,7 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   BOOST_TEST(l.rank() == 3);
   BOOST_TEST((l.rankOf(0, 2) == 4 && l.rankOf(1, 0) == 1));
   BOOST_TEST((l.hostOf(4) == 0 && l.localOf(4) == 2 && l.hostOf(5) == 1 && l.localOf(5) == 2));
+  BOOST_TEST((l.hostOf(6) == -1 && l.localOf(-1) == -1 && l.hostOf(1000) == -1));
   for (NetOp op : {NetOp::AllReduce, NetOp::Broadcast, NetOp::SendRecv}) {
     BOOST_TEST(netOpUnsuitable(op, l).empty());
   }
