@@ -76,9 +76,9 @@ struct Options {
   bool cyclic = false;
 };
 
-/// Local index l of host h, with every rank placed as o says.
-NetLayout placed(const Options& o, int hosts, int h, int l) {
-  NetLayout g{hosts, o.local, h, l};
+/// Every rank placed as o says (this rank: local index 0 of host 0).
+NetLayout placed(const Options& o, int hosts) {
+  NetLayout g{hosts, o.local, 0, 0};
   if (o.cyclic) {
     std::vector<std::vector<int>> groups(static_cast<size_t>(hosts));
     for (int hh = 0; hh < hosts; ++hh) {
@@ -318,7 +318,11 @@ struct Case {
 class Host {
  public:
   Host(const Options& o, std::shared_ptr<Context> ctx)
-      : o_(o), ctx_(std::move(ctx)), hosts_(ctx_->size()), host_(ctx_->rank()) {
+      : o_(o),
+        ctx_(std::move(ctx)),
+        hosts_(ctx_->size()),
+        host_(ctx_->rank()),
+        placement_(placed(o, hosts_)) {
     Tuning t;
     t.oneShotMax = 1024;
     t.twoShotMax = 4096;
@@ -356,8 +360,13 @@ class Host {
   int host() const { return host_; }
   int nranks() const { return hosts_ * o_.local; }
   /// Local index l of host h in the placement.
-  NetLayout layout(int h, int l) const { return placed(o_, hosts_, h, l); }
-  int rankOf(int h, int l) const { return layout(h, l).rank(); }
+  NetLayout layout(int h, int l) const {
+    NetLayout g = placement_;
+    g.host = h;
+    g.local = l;
+    return g;
+  }
+  int rankOf(int h, int l) const { return placement_.rankOf(h, l); }
   /// Pairs this host's ranks made (send/recv peers of another local index).
   int pairs() const {
     int n = 0;
@@ -532,8 +541,7 @@ class Host {
     for (const Case& k : cases) {
       if (k.op != NetOp::SendRecv) continue;
       for (int r = 0; r < nranks(); ++r) {
-        const NetLayout g = layout(0, 0);
-        const NetLayout layout = this->layout(g.hostOf(r), g.localOf(r));
+        const NetLayout layout = this->layout(placement_.hostOf(r), placement_.localOf(r));
         for (auto [isSend, peer] : k.items(r, layout)) {
           if (needsPair(peer, layout)) want.insert({std::min(r, peer), std::max(r, peer)});
         }
@@ -541,11 +549,10 @@ class Host {
     }
     for (auto [a, b] : want) {
       for (auto [me, peer] : {std::pair{a, b}, std::pair{b, a}}) {
-        const NetLayout g = layout(0, 0);
-        if (g.hostOf(me) != host_) continue;
-        const int l = g.localOf(me);
+        if (placement_.hostOf(me) != host_) continue;
+        const int l = placement_.localOf(me);
         if (pairLanes_[l].contains(peer)) continue;
-        peers_[l]->addPairs(*ctx_, {g.hostOf(peer)}, {peer});
+        peers_[l]->addPairs(*ctx_, {placement_.hostOf(peer)}, {peer});
         const NetPeers::Pair& p = *peers_[l]->pair(peer);
         world_->addWeakRange(static_cast<char*>(p.send.data()), p.send.size());
         world_->addWeakRange(static_cast<char*>(p.recv.data()), p.recv.size());
@@ -564,7 +571,7 @@ class Host {
       const int rank = rankOf(host_, l);
       const int peer =
           ab.peer < 0 ? static_cast<int>(-1 - ab.peer) : rankOf(host_, static_cast<int>(ab.peer));
-      const int peerHost = layout(0, 0).hostOf(peer);
+      const int peerHost = placement_.hostOf(peer);
       char msg[256];
       std::snprintf(
           msg, sizeof msg,
@@ -628,7 +635,7 @@ class Host {
       const AbortRecord& ab = world_->rank(l).abort;
       const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
       if ((code == AbortRecord::Timeout || code == AbortRecord::Stopped) && ab.peer < 0 &&
-          layout(0, 0).hostOf(static_cast<int>(-1 - ab.peer)) != host_) {
+          placement_.hostOf(static_cast<int>(-1 - ab.peer)) != host_) {
         return true;
       }
     }
@@ -653,7 +660,7 @@ class Host {
     switch (k.op) {
       case NetOp::AllReduce: {
         std::vector<char> r(k.count * es);
-        reference(k.type, k.redOp, ptrs, k.count, layout(0, 0), r.data());
+        reference(k.type, k.redOp, ptrs, k.count, placement_, r.data());
         for (auto& o : out) o = r;
         break;
       }
@@ -662,7 +669,7 @@ class Host {
           std::vector<const char*> blocks;
           for (auto* p : ptrs) blocks.push_back(p + q * k.count * es);
           out[q].resize(k.count * es);
-          reference(k.type, k.redOp, blocks, k.count, layout(0, 0), out[q].data());
+          reference(k.type, k.redOp, blocks, k.count, placement_, out[q].data());
         }
         break;
       case NetOp::AllGather: {
@@ -696,7 +703,7 @@ class Host {
             continue;
           }
           int to = -1, from = -1;
-          k.peers(r, layout(0, 0), &to, &from);
+          k.peers(r, placement_, &to, &from);
           if (from >= 0) out[r] = in[from];  // else nothing to check
         }
         break;
@@ -775,6 +782,7 @@ class Host {
   Options o_;
   std::shared_ptr<Context> ctx_;
   int hosts_, host_;
+  NetLayout placement_;  ///< every rank's host and local index (placed(o_, hosts_))
   std::unique_ptr<World> world_;
   std::vector<uint64_t> words_;
   std::vector<NetState> states_;
