@@ -352,17 +352,18 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     case NetOp::SendRecv: {
       // Lane 0: the send's peer; lane 1 the receive's (lane 0 too when it is the same rank).
       auto laneOf = [&](int peer, const NetLane* pair) {
-        if (l.hostOf(peer) < 0) {
+        const int host = l.hostOf(peer);
+        if (host < 0) {
           throw Error(ErrorCode::InvalidArgument,
                       "cross-host send/recv: no rank " + std::to_string(peer));
         }
-        if (l.hostOf(peer) == l.host) {
+        if (host == l.host) {
           throw Error(ErrorCode::InvalidArgument,
                       "cross-host send/recv: rank " + std::to_string(peer) +
                           " shares this rank's host (planCrossHostBatch serves it)");
         }
         if (!needsPair(peer, l)) {
-          NetLane lane = net.lane[l.hostOf(peer)];
+          NetLane lane = net.lane[host];
           lane.peer = peer;
           return lane;
         }
