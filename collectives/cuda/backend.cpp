@@ -426,8 +426,8 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
           "device memory, several hosts (same ranks per host): allReduce as "
           "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
           "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
-          "host; broadcast likewise; allGather, reduceScatter, allToAll likewise when the ranks "
-          "are host-major; send/recv with any other rank (a pair of slots of its own on first "
+          "host; broadcast, allGather, reduceScatter and allToAll likewise, in any placement of "
+          "the ranks; send/recv with any other rank (a pair of slots of its own on first "
           "use with a rank of another host and local index; batches as one-round pieces); "
           "every size",
           t.netChunk);
@@ -442,9 +442,6 @@ std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
   if (!be_.why().empty()) return be_.why();
   if (family_ == Family::CrossHost) {
     if (!be_.crossHost()) return "the ranks share one host (the one-host algorithms serve them)";
-    if (std::string why = netOpUnsuitable(netOpOf(r.op), be_.netLayout()); !why.empty()) {
-      return why;
-    }
     for (const P2pItem& it : p2pItems(r)) {
       if (std::string why = p2pPeerUnsuitable(it.peer, be_.netLayout()); !why.empty()) return why;
     }

@@ -139,9 +139,24 @@ struct KernelArgs {
   uint64_t call = 0;
   ScratchLayout layout;
   NetArgs net;  ///< the cross-host network step (NetReduce, NetGather)
+  /// Where local rank q's block sits, in blocks of bytes(): in send (reduceScatter's input,
+  /// allToAll's blocks for q) at sendAt[q], in recv (allGather's and allToAll's output) at
+  /// recvAt[q]; block q when !placed. The cross-host plans set them where a host's ranks are
+  /// not consecutive ranks of the caller's buffers (net_plan.hpp).
+  bool placed = false;
+  int16_t sendAt[kMaxRanks] = {};
+  int16_t recvAt[kMaxRanks] = {};
 
   STRATA_HOST_DEVICE uint64_t bytes() const { return count * elemSize; }
+  STRATA_HOST_DEVICE uint64_t sendBlock(int q) const {
+    return static_cast<uint64_t>(placed ? sendAt[q] : q) * bytes();
+  }
+  STRATA_HOST_DEVICE uint64_t recvBlock(int q) const {
+    return static_cast<uint64_t>(placed ? recvAt[q] : q) * bytes();
+  }
 };
+// Passed by value as a kernel parameter (__grid_constant__): within CUDA's 4 KiB for any GPU.
+static_assert(sizeof(KernelArgs) <= 4096, "KernelArgs is a kernel parameter");
 
 // ---- element arithmetic -----------------------------------------------------------------
 

@@ -125,7 +125,7 @@ STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
     for (int s = 0; s < a.nranks; ++s) {
-      stage(ctx, mine + s * chunk * 16, in + s * bytes, c0, slice, bytes);
+      stage(ctx, mine + s * chunk * 16, in + a.sendBlock(s), c0, slice, bytes);
     }
     if (!peerBarrier(ctx, a, w)) return;
     withRedOp(a.op, [&]<RedOp Op>() {

@@ -158,13 +158,13 @@ STRATA_HOST_DEVICE void reduceScatterPackets(Ctx& ctx, const KernelArgs& a) {
     for (int k = 1; k < a.nranks; ++k) {
       const int s = (a.rank + k) % a.nranks;
       packetSlot<LL16Packet>(a, a.scratch[s], ef.parity, 0, a.rank)[u].write(
-          loadUnit8(in + s * bytes, u * 8, bytes), ef.flag);
+          loadUnit8(in + a.sendBlock(s), u * 8, bytes), ef.flag);
     }
   }
   bool ok = true;
   for (uint64_t u = first; u < units && ok; u += stride) {
     uint64_t out = 0;
-    ok = foldLL16<T>(ctx, a, w, ef, in + a.rank * bytes, u, u, out);
+    ok = foldLL16<T>(ctx, a, w, ef, in + a.sendBlock(a.rank), u, u, out);
     if (ok) storeUnit8(a.recv, u * 8, bytes, out);
   }
   if (!ctx.syncAnd(ok)) return;
@@ -184,7 +184,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE const char* copySource(CopyKind k, const
     case CopyKind::Broadcast:
       return a.rank == a.peer ? s : nullptr;
     case CopyKind::AllToAll:
-      return s + to * a.bytes();
+      return s + a.sendBlock(to);
   }
   return nullptr;
 }
@@ -195,7 +195,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE char* copyTarget(CopyKind k, const Kerne
   switch (k) {
     case CopyKind::AllGather:
     case CopyKind::AllToAll:
-      return r + from * a.bytes();
+      return r + a.recvBlock(from);
     case CopyKind::Broadcast:
       return from == a.peer ? r : nullptr;
   }

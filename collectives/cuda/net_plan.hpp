@@ -6,11 +6,11 @@
 // hosts") gives the algorithms; the host emulation (tests/cuda-emu/net_emu.cpp) runs exactly
 // these launches.
 //
-// Every host has the same number of ranks. allReduce, broadcast and send/recv serve any
-// placement of the ranks on the hosts (NetLayout maps a rank to its host and local index and
-// back); allGather, reduceScatter and allToAll need host-major ranks (rank = host x localRanks +
-// local: their blocks of one host are contiguous in the caller's buffers). crossHostLayout and
-// netUnsuitable say why a layout or a call is not served.
+// Every host has the same number of ranks, placed on the hosts in any way (NetLayout maps a
+// rank to its host and local index and back): where a host's ranks are not consecutive ranks
+// (Slurm's --distribution=cyclic), the one-host kernels find each rank's block through
+// KernelArgs::sendAt / recvAt, and allToAll's network step moves one block per launch.
+// crossHostLayout and netUnsuitable say why a layout or a call is not served.
 
 #include <array>
 #include <cstdint>
@@ -161,31 +161,8 @@ inline std::string p2pPeerUnsuitable(int peer, const NetLayout& l) {
   return {};
 }
 
-/// Why op cannot run across the hosts in layout l (empty: it can, with suitable arguments).
-inline std::string netOpUnsuitable(NetOp op, const NetLayout& l) {
-  if (l.hostMajor || op == NetOp::AllReduce || op == NetOp::Broadcast || op == NetOp::SendRecv) {
-    return {};
-  }
-  int h = 0, q = 0;  // the first place whose rank is not host-major's
-  while (l.rankOf(h, q) == h * l.localRanks + q) {
-    if (++q == l.localRanks) {
-      q = 0;
-      ++h;
-    }
-  }
-  return std::string(op == NetOp::AllGather       ? "allGather"
-                     : op == NetOp::ReduceScatter ? "reduceScatter"
-                                                  : "allToAll") +
-         " across hosts needs host-major ranks (rank = host x ranks per host + local index; "
-         "Slurm's --distribution=block gives them): here local rank " +
-         std::to_string(q) + " of host " + std::to_string(h) + " is rank " +
-         std::to_string(l.rankOf(h, q)) +
-         " (allReduce, broadcast and send/recv serve any placement)";
-}
-
 /// Why call c cannot run across the hosts (empty: it can).
 inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
-  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) return why;
   if (c.op != NetOp::SendRecv) return {};
   for (int peer : {c.sendTo, c.recvFrom}) {
     if (std::string why = p2pPeerUnsuitable(peer, l); !why.empty()) return why;
@@ -204,19 +181,24 @@ inline bool needsPair(int peer, const NetLayout& l) {
 inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayout& l,
                                                 const KernelArgs& local, const NetArgs& net) {
   std::vector<PlannedLaunch> out;
-  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) {
-    throw Error(ErrorCode::NotSupported, why);
-  }
   if (c.count == 0) return out;
-  out.reserve(kMaxHosts + 4);  // netLaunch hands out a pointer into it
+  out.reserve(kMaxHosts + kMaxRanks + 4);  // netLaunch and localLaunch hand out pointers into it
   const uint64_t es = c.elemSize;
   const auto* send = static_cast<const char*>(c.send);
   auto* recv = static_cast<char*>(c.recv);
   const uint32_t others = ((1u << l.hosts) - 1u) & ~(1u << l.host);
   // Inside a host Avg is a sum: the network step divides by every rank.
   const RedOp localOp = c.redOp == RedOp::Avg ? RedOp::Sum : c.redOp;
+  // Block q of a one-host launch among host h's ranks: block rankOf(h, q) of the caller's
+  // buffer (KernelArgs::sendAt / recvAt; identity: block q of the launch's pointer).
+  auto ranksOf = [&](int h, int16_t* at) {
+    for (int q = 0; q < l.localRanks; ++q) at[q] = static_cast<int16_t>(l.rankOf(h, q));
+  };
+  auto identity = [&](int16_t* at) {
+    for (int q = 0; q < l.localRanks; ++q) at[q] = static_cast<int16_t>(q);
+  };
   auto localLaunch = [&](KernelId id, const void* s, void* r, uint64_t count, RedOp op,
-                         int peer = -1) {
+                         int peer = -1) -> KernelArgs& {
     PlannedLaunch p;
     p.id = id;
     p.type = c.type;
@@ -228,6 +210,7 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     p.args.op = op;
     p.args.peer = peer;
     out.push_back(p);
+    return out.back().args;
   };
   auto netLaunch = [&](KernelId id, uint32_t sendMask, uint32_t recvMask, uint64_t bytes) {
     PlannedLaunch p;
@@ -278,11 +261,9 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     }
     case NetOp::AllGather: {
       // Across the hosts first (rank (h, local) gets every host's block of its local index),
-      // then one all-gather inside the host per host.
+      // then one all-gather inside the host per host, each block at its rank's place.
       const uint64_t b = c.count * es;
-      auto at = [&](int h, int q) {
-        return recv + (static_cast<uint64_t>(h) * l.localRanks + q) * b;
-      };
+      auto at = [&](int h, int q) { return recv + static_cast<uint64_t>(l.rankOf(h, q)) * b; };
       NetArgs* n = netLaunch(KernelId::NetGather, others, others, b);
       for (int h = 0; h < l.hosts; ++h) {
         n->src[h] = send;
@@ -290,8 +271,10 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
       }
       for (int h = 0; h < l.hosts; ++h) {
         if (l.localRanks == 1 && h != l.host) continue;  // already in place
-        localLaunch(KernelId::AllGatherDirect, h == l.host ? send : at(h, l.local), at(h, 0),
-                    c.count, localOp);
+        KernelArgs& a = localLaunch(KernelId::AllGatherDirect, h == l.host ? send : at(h, l.local),
+                                    recv, c.count, localOp);
+        a.placed = true;
+        ranksOf(h, a.recvAt);
       }
       break;
     }
@@ -299,14 +282,16 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
       // Inside the host, the blocks of every host's ranks; across the hosts, each rank's block
       // from the ranks of its local index.
       const uint64_t b = c.count * es;
-      const uint64_t hostBlock = b * l.localRanks;
       auto partial = [&](int h) -> const char* {
-        return l.localRanks > 1 ? c.workspace + h * b : send + h * hostBlock;
+        return l.localRanks > 1 ? c.workspace + h * b
+                                : send + static_cast<uint64_t>(l.rankOf(h, 0)) * b;
       };
       if (l.localRanks > 1) {
         for (int h = 0; h < l.hosts; ++h) {
-          localLaunch(KernelId::ReduceScatterDirect, send + h * hostBlock, c.workspace + h * b,
-                      c.count, localOp);
+          KernelArgs& a = localLaunch(KernelId::ReduceScatterDirect, send, c.workspace + h * b,
+                                      c.count, localOp);
+          a.placed = true;
+          ranksOf(h, a.sendAt);
         }
       }
       NetArgs* n = netLaunch(KernelId::NetReduce, others, others, b);
@@ -333,19 +318,32 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
       break;
     }
     case NetOp::AllToAll: {
-      // Across the hosts, the blocks for host h's ranks go to (h, local) in one piece; then on
-      // every host one all-to-all among its ranks per source host.
+      // Across the hosts, the blocks for host h's ranks go to (h, local), into block h of the
+      // workspace (host h's blocks for local index q at q); then on every host one all-to-all
+      // among its ranks per source host h, what local index q sent landing at rank (h, q)'s
+      // place. Host-major, host h's blocks are one piece of the send buffer (one launch);
+      // otherwise they are apart, a launch per local index.
       const uint64_t b = c.count * es;
       const uint64_t hostBlock = b * l.localRanks;
-      NetArgs* n = netLaunch(KernelId::NetGather, others, others, hostBlock);
-      for (int h = 0; h < l.hosts; ++h) {
-        n->src[h] = send + h * hostBlock;
-        n->dst[h] = c.workspace + h * hostBlock;
+      const int pieces = l.hostMajor ? 1 : l.localRanks;
+      for (int q = 0; q < pieces; ++q) {
+        NetArgs* n = netLaunch(KernelId::NetGather, others, others, hostBlock / pieces);
+        for (int h = 0; h < l.hosts; ++h) {
+          n->src[h] = send + static_cast<uint64_t>(l.rankOf(h, q)) * b;
+          n->dst[h] = c.workspace + h * hostBlock + q * b;
+        }
       }
       for (int h = 0; h < l.hosts; ++h) {
-        localLaunch(KernelId::AllToAllDirect,
-                    h == l.host ? send + h * hostBlock : c.workspace + h * hostBlock,
-                    recv + h * hostBlock, c.count, localOp);
+        KernelArgs& a =
+            localLaunch(KernelId::AllToAllDirect, h == l.host ? send : c.workspace + h * hostBlock,
+                        recv, c.count, localOp);
+        a.placed = true;
+        if (h == l.host) {
+          ranksOf(h, a.sendAt);
+        } else {
+          identity(a.sendAt);
+        }
+        ranksOf(h, a.recvAt);
       }
       break;
     }

@@ -13,9 +13,9 @@
 // usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] [--timeout SECONDS]
 //                     [--cut] [--stall-report] [--layout block|cyclic]
 //   --layout cyclic  places rank l x H + h at local index l of host h (Slurm's
-//          --distribution=cyclic) instead of h x L + l: allReduce, broadcast and send/recv run
-//          (the send/recv patterns, defined by host and local index, are other ranks then), and
-//          allGather, reduceScatter and allToAll must be refused as not host-major.
+//          --distribution=cyclic) instead of h x L + l: every op runs, each rank's block of
+//          allGather, reduceScatter and allToAll at its rank's place (the send/recv patterns,
+//          defined by host and local index, are other ranks then).
 //   --cut  runs calls until one fails (a test cuts the link between the hosts meanwhile), then
 //          prints what each local rank reported and exits 0 when one names a rank on another
 //          host, 1 otherwise.
@@ -72,7 +72,7 @@ struct Options {
   double timeout = 20;
   bool stallReport = false;
   /// The ranks' placement: host-major (rank = h x L + l), or cyclic (rank = l x H + h: Slurm's
-  /// --distribution=cyclic), which only allReduce, broadcast and send/recv serve.
+  /// --distribution=cyclic).
   bool cyclic = false;
 };
 
@@ -87,11 +87,6 @@ NetLayout placed(const Options& o, int hosts) {
     g.place(groups);
   }
   return g;
-}
-
-/// Whether op runs in o's placement.
-bool served(const Options& o, NetOp op) {
-  return !o.cyclic || op == NetOp::AllReduce || op == NetOp::Broadcast || op == NetOp::SendRecv;
 }
 
 const ElemType kTypes[] = {ElemType::Int8,  ElemType::Uint8,  ElemType::Int32, ElemType::Uint32,
@@ -809,7 +804,6 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
               : std::vector<uint64_t>{1, 3, static_cast<uint64_t>(o.local) * 5 + 1, 257, 0};
   for (NetOp op : {NetOp::AllReduce, NetOp::ReduceScatter, NetOp::AllGather, NetOp::Broadcast,
                    NetOp::AllToAll, NetOp::SendRecv}) {
-    if (!served(o, op)) continue;
     for (ElemType t : kTypes) {
       std::vector<Case> batch;
       const bool reduces = op == NetOp::AllReduce || op == NetOp::ReduceScatter;
@@ -849,11 +843,6 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
   for (int i = 0; i < calls; ++i) {
     Case c;
     c.op = static_cast<NetOp>(rng() % 6);
-    if (!served(o, c.op)) {
-      c.op = c.op == NetOp::AllGather  ? NetOp::Broadcast
-             : c.op == NetOp::AllToAll ? NetOp::SendRecv
-                                       : NetOp::AllReduce;
-    }
     c.type = kTypes[rng() % 10];
     c.redOp = kOps[rng() % 5];
     c.count = 1 + rng() % (o.chunk / 2);
@@ -934,34 +923,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       // The link is down: leave without the teardown's goodbyes to the other host.
       std::_Exit(ok ? 0 : 1);
-    }
-    if (o.cyclic) {
-      // What is not served in this placement is refused, saying why, before anything runs.
-      const NetLayout g = host.layout(host.host(), 0);
-      for (NetOp op : {NetOp::AllGather, NetOp::ReduceScatter, NetOp::AllToAll}) {
-        NetCall c;
-        c.op = op;
-        c.count = 1;
-        const std::string why = netUnsuitable(c, g);
-        bool refused = false;
-        try {
-          planCrossHost(c, g, KernelArgs{}, NetArgs{});
-        } catch (const Error& e) {
-          refused = e.code() == ErrorCode::NotSupported && why == e.what();
-        }
-        if (why.find("host-major") == std::string::npos || !refused) {
-          std::printf(
-              "%sFAIL: %s in the cyclic placement was not refused as not host-major "
-              "(netUnsuitable said \"%s\")\n",
-              who.c_str(), opName(op), why.c_str());
-          std::fflush(stdout);
-          std::_Exit(1);
-        }
-      }
-      std::printf(
-          "%scyclic placement (rank = local x %d + host): allGather, reduceScatter and "
-          "allToAll refused (%s)\n",
-          who.c_str(), host.hosts(), netUnsuitable(NetCall{NetOp::AllGather}, g).c_str());
     }
     int calls = 0;
     for (const auto& batch : batches(o, host.nranks())) {

@@ -13,6 +13,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -293,6 +294,69 @@ BOOST_AUTO_TEST_CASE(copy_operations_every_size_and_root) {
           const int root = static_cast<int>(rng() % n);
           calls.push_back(prepare(w, id, t, RedOp::Sum, count, rng() % 2 == 0, root, rng));
         }
+      }
+      runAll(w, calls, static_cast<int>(rng() % n));
+    }
+  }
+}
+
+// KernelArgs::sendAt / recvAt (the cross-host plans' rank places when a host's ranks are not
+// consecutive): each kernel that reads or writes per-rank blocks finds rank q's at the block its
+// table names, in buffers of more blocks than ranks, and leaves the other blocks alone.
+BOOST_AUTO_TEST_CASE(placed_blocks_reach_every_kernel_that_has_blocks) {
+  std::mt19937_64 rng(11);
+  for (int n : {2, 3, 4}) {
+    if (quick() && n != 3) continue;
+    World w(n, smallLayout(n), kTimeoutNs, 300 + n);
+    const int m = 2 * n + 1;  // blocks in a placed buffer
+    for (KernelId id :
+         {KernelId::ReduceScatterPackets, KernelId::ReduceScatterDirect, KernelId::AllGatherPackets,
+          KernelId::AllGatherDirect, KernelId::AllToAllPackets, KernelId::AllToAllDirect}) {
+      const bool placesSend = id != KernelId::AllGatherPackets && id != KernelId::AllGatherDirect;
+      const bool placesRecv =
+          id != KernelId::ReduceScatterPackets && id != KernelId::ReduceScatterDirect;
+      std::vector<std::unique_ptr<Call>> calls;
+      for (ElemType t : {ElemType::Int8, ElemType::Float, ElemType::Double}) {
+        const size_t cap = maxCount(id, t, n, w.layout());
+        const size_t count = 1 + rng() % std::min<size_t>(cap, 97);
+        auto c = prepare(w, id, t, RedOp::Sum, count, false, -1, rng);
+        // Distinct blocks out of m for the ranks, one draw for send and one for recv.
+        auto draw = [&] {
+          std::vector<int16_t> all(static_cast<size_t>(m));
+          for (int i = 0; i < m; ++i) all[i] = static_cast<int16_t>(i);
+          std::shuffle(all.begin(), all.end(), rng);
+          return all;
+        };
+        const std::vector<int16_t> sendAt = draw(), recvAt = draw();
+        const size_t b = c->bytes;
+        for (int r = 0; r < n; ++r) {
+          KernelArgs& a = c->launches[r].args;
+          a.placed = true;
+          for (int q = 0; q < n; ++q) {
+            a.sendAt[q] = sendAt[q];
+            a.recvAt[q] = recvAt[q];
+          }
+          if (placesSend) {
+            std::vector<char> in = randomData(rng, t, count * m);
+            for (int q = 0; q < n; ++q) {
+              std::memcpy(in.data() + sendAt[q] * b, c->in[r].data() + q * b, b);
+            }
+            c->in[r] = std::move(in);
+            a.send = c->in[r].data();
+          }
+          if (placesRecv) {
+            std::vector<char> out = randomData(rng, t, count * m);
+            std::vector<char> expect = out;  // blocks of no rank stay as they were
+            for (int q = 0; q < n; ++q) {
+              std::memcpy(expect.data() + recvAt[q] * b, c->expect[r].data() + q * b, b);
+            }
+            c->out[r] = std::move(out);
+            c->expect[r] = std::move(expect);
+            a.recv = c->out[r].data();
+          }
+        }
+        c->what += " placed";
+        calls.push_back(std::move(c));
       }
       runAll(w, calls, static_cast<int>(rng() % n));
     }
@@ -1806,25 +1870,70 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   BOOST_TEST(has(crossHostLayout({{0, 1, 2}, {3}}, 0, &l), "different numbers of ranks"));
   BOOST_TEST(has(crossHostLayout({{0, 1}, {1, 3}}, 0, &l), "not a partition"));
   BOOST_TEST(has(crossHostLayout({{0, 1}, {2, 4}}, 0, &l), "not a partition"));
-  // Not host-major (Slurm's cyclic distribution): placed, rank by rank; allReduce, broadcast
-  // and send/recv are served, allGather, reduceScatter and allToAll refused saying why.
+  // Not host-major (Slurm's cyclic distribution): placed, rank by rank; every op served, the
+  // one-host launches finding each rank's block at its rank (KernelArgs::sendAt / recvAt).
   BOOST_TEST(crossHostLayout({{0, 2, 4}, {1, 3, 5}}, 3, &l).empty());
   BOOST_TEST((l.hosts == 2 && l.localRanks == 3 && l.host == 1 && l.local == 1 && !l.hostMajor));
   BOOST_TEST(l.rank() == 3);
   BOOST_TEST((l.rankOf(0, 2) == 4 && l.rankOf(1, 0) == 1));
   BOOST_TEST((l.hostOf(4) == 0 && l.localOf(4) == 2 && l.hostOf(5) == 1 && l.localOf(5) == 2));
   BOOST_TEST((l.hostOf(6) == -1 && l.localOf(-1) == -1 && l.hostOf(1000) == -1));
-  for (NetOp op : {NetOp::AllReduce, NetOp::Broadcast, NetOp::SendRecv}) {
-    BOOST_TEST(netOpUnsuitable(op, l).empty());
-  }
-  for (NetOp op : {NetOp::AllGather, NetOp::ReduceScatter, NetOp::AllToAll}) {
-    const std::string why = netOpUnsuitable(op, l);
-    BOOST_TEST(has(why, "host-major"));
-    BOOST_TEST(has(why, "local rank 1 of host 0 is rank 2"), why);
+  for (NetOp op : {NetOp::AllReduce, NetOp::Broadcast, NetOp::AllGather, NetOp::ReduceScatter,
+                   NetOp::AllToAll}) {
     NetCall c;
     c.op = op;
+    BOOST_TEST(netUnsuitable(c, l).empty());
+  }
+  {
+    // Rank 3 (host 1, local 1) in the cyclic placement, 4 bytes a block.
+    char sbuf[6 * 4] = {}, rbuf[6 * 4] = {}, work[6 * 4] = {};
+    NetCall c;
     c.count = 4;
-    BOOST_CHECK_THROW(planCrossHost(c, l, KernelArgs{}, NetArgs{}), strata::Error);
+    c.elemSize = 1;
+    c.send = sbuf;
+    c.recv = rbuf;
+    c.workspace = work;
+    auto ranksOfHost = [](const KernelArgs& a, int h) {
+      return a.placed && a.recvAt[0] == h && a.recvAt[1] == h + 2 && a.recvAt[2] == h + 4;
+    };
+    // allGather: the blocks of local index 1 (ranks 2 and 3) across, then per host one
+    // all-gather into the places of its ranks (host 0: 0, 2, 4; host 1: 1, 3, 5).
+    c.op = NetOp::AllGather;
+    auto plan = planCrossHost(c, l, KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 3u);
+    BOOST_TEST((plan[0].id == KernelId::NetGather && plan[0].args.net.dst[0] == rbuf + 2 * 4 &&
+                plan[0].args.net.src[0] == sbuf));
+    BOOST_TEST((plan[1].id == KernelId::AllGatherDirect && plan[1].args.send == rbuf + 2 * 4 &&
+                plan[1].args.recv == rbuf && ranksOfHost(plan[1].args, 0)));
+    BOOST_TEST((plan[2].args.send == sbuf && ranksOfHost(plan[2].args, 1)));
+    // reduceScatter: per host, its ranks' blocks of the input folded into the workspace.
+    c.op = NetOp::ReduceScatter;
+    plan = planCrossHost(c, l, KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 3u);
+    BOOST_TEST((plan[0].id == KernelId::ReduceScatterDirect && plan[0].args.send == sbuf &&
+                plan[0].args.placed && plan[0].args.sendAt[1] == 2 && plan[1].args.sendAt[1] == 3 &&
+                plan[1].args.recv == work + 4));
+    BOOST_TEST((plan[2].id == KernelId::NetReduce && plan[2].args.net.dst[1] == rbuf));
+    // allToAll: one network launch per local index (the blocks for host 0's ranks 0, 2 and 4
+    // are apart), then per source host an all-to-all into its ranks' places.
+    c.op = NetOp::AllToAll;
+    plan = planCrossHost(c, l, KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 5u);
+    for (int q = 0; q < 3; ++q) {
+      const NetArgs& n = plan[q].args.net;
+      BOOST_TEST((plan[q].id == KernelId::NetGather && n.bytes == 4u &&
+                  n.src[0] == sbuf + 2 * q * 4 && n.dst[0] == work + q * 4));
+    }
+    BOOST_TEST(
+        (plan[3].args.send == work && plan[3].args.sendAt[2] == 2 && ranksOfHost(plan[3].args, 0)));
+    BOOST_TEST(
+        (plan[4].args.send == sbuf && plan[4].args.sendAt[2] == 5 && ranksOfHost(plan[4].args, 1)));
+    // Host-major, one network launch of a host's blocks.
+    NetLayout major;
+    BOOST_TEST(crossHostLayout({{0, 1, 2}, {3, 4, 5}}, 4, &major).empty());
+    plan = planCrossHost(c, major, KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 3u);
+    BOOST_TEST((plan[0].args.net.bytes == 12u && plan[0].args.net.src[0] == sbuf));
   }
   {
     // A cyclic broadcast from rank 1 (host 1, local 0): rank 3 (host 1, local 1) gets it from
