@@ -423,13 +423,13 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
       break;
     case Family::CrossHost:
       return fmt::format(
-          "device memory, several hosts (same ranks per host): allReduce as "
+          "device memory, several hosts, any placement of the ranks: allReduce as "
           "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
           "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
-          "host; broadcast, allGather, reduceScatter and allToAll likewise, in any placement of "
-          "the ranks; send/recv with any other rank (a pair of slots of its own on first "
-          "use with a rank of another host and local index; batches as one-round pieces); "
-          "every size",
+          "host; broadcast, allGather, reduceScatter and allToAll likewise; with different rank "
+          "counts per host, through each host's local rank 0 (allToAll not served); send/recv "
+          "with any other rank (a pair of slots of its own on first use with a rank of another "
+          "host and local index; batches as one-round pieces); every size",
           t.netChunk);
   }
   return fmt::format(
@@ -442,6 +442,9 @@ std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
   if (!be_.why().empty()) return be_.why();
   if (family_ == Family::CrossHost) {
     if (!be_.crossHost()) return "the ranks share one host (the one-host algorithms serve them)";
+    if (std::string why = netOpUnsuitable(netOpOf(r.op), be_.netLayout()); !why.empty()) {
+      return why;
+    }
     for (const P2pItem& it : p2pItems(r)) {
       if (std::string why = p2pPeerUnsuitable(it.peer, be_.netLayout()); !why.empty()) return why;
     }
@@ -881,7 +884,9 @@ std::string CudaBackend::setUpNet() {
   try {
     DeviceGuard guard(device_);
     std::vector<int> peerOf(static_cast<size_t>(net_.hosts));
-    for (int h = 0; h < net_.hosts; ++h) peerOf[h] = net_.rankOf(h, net_.local);
+    for (int h = 0; h < net_.hosts; ++h) {
+      peerOf[h] = net_.local < net_.countOf(h) ? net_.rankOf(h, net_.local) : -1;
+    }
     netPeers_ =
         std::make_unique<NetPeers>(*context_, peerOf, net_.host, tuning_.netChunk, timeoutSeconds_);
     // Pinned and mapped: the kernels write the send bounce and the FIFO, read the receive

@@ -6,11 +6,13 @@
 // hosts") gives the algorithms; the host emulation (tests/cuda-emu/net_emu.cpp) runs exactly
 // these launches.
 //
-// Every host has the same number of ranks, placed on the hosts in any way (NetLayout maps a
-// rank to its host and local index and back): where a host's ranks are not consecutive ranks
-// (Slurm's --distribution=cyclic), the one-host kernels find each rank's block through
-// KernelArgs::sendAt / recvAt, and allToAll's network step moves one block per launch.
-// crossHostLayout and netUnsuitable say why a layout or a call is not served.
+// The ranks are placed on the hosts in any way (NetLayout maps a rank to its host and local
+// index and back): where a host's ranks are not consecutive ranks (Slurm's
+// --distribution=cyclic), the one-host kernels find each rank's block through KernelArgs::
+// sendAt / recvAt, and allToAll's network step moves one block per launch. With the same count
+// on every host, the network step runs between the ranks of each local index; with different
+// counts, between each host's local rank 0 only (allToAll is not served then). crossHostLayout
+// and netUnsuitable say why a layout or a call is not served.
 
 #include <array>
 #include <cstdint>
@@ -26,43 +28,84 @@ namespace strata::cuda {
 
 static_assert(kMaxHosts * kMaxRanks <= kMaxNetRanks, "NetState counts every rank");
 
-/// Where this rank sits among the hosts, and where every rank does. Host-major (rank = host x
-/// localRanks + local) unless place() was given the ranks of each host.
+/// Where this rank sits among the hosts, and where every rank does. Unless place() was given
+/// the ranks of each host: the same count on every host (localRanks), host-major (rank = host x
+/// localRanks + local).
 struct NetLayout {
   int hosts = 1;
+  /// The ranks of this rank's host (of every host when uniform).
   int localRanks = 1;
   int host = 0;
   int local = 0;
+  /// Every rank's position (host h's ranks at startOf(h) .. startOf(h) + countOf(h) - 1, in
+  /// local order) is its rank: Slurm's --distribution=block.
   bool hostMajor = true;
-  /// Not host-major: rankAtPos[h x localRanks + l] is the rank of local index l on host h, and
+  /// Every host has localRanks ranks.
+  bool uniform = true;
+  /// Not host-major: rankAtPos[startOf(h) + l] is the rank of local index l on host h, and
   /// posOfRank[rank] that position.
   std::array<int16_t, kMaxNetRanks> rankAtPos{};
   std::array<int16_t, kMaxNetRanks> posOfRank{};
+  /// Not uniform: host h's positions are firstPos[h] .. firstPos[h + 1] - 1.
+  std::array<int16_t, kMaxHosts + 1> firstPos{};
 
-  int nranks() const { return hosts * localRanks; }
-  /// The rank of local index l on host h.
+  /// The ranks of host h.
+  int countOf(int h) const { return uniform ? localRanks : firstPos[h + 1] - firstPos[h]; }
+  /// The most ranks of any host.
+  int mostPerHost() const {
+    int most = 0;
+    for (int h = 0; h < hosts; ++h) most = countOf(h) > most ? countOf(h) : most;
+    return most;
+  }
+  int startOf(int h) const { return uniform ? h * localRanks : firstPos[h]; }
+  int nranks() const { return uniform ? hosts * localRanks : firstPos[hosts]; }
+  /// The rank of local index l on host h (l < countOf(h)).
   int rankOf(int h, int l) const {
-    return hostMajor ? h * localRanks + l : rankAtPos[static_cast<size_t>(h * localRanks + l)];
+    const int pos = startOf(h) + l;
+    return hostMajor ? pos : rankAtPos[static_cast<size_t>(pos)];
   }
   int rank() const { return rankOf(host, local); }
   /// The host and the local index of rank r; -1 when there is no rank r.
-  int hostOf(int r) const { return exists(r) ? position(r) / localRanks : -1; }
-  int localOf(int r) const { return exists(r) ? position(r) % localRanks : -1; }
+  int hostOf(int r) const {
+    if (!exists(r)) return -1;
+    const int pos = position(r);
+    if (uniform) return pos / localRanks;
+    int h = 0;
+    while (pos >= firstPos[h + 1]) ++h;
+    return h;
+  }
+  int localOf(int r) const { return exists(r) ? position(r) - startOf(hostOf(r)) : -1; }
   bool exists(int r) const { return r >= 0 && r < nranks() && r < kMaxNetRanks; }
-  /// h x localRanks + l for rank r of local index l on host h (r exists).
+  /// startOf(h) + l for rank r of local index l on host h (r exists).
   int position(int r) const { return hostMajor ? r : posOfRank[static_cast<size_t>(r)]; }
-  /// Places the ranks: groups[h][l] is the rank of local index l on host h (hosts x localRanks
-  /// entries, each rank of 0 .. nranks() - 1 once: the caller checked).
+  /// The same placement seen from local index l of host h.
+  NetLayout at(int h, int l) const {
+    NetLayout g = *this;
+    g.host = h;
+    g.local = l;
+    g.localRanks = countOf(h);
+    return g;
+  }
+  /// Places the ranks: groups[h][l] is the rank of local index l on host h (hosts groups of 1
+  /// to kMaxRanks ranks, each rank of 0 .. nranks() - 1 once: the caller checked). localRanks
+  /// becomes host's count.
   void place(const std::vector<std::vector<int>>& groups) {
     hostMajor = true;
+    uniform = true;
+    int pos = 0;
     for (int h = 0; h < hosts; ++h) {
-      for (int l = 0; l < localRanks; ++l) {
-        const int r = groups[static_cast<size_t>(h)][static_cast<size_t>(l)];
-        rankAtPos[static_cast<size_t>(h * localRanks + l)] = static_cast<int16_t>(r);
-        posOfRank[static_cast<size_t>(r)] = static_cast<int16_t>(h * localRanks + l);
-        if (r != h * localRanks + l) hostMajor = false;
+      const auto& g = groups[static_cast<size_t>(h)];
+      firstPos[static_cast<size_t>(h)] = static_cast<int16_t>(pos);
+      if (g.size() != groups[0].size()) uniform = false;
+      for (int r : g) {
+        rankAtPos[static_cast<size_t>(pos)] = static_cast<int16_t>(r);
+        posOfRank[static_cast<size_t>(r)] = static_cast<int16_t>(pos);
+        if (r != pos) hostMajor = false;
+        ++pos;
       }
     }
+    firstPos[static_cast<size_t>(hosts)] = static_cast<int16_t>(pos);
+    localRanks = static_cast<int>(groups[static_cast<size_t>(host)].size());
   }
 };
 
@@ -76,19 +119,20 @@ inline std::string crossHostLayout(const std::vector<std::vector<int>>& groups, 
     return "the ranks span " + std::to_string(hosts) + " hosts, more than the " +
            std::to_string(kMaxHosts) + " the network step serves";
   }
-  const int local = static_cast<int>(groups[0].size());
-  if (local > kMaxRanks) {
-    return std::to_string(local) + " ranks per host, more than " + std::to_string(kMaxRanks);
-  }
-  const int n = hosts * local;
-  std::vector<bool> seen(static_cast<size_t>(n), false);
-  NetLayout out{hosts, local, -1, -1};
-  for (int h = 0; h < hosts; ++h) {
-    if (static_cast<int>(groups[h].size()) != local) {
-      return "hosts have different numbers of ranks (" + std::to_string(groups[0].size()) +
-             " and " + std::to_string(groups[h].size()) + ")";
+  int n = 0;
+  for (const auto& g : groups) {
+    if (g.empty() || static_cast<int>(g.size()) > kMaxRanks) {
+      return "a host has " + std::to_string(g.size()) + " ranks (1 to " +
+             std::to_string(kMaxRanks) + " per host are served)";
     }
-    for (int l = 0; l < local; ++l) {
+    n += static_cast<int>(g.size());
+  }
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  NetLayout out;
+  out.hosts = hosts;
+  out.host = -1;
+  for (int h = 0; h < hosts; ++h) {
+    for (int l = 0; l < static_cast<int>(groups[h].size()); ++l) {
       const int r = groups[h][l];
       if (r < 0 || r >= n || seen[static_cast<size_t>(r)]) {
         return "the hosts' rank lists are not a partition of ranks 0 to " + std::to_string(n - 1);
@@ -141,6 +185,10 @@ struct PlannedLaunch {
 
 /// Bytes of workspace a call needs.
 inline uint64_t netWorkspaceBytes(const NetCall& c, const NetLayout& l) {
+  if (!l.uniform) {
+    return c.op == NetOp::ReduceScatter ? static_cast<uint64_t>(l.nranks()) * c.count * c.elemSize
+                                        : 0;
+  }
   if (c.op == NetOp::ReduceScatter && l.localRanks > 1) {
     return static_cast<uint64_t>(l.hosts) * c.count * c.elemSize;
   }
@@ -161,8 +209,19 @@ inline std::string p2pPeerUnsuitable(int peer, const NetLayout& l) {
   return {};
 }
 
+/// Why op cannot run across the hosts in layout l (empty: it can, with suitable arguments).
+inline std::string netOpUnsuitable(NetOp op, const NetLayout& l) {
+  if (l.uniform || op != NetOp::AllToAll) return {};
+  int other = 1;  // a host whose count differs from host 0's
+  while (l.countOf(other) == l.countOf(0)) ++other;
+  return "allToAll across hosts with different rank counts per host (host 0 has " +
+         std::to_string(l.countOf(0)) + ", host " + std::to_string(other) + " has " +
+         std::to_string(l.countOf(other)) + ") is not served; a grouped send/recv to every rank is";
+}
+
 /// Why call c cannot run across the hosts (empty: it can).
 inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
+  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) return why;
   if (c.op != NetOp::SendRecv) return {};
   for (int peer : {c.sendTo, c.recvFrom}) {
     if (std::string why = p2pPeerUnsuitable(peer, l); !why.empty()) return why;
@@ -181,6 +240,9 @@ inline bool needsPair(int peer, const NetLayout& l) {
 inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayout& l,
                                                 const KernelArgs& local, const NetArgs& net) {
   std::vector<PlannedLaunch> out;
+  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) {
+    throw Error(ErrorCode::NotSupported, why);
+  }
   if (c.count == 0) return out;
   out.reserve(kMaxHosts + kMaxRanks + 4);  // netLaunch and localLaunch hand out pointers into it
   const uint64_t es = c.elemSize;
@@ -227,11 +289,114 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     p.args.net.sendMask = sendMask;
     p.args.net.recvMask = recvMask;
     p.args.net.bytes = bytes;
-    // Lane h: the rank of this local index on host h.
-    for (int h = 0; h < l.hosts; ++h) p.args.net.lane[h].peer = l.rankOf(h, l.local);
+    // Lane h: the rank of this local index on host h (-1: host h has none).
+    for (int h = 0; h < l.hosts; ++h) {
+      p.args.net.lane[h].peer = l.local < l.countOf(h) ? l.rankOf(h, l.local) : -1;
+    }
     out.push_back(p);
     return &out.back().args.net;
   };
+  // A copy of count elements on this rank alone (a one-rank all-gather: its own block).
+  auto copyLaunch = [&](const char* s, char* r, uint64_t count) {
+    KernelArgs& a = localLaunch(KernelId::AllGatherDirect, s, r, count, localOp);
+    a.scratch[0] = local.scratch[local.rank];
+    a.rank = 0;
+    a.nranks = 1;
+  };
+  if (!l.uniform && c.op != NetOp::SendRecv) {
+    // Different rank counts per host: through each host's local rank 0 (its leader; every
+    // host has one), the network step among the leaders only.
+    const bool leader = l.local == 0;
+    const int L = l.localRanks;
+    const uint64_t b = c.count * es;
+    switch (c.op) {
+      case NetOp::AllReduce: {
+        // All-reduce in the host, the leaders' all-reduce across, broadcast in the host.
+        const char* s = send;
+        if (L > 1) {
+          localLaunch(KernelId::AllReduceDirect, send, recv, c.count, localOp);
+          s = recv;
+        }
+        if (leader) {
+          NetArgs* n = netLaunch(KernelId::NetReduce, others, others, b);
+          for (int h = 0; h < l.hosts; ++h) n->src[h] = s;
+          n->dst[l.host] = recv;
+        }
+        if (L > 1) localLaunch(KernelId::BroadcastDirect, recv, recv, c.count, localOp, 0);
+        break;
+      }
+      case NetOp::Broadcast: {
+        // On the root's host to its leader first (unless the root leads), across the leaders,
+        // then in every other host (and the root's, when the root leads).
+        const int rootHost = l.hostOf(c.root), rootLocal = l.localOf(c.root);
+        const bool isRoot = c.root == l.rank();
+        const bool first = l.host == rootHost && rootLocal != 0;
+        if (first) {
+          localLaunch(KernelId::BroadcastDirect, isRoot ? send : recv, recv, c.count, localOp,
+                      rootLocal);
+        }
+        if (leader) {
+          NetArgs* n = l.host == rootHost ? netLaunch(KernelId::NetGather, others, 0, b)
+                                          : netLaunch(KernelId::NetGather, 0, 1u << rootHost, b);
+          for (int h = 0; h < l.hosts; ++h) n->src[h] = isRoot ? send : recv;
+          n->dst[rootHost] = recv;
+        }
+        if (!first && (L > 1 || (isRoot && c.send != c.recv))) {
+          localLaunch(KernelId::BroadcastDirect, isRoot ? send : recv, recv, c.count, localOp, 0);
+        }
+        break;
+      }
+      case NetOp::AllGather: {
+        // The host's blocks in the host, each at its rank's place; the leaders exchange their
+        // hosts' blocks (launch q: every host's block of local index q); the leader's whole
+        // output to the host.
+        auto at = [&](int h, int q) { return recv + static_cast<uint64_t>(l.rankOf(h, q)) * b; };
+        KernelArgs& a = localLaunch(KernelId::AllGatherDirect, send, recv, c.count, localOp);
+        a.placed = true;
+        ranksOf(l.host, a.recvAt);
+        if (leader) {
+          for (int q = 0; q < l.mostPerHost(); ++q) {
+            uint32_t from = 0;
+            for (int h = 0; h < l.hosts; ++h) {
+              if (h != l.host && q < l.countOf(h)) from |= 1u << h;
+            }
+            NetArgs* n = netLaunch(KernelId::NetGather, q < L ? others : 0, from, b);
+            for (int h = 0; h < l.hosts; ++h) {
+              if (q < L) n->src[h] = at(l.host, q);
+              if (from >> h & 1u) n->dst[h] = at(h, q);
+            }
+          }
+        }
+        if (L > 1) {
+          localLaunch(KernelId::BroadcastDirect, recv, recv, c.count * l.nranks(), localOp, 0);
+        }
+        break;
+      }
+      case NetOp::ReduceScatter: {
+        // allReduce of the whole input into the workspace (as above), then this rank's block
+        // of it.
+        const uint64_t all = c.count * l.nranks();
+        char* w = c.workspace;
+        const char* s = send;
+        if (L > 1) {
+          localLaunch(KernelId::AllReduceDirect, send, w, all, localOp);
+          s = w;
+        }
+        if (leader) {
+          NetArgs* n = netLaunch(KernelId::NetReduce, others, others, all * es);
+          for (int h = 0; h < l.hosts; ++h) n->src[h] = s;
+          n->dst[l.host] = w;
+        }
+        if (L > 1) localLaunch(KernelId::BroadcastDirect, w, w, all, localOp, 0);
+        copyLaunch(w + static_cast<uint64_t>(l.rank()) * b, recv, c.count);
+        break;
+      }
+      case NetOp::AllToAll:
+      case NetOp::SendRecv:
+        break;  // refused above; send/recv below
+    }
+    return out;
+  }
   switch (c.op) {
     case NetOp::AllReduce: {
       // Reduce-scatter inside the host, the shard across the hosts, all-gather inside the

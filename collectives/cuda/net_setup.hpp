@@ -1,7 +1,8 @@
 #pragma once
 
 // The network step's resources of one rank (kernel_net.hpp, docs/collectives-cuda.md "Across
-// hosts"): a connection to the rank of the same local index on every other host, the send and
+// hosts"): a connection to the rank of the same local index on every other host that has one,
+// the send and
 // receive bounce buffers and the counter words (host memory registered with the Context, which
 // the fabric transport writes), and a ProxyService with two PortChannels per peer (data: puts
 // into the peer's receive bounce and raises its data counter; ack: raises its ack counter).
@@ -34,8 +35,9 @@ class NetPeers {
   static constexpr uint64_t dataFlag(int h) { return 8 * static_cast<uint64_t>(h); }
   static constexpr uint64_t ackFlag(int h) { return 8 * static_cast<uint64_t>(kMaxHosts + h); }
 
-  /// peerOf[h]: the Context rank of host h's peer (peerOf[host] is ignored). chunk: bytes per
-  /// bounce slot (a multiple of 16). timeoutSeconds bounds the proxy's flushes.
+  /// peerOf[h]: the Context rank of host h's peer (peerOf[host] is ignored; -1: host h has no
+  /// rank of this local index, so no lane). chunk: bytes per bounce slot (a multiple of 16).
+  /// timeoutSeconds bounds the proxy's flushes.
   NetPeers(Context& ctx, const std::vector<int>& peerOf, int host, uint64_t chunk,
            double timeoutSeconds, uint32_t fifoEntries = 1024)
       : hosts_(static_cast<int>(peerOf.size())), host_(host), chunk_(chunk) {
@@ -48,20 +50,24 @@ class NetPeers {
     }
     std::vector<int> peers;
     for (int h = 0; h < hosts_; ++h) {
-      if (h != host) peers.push_back(peerOf[h]);
+      lane_[h] = h != host && peerOf[h] >= 0;
+      if (lane_[h]) peers.push_back(peerOf[h]);
     }
-    conns_ = ctx.connect(peers);
+    if (!peers.empty()) conns_ = ctx.connect(peers);
     const uint64_t bounce = 2 * static_cast<uint64_t>(hosts_) * chunk;
     sendBounce_ = ctx.allocate(bounce);
     recvBounce_ = ctx.allocate(bounce);
     flags_ = ctx.allocate(kFlagBytes);
-    auto recvs = ctx.exchange(recvBounce_, peers);
-    auto flags = ctx.exchange(flags_, peers);
+    std::vector<RegisteredMemory> recvs, flags;
+    if (!peers.empty()) {
+      recvs = ctx.exchange(recvBounce_, peers);
+      flags = ctx.exchange(flags_, peers);
+    }
     proxy_ = std::make_unique<ProxyService>(fifoEntries, timeoutSeconds);
     proxy_->pinTo(ctx.proxyCpus());  // near this rank's NIC (transport.proxy_cpus)
     size_t i = 0;
     for (int h = 0; h < hosts_; ++h) {
-      if (h == host) continue;
+      if (!lane_[h]) continue;
       data_[h] = proxy_->addChannel(conns_[i], recvs[i], sendBounce_, flags[i], dataFlag(host));
       ack_[h] = proxy_->addChannel(conns_[i], recvs[i], sendBounce_, flags[i], ackFlag(host));
       ++i;
@@ -173,7 +179,7 @@ class NetPeers {
     // (planCrossHost sets it).
     const uint64_t stride = static_cast<uint64_t>(hosts_) * chunk_;
     for (int h = 0; h < hosts_; ++h) {
-      if (h == host_) continue;
+      if (!lane_[h]) continue;
       NetLane& lane = n.lane[h];
       lane.sendSlot = v.sendBounce + static_cast<uint64_t>(h) * chunk_;
       lane.recvSlot = v.recvBounce + static_cast<uint64_t>(h) * chunk_;
@@ -201,6 +207,7 @@ class NetPeers {
   std::vector<std::shared_ptr<Connection>> conns_;
   RegisteredMemory sendBounce_, recvBounce_, flags_;
   std::unique_ptr<ProxyService> proxy_;
+  bool lane_[kMaxHosts] = {};  ///< host h has this local index's peer
   uint32_t data_[kMaxHosts] = {};
   uint32_t ack_[kMaxHosts] = {};
   std::deque<Pair> pairs_;  // pair() hands out pointers

@@ -10,8 +10,10 @@
 // (inside each host in local order, then over the hosts in host order; for integer types this
 // is the rank-order fold too, and is checked against it).
 //
-// usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] [--timeout SECONDS]
+// usage: cuda-net-emu [--local L[,L1,...]] [--chunk BYTES] [--quick] [--seed S] [--timeout SECONDS]
 //                     [--cut] [--stall-report] [--layout block|cyclic]
+//   --local  ranks per host: one count for every host, or one per host (different counts: the
+//          network step between the hosts' local ranks 0; allToAll must be refused then).
 //   --layout cyclic  places rank l x H + h at local index l of host h (Slurm's
 //          --distribution=cyclic) instead of h x L + l: every op runs, each rank's block of
 //          allGather, reduceScatter and allToAll at its rank's place (the send/recv patterns,
@@ -28,6 +30,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -64,7 +67,8 @@ constexpr uint32_t kMostBlocks = 3;
 constexpr uint32_t kP2pBlocks = 2;
 
 struct Options {
-  int local = 2;
+  /// Ranks per host: locals[0] on every host, or locals[h] on host h.
+  std::vector<int> locals{2};
   uint64_t chunk = 4096;
   bool quick = false;
   bool cut = false;
@@ -76,16 +80,32 @@ struct Options {
   bool cyclic = false;
 };
 
-/// Every rank placed as o says (this rank: local index 0 of host 0).
+/// The ranks of host h.
+int localsOf(const Options& o, int h) {
+  return o.locals.size() == 1 ? o.locals[0] : o.locals[static_cast<size_t>(h)];
+}
+
+/// Every rank placed as o says (this rank: local index 0 of host 0). Cyclic: local index l of
+/// every host that has one, in host order, before local index l + 1 (rank l x H + h when the
+/// counts are equal).
 NetLayout placed(const Options& o, int hosts) {
-  NetLayout g{hosts, o.local, 0, 0};
+  std::vector<std::vector<int>> groups(static_cast<size_t>(hosts));
+  int most = 0, next = 0;
+  for (int hh = 0; hh < hosts; ++hh) most = std::max(most, localsOf(o, hh));
   if (o.cyclic) {
-    std::vector<std::vector<int>> groups(static_cast<size_t>(hosts));
-    for (int hh = 0; hh < hosts; ++hh) {
-      for (int ll = 0; ll < o.local; ++ll) groups[hh].push_back(ll * hosts + hh);
+    for (int ll = 0; ll < most; ++ll) {
+      for (int hh = 0; hh < hosts; ++hh) {
+        if (ll < localsOf(o, hh)) groups[hh].push_back(next++);
+      }
     }
-    g.place(groups);
+  } else {
+    for (int hh = 0; hh < hosts; ++hh) {
+      for (int ll = 0; ll < localsOf(o, hh); ++ll) groups[hh].push_back(next++);
+    }
   }
+  NetLayout g;
+  g.hosts = hosts;
+  g.place(groups);
   return g;
 }
 
@@ -126,9 +146,10 @@ template <class T, class A>
 void foldHierarchical(ReduceOp op, const std::vector<const char*>& in, size_t i, const NetLayout& g,
                       char* out, A (*load)(const char*), void (*store)(A, char*)) {
   const ReduceOp inner = op == ReduceOp::Avg ? ReduceOp::Sum : op;
-  const int hosts = g.hosts, local = g.localRanks;
+  const int hosts = g.hosts;
   A total{};
   for (int h = 0; h < hosts; ++h) {
+    const int local = g.countOf(h);
     A part = load(in[g.rankOf(h, 0)] + i * sizeof(T));
     for (int l = 1; l < local; ++l) {
       part = testing::fold<A>(inner, part, load(in[g.rankOf(h, l)] + i * sizeof(T)));
@@ -140,7 +161,7 @@ void foldHierarchical(ReduceOp op, const std::vector<const char*>& in, size_t i,
     }
     total = h == 0 ? part : testing::fold<A>(inner, total, part);
   }
-  if (op == ReduceOp::Avg) total = static_cast<A>(total / static_cast<A>(hosts * local));
+  if (op == ReduceOp::Avg) total = static_cast<A>(total / static_cast<A>(g.nranks()));
   store(total, out + i * sizeof(T));
 }
 
@@ -225,6 +246,9 @@ struct Case {
   ///     (a rank there sends to one host and receives from its own: pieces, step by step);
   ///   All: every rank to and from every other (a grouped all-to-all of send/recvs), the block
   ///     from rank q at q in the output.
+  /// Different counts per host: Shift without wrapping the local index, Crossed among the local
+  /// indices both hosts have, Snake through local index 0 of every host, then 1, ..., and Local
+  /// nothing on a host of one rank (peers()).
   enum Pattern { Ring, OneWay, Shift, Crossed, Snake, Local, Cycle, All, kPatterns };
   int pattern = Ring;
 
@@ -248,18 +272,22 @@ struct Case {
   }
 
   /// The peers of the one-send-one-receive patterns (-1: nobody); (h, l) is local index l of
-  /// host h, whichever rank that is in g's placement.
+  /// host h, whichever rank that is in g's placement. With different counts per host a pattern
+  /// leaves out what does not exist (see each), so that a send always has its receive.
   void peers(int r, const NetLayout& g, int* to, int* from) const {
-    const int hosts = g.hosts, local = g.localRanks;
+    const int hosts = g.hosts;
     const int h = g.hostOf(r), l = g.localOf(r);
-    const int n = hosts * local;
-    auto at = [&](int hh, int ll) { return g.rankOf(hh, ll); };
+    const int local = g.countOf(h);
+    const int n = g.nranks();
+    auto at = [&](int hh, int ll) { return ll >= 0 && ll < g.countOf(hh) ? g.rankOf(hh, ll) : -1; };
     *to = -1;
     *from = -1;
-    switch (pattern == Local && local == 1 ? Ring : pattern) {
-      case Local:
-        *to = at(h, (l + 1) % local);
-        *from = at(h, (l + local - 1) % local);
+    switch (pattern == Local && local == 1 && g.uniform ? Ring : pattern) {
+      case Local:  // a host of one rank (different counts): nothing
+        if (local > 1) {
+          *to = at(h, (l + 1) % local);
+          *from = at(h, (l + local - 1) % local);
+        }
         break;
       case Cycle:
         *to = (r + 1) % n;
@@ -277,23 +305,45 @@ struct Case {
         if (h == 1) *from = at(0, l);
         break;
       case Shift:
-        *to = at((h + 1) % hosts, (l + 1) % local);
-        *from = at((h + hosts - 1) % hosts, (l + local - 1) % local);
+        if (g.uniform) {
+          *to = at((h + 1) % hosts, (l + 1) % local);
+          *from = at((h + hosts - 1) % hosts, (l + local - 1) % local);
+        } else {
+          *to = at((h + 1) % hosts, l + 1);
+          *from = at((h + hosts - 1) % hosts, l - 1);
+        }
         break;
-      case Crossed:
-        if (h == 0) *to = at(1, local - 1 - l);
-        if (h == 1) *from = at(0, local - 1 - l);
+      case Crossed: {
+        const int m = std::min(g.countOf(0), g.countOf(1));
+        if (h == 0 && l < m) *to = at(1, m - 1 - l);
+        if (h == 1 && l < m) *from = at(0, m - 1 - l);
         break;
+      }
       case Snake: {
-        auto snake = [&](int q) {
-          q = ((q % n) + n) % n;
-          const int qh = q % hosts;
-          return at(qh, (q / hosts + qh) % local);
-        };
+        if (g.uniform) {
+          auto snake = [&](int q) {
+            q = ((q % n) + n) % n;
+            const int qh = q % hosts;
+            return at(qh, (q / hosts + qh) % local);
+          };
+          for (int q = 0; q < n; ++q) {
+            if (snake(q) != r) continue;
+            *to = snake(q + 1);
+            *from = snake(q - 1);
+          }
+          break;
+        }
+        // Different counts: local index 0 of every host in host order, then 1, ...
+        std::vector<int> seq;
+        for (int ll = 0; ll < g.mostPerHost(); ++ll) {
+          for (int hh = 0; hh < hosts; ++hh) {
+            if (ll < g.countOf(hh)) seq.push_back(g.rankOf(hh, ll));
+          }
+        }
         for (int q = 0; q < n; ++q) {
-          if (snake(q) != r) continue;
-          *to = snake(q + 1);
-          *from = snake(q - 1);
+          if (seq[q] != r) continue;
+          *to = seq[(q + 1) % n];
+          *from = seq[(q + n - 1) % n];
         }
         break;
       }
@@ -317,7 +367,8 @@ class Host {
         ctx_(std::move(ctx)),
         hosts_(ctx_->size()),
         host_(ctx_->rank()),
-        placement_(placed(o, hosts_)) {
+        placement_(placed(o, hosts_)),
+        L_(placement_.countOf(host_)) {
     Tuning t;
     t.oneShotMax = 1024;
     t.twoShotMax = 4096;
@@ -326,23 +377,24 @@ class Host {
     // Small staging (many chunks per one-host call), but P2P rounds of 1 KiB (parts of 512 B,
     // kP2pBlocks blocks): rounds of staging / L would cut a send/recv batch into launches of
     // 32-64 B, hundreds per call (cuda-net-emu-2x4 took 31 s instead of 11 here).
-    ScratchLayout layout = layoutFor(t, o.local);
+    ScratchLayout layout = layoutFor(t, L_);
     layout.p2pPeer = 512 * kMaxBlocks;
-    world_ = std::make_unique<World>(o.local, layout, static_cast<uint64_t>(o.timeout * 1e9),
+    world_ = std::make_unique<World>(L_, layout, static_cast<uint64_t>(o.timeout * 1e9),
                                      o.seed * 7919 + static_cast<uint64_t>(host_));
     world_->preload();
     world_->onFirstAbort = [this](int l) {
       firstAbortCounts_ = "network counts when rank " + std::to_string(rankOf(host_, l)) +
                           " gave up (its launch has ended):\n" + netCounts();
     };
-    std::vector<int> peerOf(static_cast<size_t>(hosts_));
-    for (int h = 0; h < hosts_; ++h) peerOf[h] = h;
-    words_.assign(static_cast<size_t>(2 * o.local), 0);
-    pairLanes_.resize(static_cast<size_t>(o.local));
-    states_.resize(static_cast<size_t>(o.local));
+    words_.assign(static_cast<size_t>(2 * L_), 0);
+    pairLanes_.resize(static_cast<size_t>(L_));
+    states_.resize(static_cast<size_t>(L_));
     std::memset(states_.data(), 0, states_.size() * sizeof(NetState));
-    // One set of peers per local rank, made in local-rank order on every host (collective).
-    for (int l = 0; l < o.local; ++l) {
+    // One set of peers per local rank, made in local-rank order on every host (collective): the
+    // process of each host that has local index l (its Context rank is its host).
+    for (int l = 0; l < L_; ++l) {
+      std::vector<int> peerOf(static_cast<size_t>(hosts_));
+      for (int h = 0; h < hosts_; ++h) peerOf[h] = l < placement_.countOf(h) ? h : -1;
       peers_.push_back(std::make_unique<NetPeers>(*ctx_, peerOf, host_, o.chunk, o.timeout));
       NetPeers& p = *peers_.back();
       world_->addWeakRange(p.sendBounce(), p.bounceBytes());
@@ -353,14 +405,12 @@ class Host {
 
   int hosts() const { return hosts_; }
   int host() const { return host_; }
-  int nranks() const { return hosts_ * o_.local; }
+  int nranks() const { return placement_.nranks(); }
+  /// This host's ranks.
+  int localRanks() const { return L_; }
+  const NetLayout& placement() const { return placement_; }
   /// Local index l of host h in the placement.
-  NetLayout layout(int h, int l) const {
-    NetLayout g = placement_;
-    g.host = h;
-    g.local = l;
-    return g;
-  }
+  NetLayout layout(int h, int l) const { return placement_.at(h, l); }
   int rankOf(int h, int l) const { return placement_.rankOf(h, l); }
   /// Pairs this host's ranks made (send/recv peers of another local index).
   int pairs() const {
@@ -372,7 +422,7 @@ class Host {
   /// Runs cases back to back (one stream per rank) and checks them; false on the first failure
   /// (printed). slowRank: a local rank of this host that sleeps now and then (-1: none).
   bool run(const std::vector<Case>& cases, int slowRank, std::string* failure) {
-    const int L = o_.local;
+    const int L = L_;
     const int n = nranks();
     std::vector<Buffers> bufs(cases.size());
     std::vector<std::vector<Launch>> perRank(static_cast<size_t>(L));
@@ -559,7 +609,7 @@ class Host {
   /// What each local rank's abort record says; empty when none gave up.
   std::string aborts() {
     std::string out;
-    for (int l = 0; l < o_.local; ++l) {
+    for (int l = 0; l < L_; ++l) {
       const AbortRecord& ab = world_->rank(l).abort;
       const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
       if (code == 0) continue;
@@ -586,7 +636,7 @@ class Host {
   /// FIFO's pushes and the triggers its proxy executed.
   std::string netCounts() {
     std::string out;
-    for (int l = 0; l < o_.local; ++l) {
+    for (int l = 0; l < L_; ++l) {
       const uint64_t* flags = peers_[l]->flags();
       const uint64_t begun = world_->rank(l).begun.load(std::memory_order_relaxed);
       std::string at = "launch " + std::to_string(begun - begunBefore_[l]);
@@ -606,7 +656,7 @@ class Host {
                std::to_string(__atomic_load_n(acks, __ATOMIC_ACQUIRE));
       };
       for (int h = 0; h < hosts_; ++h) {
-        if (h == host_) continue;
+        if (h == host_ || l >= placement_.countOf(h)) continue;
         out += "; host " + std::to_string(h) +
                counts(rankOf(h, l), &flags[NetPeers::dataFlag(h) / 8],
                       &flags[NetPeers::ackFlag(h) / 8]);
@@ -626,7 +676,7 @@ class Host {
   /// whose record still names the rank on the other host (CI, stop 41: "rank 1 timed out
   /// waiting for rank 0 (this host)", "rank 0 stopped waiting for rank 2 (another host)").
   bool namesRemoteRank() {
-    for (int l = 0; l < o_.local; ++l) {
+    for (int l = 0; l < L_; ++l) {
       const AbortRecord& ab = world_->rank(l).abort;
       const uint64_t code = __atomic_load_n(&ab.code, __ATOMIC_ACQUIRE);
       if ((code == AbortRecord::Timeout || code == AbortRecord::Stopped) && ab.peer < 0 &&
@@ -711,12 +761,12 @@ class Host {
   /// consumed or claimed (a wait in progress has claimed one more than came).
   std::string localSemaphores() {
     std::string out;
-    for (int l = 0; l < o_.local; ++l) {
+    for (int l = 0; l < L_; ++l) {
       strata::cuda::emu::Rank& r = world_->rank(l);
       out += "  local rank " + std::to_string(l) + ":";
       for (uint32_t b = 0; b < kMostBlocks; ++b) {
         out += " block " + std::to_string(b) + " [";
-        for (int q = 0; q < o_.local; ++q) {
+        for (int q = 0; q < L_; ++q) {
           if (q == l) continue;
           const auto* in = reinterpret_cast<const uint64_t*>(
               r.scratch + ScratchLayout::kSemaphores + (b * kMaxRanks + q) * 8);
@@ -757,7 +807,7 @@ class Host {
         }
       }
       bool stop = false;
-      for (int l = 0; l < o_.local && !stop; ++l) {
+      for (int l = 0; l < L_ && !stop; ++l) {
         stop = __atomic_load_n(&world_->rank(l).abortClaim, __ATOMIC_ACQUIRE) != 0;
         try {
           peers_[l]->proxy().check();
@@ -767,7 +817,7 @@ class Host {
       }
       if (stop) {
         stopCounts_ = netCounts();
-        for (int l = 0; l < o_.local; ++l) world_->stop(l);
+        for (int l = 0; l < L_; ++l) world_->stop(l);
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -778,6 +828,7 @@ class Host {
   std::shared_ptr<Context> ctx_;
   int hosts_, host_;
   NetLayout placement_;  ///< every rank's host and local index (placed(o_, hosts_))
+  int L_ = 1;            ///< this host's ranks
   std::unique_ptr<World> world_;
   std::vector<uint64_t> words_;
   std::vector<NetState> states_;
@@ -796,18 +847,21 @@ class Host {
 
 /// The sweep: every op, type and reduction at odd and multi-chunk counts, in place and not,
 /// then mixed calls back to back and the same with a slow rank.
-std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
+/// g: the placement (the same on every host, so every process makes the same calls).
+std::vector<std::vector<Case>> batches(const Options& o, const NetLayout& g) {
+  const int nranks = g.nranks();
+  const auto most = static_cast<uint64_t>(g.mostPerHost());
   std::vector<std::vector<Case>> out;
   // 0 stands for "more than one chunk per peer" (the bytes each rank sends across the hosts).
   const std::vector<uint64_t> counts =
-      o.quick ? std::vector<uint64_t>{1, 13, 0}
-              : std::vector<uint64_t>{1, 3, static_cast<uint64_t>(o.local) * 5 + 1, 257, 0};
+      o.quick ? std::vector<uint64_t>{1, 13, 0} : std::vector<uint64_t>{1, 3, most * 5 + 1, 257, 0};
   for (NetOp op : {NetOp::AllReduce, NetOp::ReduceScatter, NetOp::AllGather, NetOp::Broadcast,
                    NetOp::AllToAll, NetOp::SendRecv}) {
+    if (!netOpUnsuitable(op, g).empty()) continue;  // refused (checked in main)
     for (ElemType t : kTypes) {
       std::vector<Case> batch;
       const bool reduces = op == NetOp::AllReduce || op == NetOp::ReduceScatter;
-      const uint64_t perPeer = op == NetOp::AllReduce ? o.chunk * o.local : o.chunk;
+      const uint64_t perPeer = op == NetOp::AllReduce ? o.chunk * most : o.chunk;
       // send/recv: more than two network pieces (of two slots each) per message.
       const uint64_t big =
           op == NetOp::SendRecv ? perPeer * 5 / elemSize(t) + 5 : perPeer * 3 / 2 / elemSize(t) + 5;
@@ -837,12 +891,14 @@ std::vector<std::vector<Case>> batches(const Options& o, int nranks) {
   return out;
 }
 
-std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) {
+std::vector<Case> mixed(const Options& o, const NetLayout& g, uint64_t seed, int calls) {
+  const int nranks = g.nranks();
   std::mt19937_64 rng(seed);
   std::vector<Case> out;
   for (int i = 0; i < calls; ++i) {
     Case c;
     c.op = static_cast<NetOp>(rng() % 6);
+    if (!netOpUnsuitable(c.op, g).empty()) c.op = NetOp::SendRecv;
     c.type = kTypes[rng() % 10];
     c.redOp = kOps[rng() % 5];
     c.count = 1 + rng() % (o.chunk / 2);
@@ -856,7 +912,7 @@ std::vector<Case> mixed(const Options& o, int nranks, uint64_t seed, int calls) 
 
 int usage() {
   std::fprintf(stderr,
-               "usage: cuda-net-emu [--local L] [--chunk BYTES] [--quick] [--seed S] "
+               "usage: cuda-net-emu [--local L[,L1,...]] [--chunk BYTES] [--quick] [--seed S] "
                "[--timeout SECONDS] [--cut] [--stall-report] [--layout block|cyclic]\n");
   return 2;
 }
@@ -869,7 +925,13 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     const bool hasValue = i + 1 < argc;
     if (a == "--local" && hasValue) {
-      o.local = std::atoi(argv[++i]);
+      o.locals.clear();
+      const std::string v = argv[++i];
+      for (size_t at = 0; at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        o.locals.push_back(std::atoi(v.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
     } else if (a == "--chunk" && hasValue) {
       o.chunk = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--seed" && hasValue) {
@@ -890,9 +952,10 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (o.local < 1 || o.local > kMaxRanks || o.chunk < 16 || o.chunk % 16 != 0 || o.timeout <= 0) {
-    return usage();
+  for (int l : o.locals) {
+    if (l < 1 || l > kMaxRanks) return usage();
   }
+  if (o.chunk < 16 || o.chunk % 16 != 0 || o.timeout <= 0) return usage();
   if (const char* q = std::getenv("STRATA_EMU_QUICK"); q != nullptr && *q == '1') o.quick = true;
   try {
     const Config cfg = Config::load();
@@ -902,6 +965,11 @@ int main(int argc, char** argv) {
                    kMaxHosts, ctx->size());
       return 1;
     }
+    if (o.locals.size() != 1 && static_cast<int>(o.locals.size()) != ctx->size()) {
+      std::fprintf(stderr, "cuda-net-emu: --local names %zu hosts' counts, there are %d hosts\n",
+                   o.locals.size(), ctx->size());
+      return 1;
+    }
     Host host(o, ctx);
     const std::string who = "cuda-net-emu: host " + std::to_string(host.host()) + ": ";
     std::string failure;
@@ -909,7 +977,7 @@ int main(int argc, char** argv) {
       // Calls until one fails (the test cuts the link); then what every local rank reported.
       const auto start = std::chrono::steady_clock::now();
       for (uint64_t i = 0;; ++i) {
-        if (!host.run(mixed(o, host.nranks(), o.seed + i, 8), -1, &failure)) break;
+        if (!host.run(mixed(o, host.placement(), o.seed + i, 8), -1, &failure)) break;
         if (i == 0) std::printf("%srunning\n", who.c_str());
         std::fflush(stdout);
       }
@@ -924,8 +992,33 @@ int main(int argc, char** argv) {
       // The link is down: leave without the teardown's goodbyes to the other host.
       std::_Exit(ok ? 0 : 1);
     }
+    const NetLayout& g = host.placement();
+    std::string counts = std::to_string(g.countOf(0));
+    for (int h = 1; h < g.hosts; ++h) {
+      if (!g.uniform) counts += "+" + std::to_string(g.countOf(h));
+    }
+    if (!g.uniform) {
+      // What is not served with different counts is refused, saying why, before anything runs.
+      NetCall c;
+      c.op = NetOp::AllToAll;
+      c.count = 1;
+      const std::string why = netUnsuitable(c, g);
+      bool refused = false;
+      try {
+        planCrossHost(c, g.at(host.host(), 0), KernelArgs{}, NetArgs{});
+      } catch (const Error& e) {
+        refused = e.code() == ErrorCode::NotSupported && why == e.what();
+      }
+      if (why.find("different rank counts") == std::string::npos || !refused) {
+        std::printf("%sFAIL: allToAll with %s ranks per host was not refused (\"%s\")\n",
+                    who.c_str(), counts.c_str(), why.c_str());
+        std::fflush(stdout);
+        std::_Exit(1);
+      }
+      std::printf("%sallToAll refused: %s\n", who.c_str(), why.c_str());
+    }
     int calls = 0;
-    for (const auto& batch : batches(o, host.nranks())) {
+    for (const auto& batch : batches(o, g)) {
       if (!host.run(batch, -1, &failure)) {
         std::printf("%sFAIL: %s\n", who.c_str(), failure.c_str());
         std::fflush(stdout);
@@ -937,8 +1030,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < rounds; ++i) {
       // Back to back, mixed ops, types and algorithms; every other round with a slow rank on
       // host 1.
-      const int slow = i % 2 == 1 && host.host() == 1 ? o.local - 1 : -1;
-      const auto cases = mixed(o, host.nranks(), o.seed * 977 + static_cast<uint64_t>(i), 24);
+      const int slow = i % 2 == 1 && host.host() == 1 ? host.localRanks() - 1 : -1;
+      const auto cases = mixed(o, g, o.seed * 977 + static_cast<uint64_t>(i), 24);
       if (!host.run(cases, slow, &failure)) {
         std::printf("%sFAIL (mixed round %d%s): %s\n", who.c_str(), i,
                     slow >= 0 ? ", slow rank" : "", failure.c_str());
@@ -948,9 +1041,9 @@ int main(int argc, char** argv) {
       calls += static_cast<int>(cases.size());
     }
     std::printf(
-        "%s%d calls on %d hosts x %d ranks, %s placement (chunk %llu B, %d send/recv pairs of "
+        "%s%d calls on %d hosts x %s ranks, %s placement (chunk %llu B, %d send/recv pairs of "
         "another local index) passed\n",
-        who.c_str(), calls, host.hosts(), o.local, o.cyclic ? "cyclic" : "host-major",
+        who.c_str(), calls, host.hosts(), counts.c_str(), o.cyclic ? "cyclic" : "host-major",
         static_cast<unsigned long long>(o.chunk), host.pairs());
     ctx->bootstrap().barrier();
     return 0;

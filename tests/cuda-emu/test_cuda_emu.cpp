@@ -1867,7 +1867,59 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   BOOST_TEST(has(crossHostLayout({{0, 1}}, 0, &l), "one host"));
   BOOST_TEST(crossHostLayout({{0, 1}, {2, 3}}, 3, &l).empty());
   BOOST_TEST((l.hosts == 2 && l.localRanks == 2 && l.host == 1 && l.local == 1));
-  BOOST_TEST(has(crossHostLayout({{0, 1, 2}, {3}}, 0, &l), "different numbers of ranks"));
+  // Different counts per host: placed; the network step between the hosts' local ranks 0,
+  // allToAll refused.
+  BOOST_TEST(crossHostLayout({{0, 1, 2}, {3}}, 3, &l).empty());
+  BOOST_TEST((!l.uniform && l.hostMajor && l.localRanks == 1 && l.host == 1 && l.local == 0));
+  BOOST_TEST((l.nranks() == 4 && l.countOf(0) == 3 && l.countOf(1) == 1 && l.mostPerHost() == 3));
+  BOOST_TEST((l.hostOf(2) == 0 && l.localOf(2) == 2 && l.hostOf(3) == 1 && l.localOf(3) == 0));
+  BOOST_TEST((l.at(0, 2).rank() == 2 && l.at(0, 2).localRanks == 3 && l.hostOf(4) == -1));
+  {
+    NetCall c;
+    c.op = NetOp::AllToAll;
+    const std::string why = netUnsuitable(c, l);
+    BOOST_TEST(has(why, "host 0 has 3, host 1 has 1"), why);
+    c.count = 1;
+    BOOST_CHECK_THROW(planCrossHost(c, l, KernelArgs{}, NetArgs{}), strata::Error);
+    char sbuf[16] = {}, rbuf[16] = {}, work[16] = {};
+    c.elemSize = 4;
+    c.send = sbuf;
+    c.recv = rbuf;
+    c.workspace = work;
+    c.op = NetOp::AllGather;
+    // Rank 3 leads host 1, alone: its block in place, then one exchange per local index of
+    // host 0 (it sends only in the first), no broadcast in its host.
+    auto plan = planCrossHost(c, l, KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 4u);
+    BOOST_TEST((plan[0].id == KernelId::AllGatherDirect && plan[0].args.recvAt[0] == 3));
+    BOOST_TEST((plan[1].args.net.sendMask == 1u && plan[1].args.net.recvMask == 1u &&
+                plan[1].args.net.src[0] == rbuf + 12 && plan[1].args.net.dst[0] == rbuf));
+    BOOST_TEST((plan[3].args.net.sendMask == 0u && plan[3].args.net.dst[0] == rbuf + 8));
+    // Rank 2 of host 0 (not its leader): in the host only.
+    plan = planCrossHost(c, l.at(0, 2), KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 2u);
+    BOOST_TEST((plan[0].id == KernelId::AllGatherDirect &&
+                plan[1].id == KernelId::BroadcastDirect && plan[1].args.peer == 0 &&
+                plan[1].args.count == 4u));
+    // reduceScatter on rank 2: all-reduce of the whole input into the workspace, the leader's
+    // result to the host, then its own block (a one-rank copy).
+    c.op = NetOp::ReduceScatter;
+    BOOST_TEST(netWorkspaceBytes(c, l) == 16u);
+    plan = planCrossHost(c, l.at(0, 2), KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 3u);
+    BOOST_TEST((plan[0].id == KernelId::AllReduceDirect && plan[0].args.count == 4u &&
+                plan[2].args.nranks == 1 && plan[2].args.send == work + 8 &&
+                plan[2].args.recv == rbuf));
+    // A broadcast from rank 1 (host 0, local 1): to host 0's leader first, then across.
+    c.op = NetOp::Broadcast;
+    c.root = 1;
+    plan = planCrossHost(c, l.at(0, 0), KernelArgs{}, NetArgs{});
+    BOOST_REQUIRE_EQUAL(plan.size(), 2u);
+    BOOST_TEST((plan[0].id == KernelId::BroadcastDirect && plan[0].args.peer == 1 &&
+                plan[1].id == KernelId::NetGather && plan[1].args.net.sendMask == 2u &&
+                plan[1].args.net.src[1] == rbuf));
+  }
+  BOOST_TEST(has(crossHostLayout({{0, 1}, {}}, 0, &l), "a host has 0 ranks"));
   BOOST_TEST(has(crossHostLayout({{0, 1}, {1, 3}}, 0, &l), "not a partition"));
   BOOST_TEST(has(crossHostLayout({{0, 1}, {2, 4}}, 0, &l), "not a partition"));
   // Not host-major (Slurm's cyclic distribution): placed, rank by rank; every op served, the
