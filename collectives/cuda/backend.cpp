@@ -427,7 +427,7 @@ std::string CudaAlgorithm::describeFamily(const Tuning& t) const {
           "reduce-scatter in the host, the shard across the hosts through PortChannels (the "
           "proxy and the fabric transport, pinned host bounce slots of {} B), all-gather in the "
           "host; broadcast, allGather, reduceScatter and allToAll likewise; with different rank "
-          "counts per host, through each host's local rank 0 (allToAll not served); send/recv "
+          "counts per host, through each host's local rank 0 (allToAll as send/recv); send/recv "
           "with any other rank (a pair of slots of its own on first use with a rank of another "
           "host and local index; batches as one-round pieces); every size",
           t.netChunk);
@@ -442,9 +442,6 @@ std::string CudaAlgorithm::unsuitable(const CollectiveRequest& r) const {
   if (!be_.why().empty()) return be_.why();
   if (family_ == Family::CrossHost) {
     if (!be_.crossHost()) return "the ranks share one host (the one-host algorithms serve them)";
-    if (std::string why = netOpUnsuitable(netOpOf(r.op), be_.netLayout()); !why.empty()) {
-      return why;
-    }
     for (const P2pItem& it : p2pItems(r)) {
       if (std::string why = p2pPeerUnsuitable(it.peer, be_.netLayout()); !why.empty()) return why;
     }
@@ -1020,9 +1017,11 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     throw Error(ErrorCode::NotSupported, "cuda collectives: the ranks share one host");
   }
   const auto stream = static_cast<cudaStream_t>(r.stream.handle);
-  // A collective is one call; a Send, a Recv or a batch is a list of items (planCrossHostBatch).
+  // A collective is one call; a Send, a Recv or a batch is a list of items (planCrossHostBatch),
+  // and so is an allToAll by pairs (with its own block copied: selfCopy).
   std::vector<NetCall> calls;
   std::vector<P2pItem> items;
+  std::optional<NetCall> selfCopy;
   switch (r.op) {
     case CollectiveOp::AllReduce:
     case CollectiveOp::AllGather:
@@ -1038,7 +1037,12 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
       c.recv = r.recv;
       c.count = r.count;
       c.root = r.root;
-      calls.push_back(c);
+      if (byPairs(c, net_)) {
+        items = allToAllItems(c, net_);
+        selfCopy = c;
+      } else {
+        calls.push_back(c);
+      }
       break;
     }
     case CollectiveOp::Send:
@@ -1068,7 +1072,8 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     if (capturing(stream)) {
       throw Error(ErrorCode::NotSupported,
                   fmt::format("cuda collectives: the first send/recv between rank {} and rank {} "
-                              "(another host and local index) sets up their pair, which a stream "
+                              "(another host and local index; an allToAll with different rank "
+                              "counts per host is send/recvs) sets up their pair, which a stream "
                               "being captured cannot do: run it once before capturing",
                               rank_, newPairs.front()));
     }
@@ -1078,9 +1083,18 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
   local.started = nullptr;  // no stall monitor across hosts
   local.call = 0;
   std::vector<PlannedLaunch> planned;
+  if (selfCopy && selfCopy->count > 0) {
+    const uint64_t b = selfCopy->count * selfCopy->elemSize;
+    const uint64_t at = static_cast<uint64_t>(rank_) * b;
+    planned.push_back(planSelfCopy(local, static_cast<const char*>(selfCopy->send) + at,
+                                   static_cast<char*>(selfCopy->recv) + at, b));
+  }
   if (!items.empty()) {
-    planned = planCrossHostBatch(items, net_, local, netArgs_, p2pBatchBlocks(tuning_),
-                                 [&](int peer) { return &pairLanes_.at(peer); });
+    for (const PlannedLaunch& p :
+         planCrossHostBatch(items, net_, local, netArgs_, p2pBatchBlocks(tuning_),
+                            [&](int peer) { return &pairLanes_.at(peer); })) {
+      planned.push_back(p);
+    }
   }
   for (NetCall& c : calls) {
     const uint64_t need = netWorkspaceBytes(c, net_);

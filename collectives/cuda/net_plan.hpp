@@ -11,8 +11,8 @@
 // --distribution=cyclic), the one-host kernels find each rank's block through KernelArgs::
 // sendAt / recvAt, and allToAll's network step moves one block per launch. With the same count
 // on every host, the network step runs between the ranks of each local index; with different
-// counts, between each host's local rank 0 only (allToAll is not served then). crossHostLayout
-// and netUnsuitable say why a layout or a call is not served.
+// counts, between each host's local rank 0 only, and allToAll is a grouped send/recv with every
+// rank (byPairs). crossHostLayout and netUnsuitable say why a layout or a call is not served.
 
 #include <array>
 #include <cstdint>
@@ -209,19 +209,8 @@ inline std::string p2pPeerUnsuitable(int peer, const NetLayout& l) {
   return {};
 }
 
-/// Why op cannot run across the hosts in layout l (empty: it can, with suitable arguments).
-inline std::string netOpUnsuitable(NetOp op, const NetLayout& l) {
-  if (l.uniform || op != NetOp::AllToAll) return {};
-  int other = 1;  // a host whose count differs from host 0's
-  while (l.countOf(other) == l.countOf(0)) ++other;
-  return "allToAll across hosts with different rank counts per host (host 0 has " +
-         std::to_string(l.countOf(0)) + ", host " + std::to_string(other) + " has " +
-         std::to_string(l.countOf(other)) + ") is not served; a grouped send/recv to every rank is";
-}
-
 /// Why call c cannot run across the hosts (empty: it can).
 inline std::string netUnsuitable(const NetCall& c, const NetLayout& l) {
-  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) return why;
   if (c.op != NetOp::SendRecv) return {};
   for (int peer : {c.sendTo, c.recvFrom}) {
     if (std::string why = p2pPeerUnsuitable(peer, l); !why.empty()) return why;
@@ -234,14 +223,66 @@ inline bool needsPair(int peer, const NetLayout& l) {
   return peer >= 0 && l.hostOf(peer) != l.host && l.localOf(peer) != l.local;
 }
 
+/// Whether call c runs as a grouped send/recv with every other rank (allToAll with different
+/// rank counts per host: each rank's block goes straight to its rank, as NCCL's all-to-all
+/// does; the caller makes the pairs and plans it with planCrossHostBatch).
+inline bool byPairs(const NetCall& c, const NetLayout& l) {
+  return c.op == NetOp::AllToAll && !l.uniform;
+}
+
+/// The send/recv items of an allToAll by pairs on this rank: block q of send to rank q, block
+/// q of recv from rank q, for every other rank q (this rank's own block: planSelfCopy).
+inline std::vector<P2pItem> allToAllItems(const NetCall& c, const NetLayout& l) {
+  std::vector<P2pItem> items;
+  const uint64_t b = c.count * c.elemSize;
+  const auto* send = static_cast<const char*>(c.send);
+  auto* recv = static_cast<char*>(c.recv);
+  for (int q = 0; q < l.nranks(); ++q) {
+    if (q == l.rank() || b == 0) continue;
+    P2pItem s;
+    s.send = true;
+    s.peer = q;
+    s.src = send + static_cast<uint64_t>(q) * b;
+    s.bytes = b;
+    items.push_back(s);
+    P2pItem r;
+    r.send = false;
+    r.peer = q;
+    r.dst = recv + static_cast<uint64_t>(q) * b;
+    r.bytes = b;
+    items.push_back(r);
+  }
+  return items;
+}
+
+/// A copy of bytes from src to dst on this rank alone (local: its one-host arguments): a
+/// one-rank all-gather, which only copies its own block.
+inline PlannedLaunch planSelfCopy(const KernelArgs& local, const void* src, void* dst,
+                                  uint64_t bytes) {
+  PlannedLaunch p;
+  p.id = KernelId::AllGatherDirect;
+  p.type = ElemType::Uint8;
+  p.args = local;
+  p.args.scratch[0] = local.scratch[local.rank];
+  p.args.rank = 0;
+  p.args.nranks = 1;
+  p.args.send = src;
+  p.args.recv = dst;
+  p.args.count = bytes;
+  p.args.elemSize = 1;
+  return p;
+}
+
 /// The launches of call c on this rank. local: the one-host arguments of this rank (rank and
 /// nranks its local ones, its host's scratch, state, abort record, timeout); net: the network
 /// step's resources (bounce buffers, FIFO, channels, counters, peers).
 inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayout& l,
                                                 const KernelArgs& local, const NetArgs& net) {
   std::vector<PlannedLaunch> out;
-  if (std::string why = netOpUnsuitable(c.op, l); !why.empty()) {
-    throw Error(ErrorCode::NotSupported, why);
+  if (byPairs(c, l)) {
+    throw Error(ErrorCode::InvalidArgument,
+                "allToAll with different rank counts per host runs as send/recv "
+                "(allToAllItems, planSelfCopy, planCrossHostBatch), not planCrossHost");
   }
   if (c.count == 0) return out;
   out.reserve(kMaxHosts + kMaxRanks + 4);  // netLaunch and localLaunch hand out pointers into it
@@ -295,13 +336,6 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     }
     out.push_back(p);
     return &out.back().args.net;
-  };
-  // A copy of count elements on this rank alone (a one-rank all-gather: its own block).
-  auto copyLaunch = [&](const char* s, char* r, uint64_t count) {
-    KernelArgs& a = localLaunch(KernelId::AllGatherDirect, s, r, count, localOp);
-    a.scratch[0] = local.scratch[local.rank];
-    a.rank = 0;
-    a.nranks = 1;
   };
   if (!l.uniform && c.op != NetOp::SendRecv) {
     // Different rank counts per host: through each host's local rank 0 (its leader; every
@@ -388,12 +422,12 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
           n->dst[l.host] = w;
         }
         if (L > 1) localLaunch(KernelId::BroadcastDirect, w, w, all, localOp, 0);
-        copyLaunch(w + static_cast<uint64_t>(l.rank()) * b, recv, c.count);
+        out.push_back(planSelfCopy(local, w + static_cast<uint64_t>(l.rank()) * b, recv, b));
         break;
       }
       case NetOp::AllToAll:
       case NetOp::SendRecv:
-        break;  // refused above; send/recv below
+        break;  // by pairs (refused above); send/recv below
     }
     return out;
   }

@@ -1868,7 +1868,7 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   BOOST_TEST(crossHostLayout({{0, 1}, {2, 3}}, 3, &l).empty());
   BOOST_TEST((l.hosts == 2 && l.localRanks == 2 && l.host == 1 && l.local == 1));
   // Different counts per host: placed; the network step between the hosts' local ranks 0,
-  // allToAll refused.
+  // allToAll as send/recvs with every rank (by pairs).
   BOOST_TEST(crossHostLayout({{0, 1, 2}, {3}}, 3, &l).empty());
   BOOST_TEST((!l.uniform && l.hostMajor && l.localRanks == 1 && l.host == 1 && l.local == 0));
   BOOST_TEST((l.nranks() == 4 && l.countOf(0) == 3 && l.countOf(1) == 1 && l.mostPerHost() == 3));
@@ -1877,8 +1877,8 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
   {
     NetCall c;
     c.op = NetOp::AllToAll;
-    const std::string why = netUnsuitable(c, l);
-    BOOST_TEST(has(why, "host 0 has 3, host 1 has 1"), why);
+    BOOST_TEST(netUnsuitable(c, l).empty());
+    BOOST_TEST(byPairs(c, l));
     c.count = 1;
     BOOST_CHECK_THROW(planCrossHost(c, l, KernelArgs{}, NetArgs{}), strata::Error);
     char sbuf[16] = {}, rbuf[16] = {}, work[16] = {};
@@ -1886,6 +1886,14 @@ BOOST_AUTO_TEST_CASE(cross_host_layouts_and_plans) {
     c.send = sbuf;
     c.recv = rbuf;
     c.workspace = work;
+    // Rank 3's items: its block for each other rank out, each rank's block in, at their places.
+    const std::vector<P2pItem> items = allToAllItems(c, l);
+    BOOST_REQUIRE_EQUAL(items.size(), 6u);
+    BOOST_TEST((items[0].send && items[0].peer == 0 && items[0].src == sbuf && !items[1].send &&
+                items[1].dst == rbuf && items[5].peer == 2 && items[5].dst == rbuf + 8));
+    NetLayout same;
+    BOOST_TEST(crossHostLayout({{0, 1}, {2, 3}}, 0, &same).empty());
+    BOOST_TEST(!byPairs(c, same));
     c.op = NetOp::AllGather;
     // Rank 3 leads host 1, alone: its block in place, then one exchange per local index of
     // host 0 (it sends only in the first), no broadcast in its host.
