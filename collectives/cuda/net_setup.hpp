@@ -2,13 +2,12 @@
 
 // The network step's resources of one rank (kernel_net.hpp, docs/collectives-cuda.md "Across
 // hosts"): a connection to the rank of the same local index on every other host that has one,
-// the send and
-// receive bounce buffers and the counter words (host memory registered with the Context, which
-// the fabric transport writes), and a ProxyService with two PortChannels per peer (data: puts
-// into the peer's receive bounce and raises its data counter; ack: raises its ack counter).
-// Creation is collective among those peers. A send/recv to a rank of another host that is not
-// of this rank's local index gets a pair of its own on first use (addPairs, collective with that
-// rank only): a connection, two slots each way, two counter words and two channels on the
+// the send and receive bounce buffers and the counter words (host memory registered with the
+// Context, which the fabric transport writes), and a ProxyService with two PortChannels per peer
+// (data: puts into the peer's receive bounce and raises its data counter; ack: raises its ack
+// counter). Creation is collective among those peers. A send/recv to a rank of another host that is
+// not of this rank's local index gets a pair of its own on first use (addPairs, collective with
+// that rank only): a connection, two slots each way, two counter words and two channels on the
 // running proxy. The CUDA module maps the bounce buffers, the
 // counters and the proxy FIFO into the GPU (cudaHostRegister); the host emulation
 // (tests/cuda-emu/net_emu.cpp) uses them as they are.
