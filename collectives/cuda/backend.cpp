@@ -4,7 +4,7 @@
 // has a CUDA device, it allocates each rank's scratch through the Context (the nvlink transport:
 // device memory, exported by CUDA IPC), maps the scratch of every rank of its host, and keeps
 // per-block state in device memory and the abort record in mapped host memory. When the ranks
-// span several hosts (the same count on each), it also sets up the network step to
+// span several hosts, it also sets up the network step to
 // the ranks of its local index on the other hosts (net_setup.hpp: a proxy, pinned bounce
 // buffers; a send/recv peer of another local index gets a pair of its own on first use), and the
 // cross-host algorithm serves every call (net_plan.hpp). Otherwise it serves
@@ -1017,11 +1017,11 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
     throw Error(ErrorCode::NotSupported, "cuda collectives: the ranks share one host");
   }
   const auto stream = static_cast<cudaStream_t>(r.stream.handle);
-  // A collective is one call; a Send, a Recv or a batch is a list of items (planCrossHostBatch),
-  // and so is an allToAll by pairs (with its own block copied: selfCopy).
+  // A collective is one call; a Send, a Recv or a batch is a list of items (planCrossHostBatch);
+  // an allToAll by pairs is both (its items make the pairs, planAllToAllByPairs plans it).
   std::vector<NetCall> calls;
   std::vector<P2pItem> items;
-  std::optional<NetCall> selfCopy;
+  std::optional<NetCall> byPairsCall;
   switch (r.op) {
     case CollectiveOp::AllReduce:
     case CollectiveOp::AllGather:
@@ -1039,7 +1039,7 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
       c.root = r.root;
       if (byPairs(c, net_)) {
         items = allToAllItems(c, net_);
-        selfCopy = c;
+        byPairsCall = c;
       } else {
         calls.push_back(c);
       }
@@ -1083,18 +1083,12 @@ std::string CudaBackend::launchCrossHost(const CollectiveRequest& r) {
   local.started = nullptr;  // no stall monitor across hosts
   local.call = 0;
   std::vector<PlannedLaunch> planned;
-  if (selfCopy && selfCopy->count > 0) {
-    const uint64_t b = selfCopy->count * selfCopy->elemSize;
-    const uint64_t at = static_cast<uint64_t>(rank_) * b;
-    planned.push_back(planSelfCopy(local, static_cast<const char*>(selfCopy->send) + at,
-                                   static_cast<char*>(selfCopy->recv) + at, b));
-  }
-  if (!items.empty()) {
-    for (const PlannedLaunch& p :
-         planCrossHostBatch(items, net_, local, netArgs_, p2pBatchBlocks(tuning_),
-                            [&](int peer) { return &pairLanes_.at(peer); })) {
-      planned.push_back(p);
-    }
+  auto pairLane = [&](int peer) { return &pairLanes_.at(peer); };
+  if (byPairsCall) {
+    planned =
+        planAllToAllByPairs(*byPairsCall, net_, local, netArgs_, p2pBatchBlocks(tuning_), pairLane);
+  } else if (!items.empty()) {
+    planned = planCrossHostBatch(items, net_, local, netArgs_, p2pBatchBlocks(tuning_), pairLane);
   }
   for (NetCall& c : calls) {
     const uint64_t need = netWorkspaceBytes(c, net_);

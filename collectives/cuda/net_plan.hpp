@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/error.hpp>
@@ -231,7 +232,7 @@ inline bool byPairs(const NetCall& c, const NetLayout& l) {
 }
 
 /// The send/recv items of an allToAll by pairs on this rank: block q of send to rank q, block
-/// q of recv from rank q, for every other rank q (this rank's own block: planSelfCopy).
+/// q of recv from rank q, for every other rank q (planAllToAllByPairs copies its own).
 inline std::vector<P2pItem> allToAllItems(const NetCall& c, const NetLayout& l) {
   std::vector<P2pItem> items;
   const uint64_t b = c.count * c.elemSize;
@@ -239,18 +240,9 @@ inline std::vector<P2pItem> allToAllItems(const NetCall& c, const NetLayout& l) 
   auto* recv = static_cast<char*>(c.recv);
   for (int q = 0; q < l.nranks(); ++q) {
     if (q == l.rank() || b == 0) continue;
-    P2pItem s;
-    s.send = true;
-    s.peer = q;
-    s.src = send + static_cast<uint64_t>(q) * b;
-    s.bytes = b;
-    items.push_back(s);
-    P2pItem r;
-    r.send = false;
-    r.peer = q;
-    r.dst = recv + static_cast<uint64_t>(q) * b;
-    r.bytes = b;
-    items.push_back(r);
+    const uint64_t at = static_cast<uint64_t>(q) * b;
+    items.push_back({.send = true, .peer = q, .src = send + at, .bytes = b});
+    items.push_back({.send = false, .peer = q, .dst = recv + at, .bytes = b});
   }
   return items;
 }
@@ -282,7 +274,7 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
   if (byPairs(c, l)) {
     throw Error(ErrorCode::InvalidArgument,
                 "allToAll with different rank counts per host runs as send/recv "
-                "(allToAllItems, planSelfCopy, planCrossHostBatch), not planCrossHost");
+                "(planAllToAllByPairs), not planCrossHost");
   }
   if (c.count == 0) return out;
   out.reserve(kMaxHosts + kMaxRanks + 4);  // netLaunch and localLaunch hand out pointers into it
@@ -343,22 +335,25 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
     const bool leader = l.local == 0;
     const int L = l.localRanks;
     const uint64_t b = c.count * es;
-    switch (c.op) {
-      case NetOp::AllReduce: {
-        // All-reduce in the host, the leaders' all-reduce across, broadcast in the host.
-        const char* s = send;
-        if (L > 1) {
-          localLaunch(KernelId::AllReduceDirect, send, recv, c.count, localOp);
-          s = recv;
-        }
-        if (leader) {
-          NetArgs* n = netLaunch(KernelId::NetReduce, others, others, b);
-          for (int h = 0; h < l.hosts; ++h) n->src[h] = s;
-          n->dst[l.host] = recv;
-        }
-        if (L > 1) localLaunch(KernelId::BroadcastDirect, recv, recv, c.count, localOp, 0);
-        break;
+    // All-reduce of count elements from in into out: in the host, the leaders' all-reduce
+    // across, broadcast in the host.
+    auto allReduceByLeaders = [&](const char* in, char* to, uint64_t count) {
+      const char* s = in;
+      if (L > 1) {
+        localLaunch(KernelId::AllReduceDirect, in, to, count, localOp);
+        s = to;
       }
+      if (leader) {
+        NetArgs* n = netLaunch(KernelId::NetReduce, others, others, count * es);
+        for (int h = 0; h < l.hosts; ++h) n->src[h] = s;
+        n->dst[l.host] = to;
+      }
+      if (L > 1) localLaunch(KernelId::BroadcastDirect, to, to, count, localOp, 0);
+    };
+    switch (c.op) {
+      case NetOp::AllReduce:
+        allReduceByLeaders(send, recv, c.count);
+        break;
       case NetOp::Broadcast: {
         // On the root's host to its leader first (unless the root leads), across the leaders,
         // then in every other host (and the root's, when the root leads).
@@ -406,25 +401,12 @@ inline std::vector<PlannedLaunch> planCrossHost(const NetCall& c, const NetLayou
         }
         break;
       }
-      case NetOp::ReduceScatter: {
-        // allReduce of the whole input into the workspace (as above), then this rank's block
-        // of it.
-        const uint64_t all = c.count * l.nranks();
-        char* w = c.workspace;
-        const char* s = send;
-        if (L > 1) {
-          localLaunch(KernelId::AllReduceDirect, send, w, all, localOp);
-          s = w;
-        }
-        if (leader) {
-          NetArgs* n = netLaunch(KernelId::NetReduce, others, others, all * es);
-          for (int h = 0; h < l.hosts; ++h) n->src[h] = s;
-          n->dst[l.host] = w;
-        }
-        if (L > 1) localLaunch(KernelId::BroadcastDirect, w, w, all, localOp, 0);
-        out.push_back(planSelfCopy(local, w + static_cast<uint64_t>(l.rank()) * b, recv, b));
+      case NetOp::ReduceScatter:
+        // allReduce of the whole input into the workspace, then this rank's block of it.
+        allReduceByLeaders(send, c.workspace, c.count * l.nranks());
+        out.push_back(
+            planSelfCopy(local, c.workspace + static_cast<uint64_t>(l.rank()) * b, recv, b));
         break;
-      }
       case NetOp::AllToAll:
       case NetOp::SendRecv:
         break;  // by pairs (refused above); send/recv below
@@ -673,6 +655,26 @@ std::vector<PlannedLaunch> planCrossHostBatch(const std::vector<P2pItem>& items,
     p.args.elemSize = 1;
     p.args.peer = l.localOf(piece.peer);
     p.blocks = localBlocks;
+    out.push_back(p);
+  }
+  return out;
+}
+
+/// An allToAll by pairs (byPairs) on this rank: its own block copied, then send/recvs with
+/// every other rank (allToAllItems, whose pairs the caller made) as planCrossHostBatch plans
+/// them.
+template <class PairLane>
+std::vector<PlannedLaunch> planAllToAllByPairs(const NetCall& c, const NetLayout& l,
+                                               const KernelArgs& local, const NetArgs& net,
+                                               uint32_t localBlocks, PairLane&& pairLane) {
+  std::vector<PlannedLaunch> out;
+  const uint64_t b = c.count * c.elemSize;
+  if (b == 0) return out;
+  const uint64_t at = static_cast<uint64_t>(l.rank()) * b;
+  out.push_back(planSelfCopy(local, static_cast<const char*>(c.send) + at,
+                             static_cast<char*>(c.recv) + at, b));
+  for (const PlannedLaunch& p : planCrossHostBatch(allToAllItems(c, l), l, local, net, localBlocks,
+                                                   std::forward<PairLane>(pairLane))) {
     out.push_back(p);
   }
   return out;

@@ -501,14 +501,8 @@ class Host {
                                        [&](int peer) { return &pairLanes_[l].at(peer); });
         } else if (byPairs(call, layout)) {
           // Different counts per host: this rank's own block, then send/recvs with every rank.
-          const uint64_t blk = k.count * es;
-          planned.push_back(planSelfCopy(world_->args(l), b.send[l].data() + rank * blk,
-                                         b.recv[l].data() + rank * blk, blk));
-          for (const PlannedLaunch& p :
-               planCrossHostBatch(allToAllItems(call, layout), layout, world_->args(l), net_[l],
-                                  kP2pBlocks, [&](int peer) { return &pairLanes_[l].at(peer); })) {
-            planned.push_back(p);
-          }
+          planned = planAllToAllByPairs(call, layout, world_->args(l), net_[l], kP2pBlocks,
+                                        [&](int peer) { return &pairLanes_[l].at(peer); });
         } else {
           planned = planCrossHost(call, layout, world_->args(l), net_[l]);
         }
