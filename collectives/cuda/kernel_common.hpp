@@ -433,25 +433,26 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeUnit16(void* dst, uint64_t off
 
 // ---- waits ----------------------------------------------------------------------------------
 
-/// Waiting for one thread, as long as the peer may still come: polls pred, and every 256 polls
-/// checks the abort record (another block gave up), the host's stop word (it saw the peer's
-/// process exit, or the communicator was aborted) and the wait's own limit, counted from the
-/// wait's start (not the kernel's: a rank that reaches the call late is not an error).
+/// Waiting for one thread, as long as the peer may still come: polls ready(), and every 256
+/// polls checks the abort record (another block gave up), the host's stop word (it saw the
+/// peer's process exit, or the communicator was aborted) and the wait's own limit, counted from
+/// the wait's start (not the kernel's: a rank that reaches the call late is not an error).
+/// seen() (what the wait saw last, for the abort record) is read only when it reports, so that a
+/// poll is one load.
 struct Waiter {
   const KernelArgs* args;
 
-  template <class Ctx, class Pred>
+  template <class Ctx, class Ready, class Seen>
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool until(Ctx& ctx, int peer, uint64_t want,
-                                                     Pred pred) const {
+                                                     Ready ready, Seen seen) const {
     uint64_t deadline = 0;  // set at the first check: fast waits read no clock
     for (uint32_t i = 1;; ++i) {
-      uint64_t seen = 0;
-      if (pred(seen)) return true;
+      if (ready()) return true;
       if ((i & 255u) == 0) {
         if (AbortRecord::raised(args->abortClaim)) return false;
         if (args->stop != nullptr && device::loadAcquire(args->stop) != 0) {
           args->abort->report(args->abortClaim, AbortRecord::Stopped, ctx.block(), peer, want,
-                              seen);
+                              seen());
           return false;
         }
         if (args->timeoutNs != 0) {
@@ -460,7 +461,7 @@ struct Waiter {
             deadline = now + args->timeoutNs;
           } else if (now > deadline) {
             args->abort->report(args->abortClaim, AbortRecord::Timeout, ctx.block(), peer, want,
-                                seen);
+                                seen());
             return false;
           }
         }
@@ -474,22 +475,18 @@ struct Waiter {
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool semaphore(Ctx& ctx, const device::DeviceSemaphore& s,
                                                          int peer) const {
     const uint64_t target = s.next();
-    return until(ctx, peer, target, [&](uint64_t& seen) {
-      if (s.arrived(target)) return true;
-      seen = device::loadRelaxed(s.inbound);
-      return false;
-    });
+    return until(
+        ctx, peer, target, [&] { return s.arrived(target); },
+        [&] { return device::loadRelaxed(s.inbound); });
   }
 
   /// One packet from peer; data set when it arrived.
   template <class Packet, class Data, class Ctx>
   STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool packet(Ctx& ctx, const Packet* p, uint32_t flag,
                                                       int peer, Data& data) const {
-    return until(ctx, peer, flag, [&](uint64_t& seen) {
-      if (p->tryRead(flag, data)) return true;
-      seen = device::loadWord(reinterpret_cast<const uint64_t*>(p)) >> 32;
-      return false;
-    });
+    return until(
+        ctx, peer, flag, [&] { return p->tryRead(flag, data); },
+        [&] { return device::loadWord(reinterpret_cast<const uint64_t*>(p)) >> 32; });
   }
 };
 

@@ -239,11 +239,9 @@ STRATA_HOST_DEVICE void sendDirect(Ctx& ctx, const KernelArgs& a) {
     if (ctx.thread() == 0) {
       // Every chunk staged in this part before has been read.
       const uint64_t sent = st.p2pSent[a.peer];
-      ok = w.until(ctx, a.peer, sent, [&](uint64_t& seen) {
-        if (read.arrived(sent)) return true;
-        seen = device::loadRelaxed(read.inbound);
-        return false;
-      });
+      ok = w.until(
+          ctx, a.peer, sent, [&] { return read.arrived(sent); },
+          [&] { return device::loadRelaxed(read.inbound); });
     }
     if (!ctx.syncAnd(ok)) return;
     moveUnits(

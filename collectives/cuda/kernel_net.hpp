@@ -27,7 +27,9 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool pushTrigger(Ctx& ctx, const Waiter&
                                                          const ProxyTrigger& t) {
   FifoDeviceHandle fifo = n.fifo;
   uint64_t id = 0;
-  return w.until(ctx, -1 - n.lane[h].peer, 0, [&](uint64_t&) { return fifo.tryPush(t, &id); });
+  return w.until(
+      ctx, -1 - n.lane[h].peer, 0, [&] { return fifo.tryPush(t, &id); },
+      [] { return uint64_t{0}; });
 }
 
 /// Thread 0 waits until *word reaches want (acquire: what the proxy wrote before it is visible
@@ -35,11 +37,9 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool pushTrigger(Ctx& ctx, const Waiter&
 template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool waitCount(Ctx& ctx, const Waiter& w, int peer,
                                                        const uint64_t* word, uint64_t want) {
-  return w.until(ctx, peer, want, [&](uint64_t& seen) {
-    if (device::loadAcquire(word) >= want) return true;
-    seen = device::loadRelaxed(word);
-    return false;
-  });
+  return w.until(
+      ctx, peer, want, [&] { return device::loadAcquire(word) >= want; },
+      [&] { return device::loadRelaxed(word); });
 }
 
 /// A 16-byte unit folded over the hosts in host order (vec(h): host h's), Op fixed.

@@ -53,8 +53,12 @@ struct CudaThread {
     return ok;
 #endif
   }
-  STRATA_HOST_DEVICE void spin(uint32_t /*polls*/) {
-    device::spinPause();
+  /// A wait polls back to back for its first kSpinPolls polls (the short waits of packets and
+  /// handshakes see the data as soon as it lands), then sleeps a little between polls
+  /// (__nanosleep), so that long waits leave the memory system to the blocks that work.
+  static constexpr uint32_t kSpinPolls = 512;
+  STRATA_HOST_DEVICE void spin(uint32_t polls) {
+    if (polls > kSpinPolls) device::spinPause();
   }
 };
 
