@@ -27,21 +27,23 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE Packet* packetSlot(const KernelArgs& a, 
   return reinterpret_cast<Packet*>(scratch + off);
 }
 
-/// An 8-byte unit as two LL8 packets (index 2u and 2u + 1).
+/// An 8-byte unit as two LL8 packets (index 2u and 2u + 1), written with one 16-byte store and
+/// read with one 16-byte load: the pair has LL16's layout (two halves of 4 data and 4 flag
+/// bytes; slots are 16-byte aligned), and each half carries its own flag, so a reader that sees
+/// both flags has both halves whichever order they landed in.
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE LL16Packet* pairLL8(LL8Packet* slot, uint64_t u) {
+  static_assert(sizeof(LL16Packet) == 2 * sizeof(LL8Packet));
+  return reinterpret_cast<LL16Packet*>(slot + 2 * u);
+}
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void putUnitLL8(LL8Packet* slot, uint64_t u, uint64_t w,
                                                         uint32_t flag) {
-  slot[2 * u].write(static_cast<uint32_t>(w), flag);
-  slot[2 * u + 1].write(static_cast<uint32_t>(w >> 32), flag);
+  pairLL8(slot, u)->write(w, flag);
 }
 template <class Ctx>
 STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool readUnitLL8(Ctx& ctx, const Waiter& w,
                                                          const LL8Packet* slot, uint64_t u,
                                                          uint32_t flag, int peer, uint64_t& out) {
-  uint32_t lo = 0, hi = 0;
-  if (!w.packet(ctx, slot + 2 * u, flag, peer, lo)) return false;
-  if (!w.packet(ctx, slot + 2 * u + 1, flag, peer, hi)) return false;
-  out = (static_cast<uint64_t>(hi) << 32) | lo;
-  return true;
+  return w.packet(ctx, pairLL8(const_cast<LL8Packet*>(slot), u), flag, peer, out);
 }
 
 /// Folds unit u in rank order: this rank's own value from `own`, each peer r's from the LL16

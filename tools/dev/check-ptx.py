@@ -3,7 +3,10 @@
 synchronisation scheme relies on (docs/collectives-cuda.md), and none uses local memory.
 
 Each kernel (.entry) is checked for what its algorithm family must contain:
-  LL8 kernels      8-byte volatile packet stores and loads (st/ld.volatile.global.u64)
+  LL8 kernels      pairs of LL8 packets in one 16-byte volatile store and load
+                   (st/ld.volatile.global.v4.u32); the data path of allReduce one-shot, allGather
+                   and allToAll has no 8-byte packet store (st.volatile.global.u64: a pair split
+                   in two; broadcast keeps them for its presence packets)
   LL16 kernels     16-byte volatile packet stores and loads (st/ld.volatile.global.v4.u32)
   direct kernels   release reductions at system scope (red.release.sys.global.add.u64),
                    acquire loads (ld.acquire.sys), 16-byte vector loads and stores (.v4.u32)
@@ -28,8 +31,10 @@ IDS = ["AllReduceOneShot", "AllReduceTwoShot", "AllReduceDirect", "ReduceScatter
        "ReduceScatterDirect", "AllGatherPackets", "AllGatherDirect", "BroadcastPackets",
        "BroadcastDirect", "AllToAllPackets", "AllToAllDirect", "Send", "Recv", "NetReduce",
        "NetGather"]
-LL8 = [r"st\.volatile\.global\.u64", r"ld\.volatile\.global\.u64"]
 LL16 = [r"st\.volatile\.global\.v4\.u32", r"ld\.volatile\.global\.v4\.u32"]
+LL8 = LL16  # an 8-byte unit is two LL8 packets, one 16-byte access
+# LL8 kernels whose every packet store is a pair (broadcast also stores 8-byte presence packets).
+PAIRED = ("AllReduceOneShot", "AllGatherPackets", "AllToAllPackets")
 # The network step: FIFO pushes (a system-scope fence, then the 16-byte entry in one store), and
 # acquire loads of the counters the proxies raise.
 NET = [r"fence\.acq_rel\.sys", r"st\.relaxed\.sys\.global\.v2\.u64", r"ld\.acquire\.sys"]
@@ -86,6 +91,8 @@ def check(text):
         for pattern in NEEDS[kid] + [r"%globaltimer"]:
             if not re.search(pattern, body):
                 failures.append(f"{kid} ({name}): no {pattern}")
+        if kid in PAIRED and re.search(r"st\.volatile\.global\.u64", body):
+            failures.append(f"{kid} ({name}): an LL8 pair split into 8-byte stores")
         if re.search(r"\.local\b", body):
             failures.append(f"{kid} ({name}): uses local memory")
         if kid in FOLD_KERNELS and re.search(r"KernelIdE\d+EfE", name):
@@ -105,7 +112,7 @@ def check(text):
 
 def self_test():
     """Every rule fires on a kernel that breaks it, and a good one passes."""
-    good_body = ("st.volatile.global.u64 [a], b;\nld.volatile.global.u64 c, [a];\n"
+    good_body = ("ld.volatile.global.u64 c, [a];\n"
                  "mov.u64 t, %globaltimer;\nld.acquire.sys.b64 x, [y];\n")
     def ptx(extra, fold_ok=True):
         out = ""
@@ -128,6 +135,7 @@ def self_test():
         "membar.gl;": "membar.cta/.gl",
         "ld.global.nc.v4.u32 {a,b,c,d}, [y];": "a non-coherent load",
         "st.local.u32 [x], y;": "uses local memory",
+        "st.volatile.global.u64 [a], b;": "an LL8 pair split",
     }
     ok = True
     failures, _ = check(ptx(""))
