@@ -1,12 +1,21 @@
 #pragma once
 
 // Direct algorithms: bandwidth-bound sizes. Each rank copies its input, a chunk at a time, into
-// its staging area (scratch that every peer maps), and peers read it with 16-byte loads. Every
-// chunk is bracketed by block-level handshakes on semaphores (kernel_common.hpp: peerBarrier):
-// "staged" before anyone reads, "read" before the staging is reused, so the staging is never double
-// buffered and needs no flags. Chunks are split over the blocks, and within a block's slice over
-// the ranks (the reduce-scatter owner of each piece); block b only ever reads what block b of a
-// peer wrote, so blocks never wait for each other.
+// its staging area (scratch that every peer maps), and peers read it with 16-byte loads. The
+// staging is double buffered: chunk j lives in half j % 2 (allReduce: its inputs in one quarter,
+// the results their owners push in another), so one block-level handshake with the peers
+// (kernel_common.hpp: peerBarrier) per chunk both says "chunk j is staged" and "chunk j - 1's
+// half may be reused", and a rank stages chunk j + 1 while its peers still read chunk j. Chunks
+// are split over the blocks, and within a block's slice over the ranks (the reduce-scatter owner
+// of each piece); block b only ever reads what block b of a peer wrote, so blocks never wait for
+// each other.
+//
+// Why one handshake per chunk is enough (copies): a rank stages chunk j into half h only after it
+// passed handshake j - 1, which every peer reached after it had read chunk j - 2 (the last user of
+// half h). The last chunk is still read after the last handshake, so copies end with one more
+// (nothing of a peer reads this rank's staging once a kernel has ended: the next kernel, of any
+// grid, may stage at once). allReduce needs no extra one: after its last handshake a rank only
+// reads its own results.
 
 #include "kernel_common.hpp"
 #include "kernel_packets.hpp"
@@ -79,80 +88,113 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void unstage(Ctx& ctx, void* dst, const 
       [&](uint64_t i, device::Vec16 v) { storeUnit16(dst, (c0 + i) * 16, bytes, v); });
 }
 
-/// allReduce, reduce-scatter then all-gather by direct loads and stores through the staging,
-/// pipelined in chunks of the staging size.
+/// The staging split into `regions` equal regions of whole 16-byte units, each cut into
+/// `perRank` pieces: units per piece (a chunk's units per rank for allToAll and reduceScatter,
+/// else per chunk). Shared with the host's grid choice (plan.hpp: shapeFor).
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t stagingUnits(const ScratchLayout& l, int regions,
+                                                              int perRank) {
+  return l.staging / 16 / static_cast<uint64_t>(regions) / static_cast<uint64_t>(perRank);
+}
+/// allReduce's regions: inputs of chunks j even, odd; results of chunks j even, odd.
+constexpr int kAllReduceRegions = 4;
+/// The other direct collectives': chunks j even, odd.
+constexpr int kCopyRegions = 2;
+
+/// allReduce, reduce-scatter then all-gather, pipelined in chunks of a quarter of the staging:
+/// stage chunk j's input in region j % 2; handshake; the owner of each piece folds it from every
+/// rank's staging and pushes the result into every peer's result region 2 + j % 2 (remote
+/// stores, as MSCCL++'s rsag pushes) and its own output, and the rank stages chunk j + 1; one
+/// handshake; each rank copies the other owners' results from its own result region. Two
+/// handshakes for one chunk, j + 1 for j chunks (the old scheme, where peers read the reduced
+/// piece from the owner's staging, took three per chunk).
 template <class T, class Ctx>
 STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
   const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
-  const uint64_t chunk = a.layout.staging / 16;
-  char* mine = staging(a, a.rank);
+  const uint64_t chunk = stagingUnits(a.layout, kAllReduceRegions, 1);
+  auto input = [&](int r, uint64_t c0) {
+    return staging(a, r) + ((c0 / chunk) & 1) * chunk * 16;
+  };
+  auto results = [&](int r, uint64_t c0) {
+    return staging(a, r) + (2 + ((c0 / chunk) & 1)) * chunk * 16;
+  };
+  auto sliceOf = [&](uint64_t c0) {
+    return Slice::of(ctx, chunk, units - c0 < chunk ? units - c0 : chunk);
+  };
+  if (units == 0) return;
+  stage(ctx, input(a.rank, 0), a.send, 0, sliceOf(0), bytes);
+  if (!peerBarrier(ctx, a, w)) return;  // chunk 0 staged
   for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
-    const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
-    const Slice slice = Slice::of(ctx, chunk, cu);
-    stage(ctx, mine, a.send, c0, slice, bytes);
-    if (!peerBarrier(ctx, a, w)) return;  // staged
+    const Slice slice = sliceOf(c0);
     const Slice own = slice.part(a.rank, a.nranks);
     withRedOp(a.op, [&]<RedOp Op>() {
       for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
         const device::Vec16 out = foldRanksVecLoaded<T, Op>(
-            a, [&](int r) { return device::loadVec16(staging(a, r) + i * 16); });
-        device::storeVec16(mine + i * 16, out);
+            a, [&](int r) { return device::loadVec16(input(r, c0) + i * 16); });
         storeUnit16(a.recv, (c0 + i) * 16, bytes, out);
+        for (int k = 1; k < a.nranks; ++k) {
+          device::storeVec16(results((a.rank + k) % a.nranks, c0) + i * 16, out);
+        }
       }
     });
-    if (!peerBarrier(ctx, a, w)) return;  // reduced
+    const uint64_t next = c0 + chunk;
+    if (next < units) stage(ctx, input(a.rank, next), a.send, next, sliceOf(next), bytes);
+    if (!peerBarrier(ctx, a, w)) return;  // chunk c0 pushed, the next one staged
     for (int k = 1; k < a.nranks; ++k) {
       const int s = (a.rank + k) % a.nranks;
-      const Slice part = slice.part(s, a.nranks);
-      const char* theirs = staging(a, s);
-      unstage(ctx, a.recv, theirs, c0, part, bytes);
+      unstage(ctx, a.recv, results(a.rank, c0), c0, slice.part(s, a.nranks), bytes);
     }
-    if (!peerBarrier(ctx, a, w)) return;  // read: the staging may be reused
   }
 }
 
-/// reduceScatter through the staging: each rank stages all n blocks of a chunk, owner r folds
-/// block r from every rank's staging.
+/// reduceScatter through the staging: each rank stages all n blocks of a chunk (region j % 2),
+/// owner r folds block r from every rank's staging.
 template <class T, class Ctx>
 STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
   const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
-  const uint64_t chunk = a.layout.staging / 16 / a.nranks;
+  const uint64_t chunk = stagingUnits(a.layout, kCopyRegions, a.nranks);
   const char* in = static_cast<const char*>(a.send);
-  char* mine = staging(a, a.rank);
+  auto half = [&](int r, uint64_t c0) {
+    return staging(a, r) + ((c0 / chunk) & 1) * chunk * a.nranks * 16;
+  };
   for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
+    char* mine = half(a.rank, c0);
     for (int s = 0; s < a.nranks; ++s) {
       stage(ctx, mine + s * chunk * 16, in + a.sendBlock(s), c0, slice, bytes);
     }
-    if (!peerBarrier(ctx, a, w)) return;
+    if (!peerBarrier(ctx, a, w)) return;  // staged; the peers are done with chunk j - 2
     withRedOp(a.op, [&]<RedOp Op>() {
       for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
         storeUnit16(a.recv, (c0 + i) * 16, bytes, foldRanksVecLoaded<T, Op>(a, [&](int r) {
-                      return device::loadVec16(staging(a, r) + (a.rank * chunk + i) * 16);
+                      return device::loadVec16(half(r, c0) + (a.rank * chunk + i) * 16);
                     }));
       }
     });
-    if (!peerBarrier(ctx, a, w)) return;
   }
+  if (units != 0) peerBarrier(ctx, a, w);  // the last chunk read: free for the next kernel
 }
 
 /// allGather, broadcast, allToAll through the staging. What rank q stages for rank r sits at
-/// block r of q's staging for allToAll (chunk = staging / n), at offset 0 otherwise.
+/// block r of q's staging half for allToAll (chunk = half / n), at offset 0 otherwise.
 template <class Ctx>
 STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
   const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
   const bool perPeer = k == CopyKind::AllToAll;
-  const uint64_t chunk = a.layout.staging / 16 / (perPeer ? a.nranks : 1);
+  const int pieces = perPeer ? a.nranks : 1;
+  const uint64_t chunk = stagingUnits(a.layout, kCopyRegions, pieces);
   // Broadcast: the root meets every peer, a peer only the root.
   const int only = k == CopyKind::Broadcast && a.rank != a.peer ? a.peer : -1;
-  char* mine = staging(a, a.rank);
+  auto half = [&](int r, uint64_t c0) {
+    return staging(a, r) + ((c0 / chunk) & 1) * chunk * pieces * 16;
+  };
   for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
+    char* mine = half(a.rank, c0);
     for (int q = 0; q < a.nranks; ++q) {
       const char* src = copySource(k, a, q);
       if (q == a.rank || src == nullptr) continue;
@@ -169,16 +211,17 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
         }
       }
     }
-    if (!peerBarrier(ctx, a, w, only)) return;  // staged
+    // Staged; the peers are done with chunk j - 2 (this half's last use).
+    if (!peerBarrier(ctx, a, w, only)) return;
     for (int k2 = 1; k2 < a.nranks; ++k2) {
       const int q = (a.rank + k2) % a.nranks;
       char* dst = copyTarget(k, a, q);
       if (dst == nullptr) continue;
-      const char* theirs = staging(a, q) + (perPeer ? a.rank * chunk * 16 : 0);
+      const char* theirs = half(q, c0) + (perPeer ? a.rank * chunk * 16 : 0);
       unstage(ctx, dst, theirs, c0, slice, bytes);
     }
-    if (!peerBarrier(ctx, a, w, only)) return;  // read
   }
+  if (units != 0) peerBarrier(ctx, a, w, only);  // the last chunk read
 }
 
 /// Send/recv through the P2P slots, per direction: block b of the sender stages its part of each

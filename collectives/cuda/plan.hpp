@@ -114,8 +114,11 @@ inline Shape shapeFor(KernelId id, uint64_t bytes, int nranks, const Tuning& t,
   if (usesPackets(id)) {
     work = (bytes + 7) / 8;
   } else {
-    uint64_t chunk = l.staging / 16;
-    if (id == KernelId::AllToAllDirect || id == KernelId::ReduceScatterDirect) chunk /= nranks;
+    // A chunk of the double-buffered staging (kernel_direct.hpp).
+    const bool perRank = id == KernelId::AllToAllDirect || id == KernelId::ReduceScatterDirect;
+    const uint64_t chunk =
+        stagingUnits(l, id == KernelId::AllReduceDirect ? kAllReduceRegions : kCopyRegions,
+                     perRank ? nranks : 1);
     work = std::min<uint64_t>((bytes + 15) / 16, chunk);
   }
   Shape s;
