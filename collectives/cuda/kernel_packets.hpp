@@ -122,6 +122,11 @@ STRATA_HOST_DEVICE void allReduceTwoShot(Ctx& ctx, const KernelArgs& a) {
         loadUnit8(a.send, u * 8, bytes), ef.flag);
   }
   bool ok = true;
+  // Phase 2 walks every unit with the thread that wrote it in phase 1 (and skips those outside
+  // the own segment), so the packets a block waits for come from the same block of each peer:
+  // no block depends on another being resident. Spreading the own segment over every thread
+  // instead deadlocks when the grid does not fit the GPU at once (the cuda-emu suite's SM-slot
+  // case caught it).
   const uint64_t mineEnd = (a.rank + 1) * seg < units ? (a.rank + 1) * seg : units;
   for (uint64_t u = first; u < units && ok; u += stride) {
     if (u < a.rank * seg || u >= mineEnd) continue;
