@@ -44,9 +44,14 @@ namespace strata::cuda::emu {
 ///     makes the thread's and the block's stores visible to everyone;
 ///   - a block's loads of the scratch come from the block's cache (what it read before), which
 ///     only an acquire by one of its threads drops (and, now and then, an eviction);
-///   - the end of a kernel makes everything visible and drops the cache.
+///   - the end of a kernel makes everything visible and drops the cache;
+///   - packet words (8-byte volatile stores: LL8 packets, each half of an LL16 packet) wait in the
+///     thread's own word buffer and land one by one in a random order (the two halves of a pair
+///     too): now and then at a store, all of them when the thread waits (spin), syncs or
+///     releases; volatile loads read memory (and the thread's own words).
 /// So a kernel whose signal forgets its release, or whose wait forgets its acquire, reads stale
-/// data here as it would on a GPU (x86 alone would hide both). Accesses to memory outside the
+/// data here as it would on a GPU (x86 alone would hide both), and so does a packet reader that
+/// trusts one flag for data another word carries. Accesses to memory outside the
 /// scratch, and threads that are not the emulation's kernel threads, pass through.
 class WeakModel final : public device::WeakMemory {
  public:
@@ -59,9 +64,14 @@ class WeakModel final : public device::WeakMemory {
     std::vector<Entry> pending;  ///< stores handed over at a barrier, not yet visible
     std::unordered_map<const char*, device::Vec16> cache;
   };
+  struct Word {
+    uint64_t* p;
+    uint64_t v;
+  };
   struct ThreadMem {
     BlockMem* block = nullptr;
     std::vector<Entry> buf;
+    std::vector<Word> words;  ///< packet words not yet visible
     uint64_t rng = 1;
   };
   static inline thread_local ThreadMem* current = nullptr;
@@ -119,9 +129,49 @@ class WeakModel final : public device::WeakMemory {
     return true;
   }
 
+  bool storeWord(uint64_t* p, uint64_t value) override {
+    ThreadMem* t = current;
+    if (t == nullptr || !shared(p)) return false;
+    auto it = std::find_if(t->words.begin(), t->words.end(), [&](const Word& w) { return w.p == p; });
+    if (it != t->words.end()) {
+      it->v = value;
+    } else {
+      t->words.push_back({p, value});
+    }
+    if (next(t) % 4 == 0) {  // one word lands early, out of order
+      const size_t k = next(t) % t->words.size();
+      __atomic_store_n(t->words[k].p, t->words[k].v, __ATOMIC_RELAXED);
+      t->words.erase(t->words.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    return true;
+  }
+
+  bool loadWord(const uint64_t* p, uint64_t& value) override {
+    ThreadMem* t = current;
+    if (t == nullptr) return false;
+    for (const Word& w : t->words) {
+      if (w.p == p) {
+        value = w.v;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// The thread's packet words land, in a random order (a waiting thread's stores drain: the
+  /// peers it waits for may be waiting for them).
+  static void landWords() {
+    ThreadMem* t = current;
+    if (t == nullptr || t->words.empty()) return;
+    for (size_t i = t->words.size(); i > 1; --i) std::swap(t->words[i - 1], t->words[next(t) % i]);
+    for (const Word& w : t->words) __atomic_store_n(w.p, w.v, __ATOMIC_RELAXED);
+    t->words.clear();
+  }
+
   void release() override {
     ThreadMem* t = current;
     if (t == nullptr) return;
+    landWords();
     std::lock_guard lk(t->block->mu);
     // The block's (barrier-ordered, older) stores first, then the thread's own.
     t->block->pending.insert(t->block->pending.end(), t->buf.begin(), t->buf.end());
@@ -138,6 +188,7 @@ class WeakModel final : public device::WeakMemory {
 
   /// At a block barrier: the thread's stores become the block's.
   static void barrier() {
+    landWords();
     ThreadMem* t = current;
     if (t == nullptr || t->buf.empty()) return;
     std::lock_guard lk(t->block->mu);
@@ -261,6 +312,7 @@ class Thread {
   /// the other ranks' kernels): on a host with fewer CPUs than emulated threads, yielding alone
   /// kept every waiting thread runnable and a run took minutes.
   void spin(uint32_t polls) {
+    WeakModel::landWords();
     jitter();
     if (polls < kYieldPolls) {
       std::this_thread::yield();
@@ -493,7 +545,7 @@ class World {
         for (uint32_t t = 0; t < l.threads; ++t) {
           const uint64_t ts = ++s * 0x9e3779b97f4a7c15ull;
           threads.emplace_back([&l, t, b, blk, ts, slots, slow = r == slowRank] {
-            WeakModel::ThreadMem mem{&blk->mem, {}, ts | 1};
+            WeakModel::ThreadMem mem{&blk->mem, {}, {}, ts | 1};
             WeakModel::current = &mem;
             Thread ctx(t, l.threads, b, l.blocks, blk, ts, slow);
             runKernelDynamic(l.id, l.type, ctx, l.args);

@@ -27,8 +27,8 @@ namespace strata::device {
 #if !defined(__CUDA_ARCH__)
 /// The host emulation's weak-memory model (tests/cuda-emu/emu.hpp): x86 orders stores and loads
 /// far more than a GPU does, so without it a missing release or acquire passes in host threads.
-/// When set, the host twins of storeVec16 and loadVec16 (the data the kernels hand to peers)
-/// ask it first, and every release (storeRelease, redAddRelease, fetchAdd, fenceSystem) and
+/// When set, the host twins of storeVec16 and loadVec16 (the data the kernels hand to peers) and
+/// of the packet words (storeWord, storeWordPair, loadWord, loadWordPair) ask it first, and every release (storeRelease, redAddRelease, fetchAdd, fenceSystem) and
 /// acquire (loadAcquire, fetchAdd, fenceSystem) tells it. It answers only for the emulation's
 /// kernel threads; everything else passes through. Null (the default) costs one load and
 /// branch per call.
@@ -38,6 +38,12 @@ class WeakMemory {
   virtual bool store16(void* p, const void* value) = 0;
   /// Serves a 16-byte load (true) or leaves it to the caller (false).
   virtual bool load16(const void* p, void* value) = 0;
+  /// Takes an 8-byte volatile store (a packet word: seen whole, in no order with others) (true)
+  /// or leaves it to the caller (false).
+  virtual bool storeWord(uint64_t* p, uint64_t value) = 0;
+  /// Serves an 8-byte volatile load of a word this thread stored and has not yet made visible
+  /// (true), or leaves it to the caller (false).
+  virtual bool loadWord(const uint64_t* p, uint64_t& value) = 0;
   /// Before a release: the calling thread's (and its block's) earlier stores become visible.
   virtual void release() = 0;
   /// After an acquire: the calling thread's block sees memory afresh.
@@ -129,6 +135,7 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeWord(uint64_t* word, uint64_t 
 #if defined(__CUDA_ARCH__)
   asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
 #else
+  if (weakMemory != nullptr && weakMemory->storeWord(word, value)) return;
   __atomic_store_n(word, value, __ATOMIC_RELAXED);
 #endif
 }
@@ -139,6 +146,8 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t loadWord(const uint64_t* word) 
   asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
   return v;
 #else
+  uint64_t v;
+  if (weakMemory != nullptr && weakMemory->loadWord(word, v)) return v;
   return __atomic_load_n(word, __ATOMIC_RELAXED);
 #endif
 }
@@ -153,8 +162,8 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void storeWordPair(uint64_t* words, uint
                "r"(static_cast<uint32_t>(hi)), "r"(static_cast<uint32_t>(hi >> 32))
                : "memory");
 #else
-  __atomic_store_n(words, lo, __ATOMIC_RELAXED);
-  __atomic_store_n(words + 1, hi, __ATOMIC_RELAXED);
+  storeWord(words, lo);
+  storeWord(words + 1, hi);
 #endif
 }
 
@@ -169,8 +178,8 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void loadWordPair(const uint64_t* words,
   lo = (static_cast<uint64_t>(b) << 32) | a;
   hi = (static_cast<uint64_t>(d) << 32) | c;
 #else
-  lo = __atomic_load_n(words, __ATOMIC_RELAXED);
-  hi = __atomic_load_n(words + 1, __ATOMIC_RELAXED);
+  lo = loadWord(words);
+  hi = loadWord(words + 1);
 #endif
 }
 
