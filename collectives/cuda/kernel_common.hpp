@@ -443,8 +443,8 @@ struct Waiter {
   const KernelArgs* args;
 
   template <class Ctx, class Ready, class Seen>
-  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool until(Ctx& ctx, int peer, uint64_t want,
-                                                     Ready ready, Seen seen) const {
+  STRATA_HOST_DEVICE STRATA_DEVICE_INLINE bool until(Ctx& ctx, int peer, uint64_t want, Ready ready,
+                                                     Seen seen) const {
     uint64_t deadline = 0;  // set at the first check: fast waits read no clock
     for (uint32_t i = 1;; ++i) {
       if (ready()) return true;

@@ -70,10 +70,12 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void moveUnits(Ctx& ctx, uint64_t begin,
 }
 
 /// This block's slice of the chunk at unit c0 of src (bytes long, any alignment) into a staging
-/// region (unit i of the chunk at region + 16 i).
+/// region (unit i of the chunk at region + 16 i). The staging never overlaps a user's buffer, so
+/// both are __restrict__ (a user's send and recv are not: an in-place call passes one buffer).
 template <class Ctx>
-STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void stage(Ctx& ctx, char* region, const void* src,
-                                                   uint64_t c0, Slice slice, uint64_t bytes) {
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void stage(Ctx& ctx, char* __restrict__ region,
+                                                   const void* __restrict__ src, uint64_t c0,
+                                                   Slice slice, uint64_t bytes) {
   moveUnits(
       ctx, slice.begin, slice.end,
       [&](uint64_t i) { return loadUnit16(src, (c0 + i) * 16, bytes); },
@@ -81,8 +83,9 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void stage(Ctx& ctx, char* region, const
 }
 /// The reverse: a staging region's slice (this rank's or a peer's) into the chunk of dst.
 template <class Ctx>
-STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void unstage(Ctx& ctx, void* dst, const char* region,
-                                                     uint64_t c0, Slice slice, uint64_t bytes) {
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE void unstage(Ctx& ctx, void* __restrict__ dst,
+                                                     const char* __restrict__ region, uint64_t c0,
+                                                     Slice slice, uint64_t bytes) {
   moveUnits(
       ctx, slice.begin, slice.end, [&](uint64_t i) { return device::loadVec16(region + i * 16); },
       [&](uint64_t i, device::Vec16 v) { storeUnit16(dst, (c0 + i) * 16, bytes, v); });
@@ -112,9 +115,7 @@ STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
   const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
   const uint64_t chunk = stagingUnits(a.layout, kAllReduceRegions, 1);
-  auto input = [&](int r, uint64_t c0) {
-    return staging(a, r) + ((c0 / chunk) & 1) * chunk * 16;
-  };
+  auto input = [&](int r, uint64_t c0) { return staging(a, r) + ((c0 / chunk) & 1) * chunk * 16; };
   auto results = [&](int r, uint64_t c0) {
     return staging(a, r) + (2 + ((c0 / chunk) & 1)) * chunk * 16;
   };

@@ -132,7 +132,8 @@ class WeakModel final : public device::WeakMemory {
   bool storeWord(uint64_t* p, uint64_t value) override {
     ThreadMem* t = current;
     if (t == nullptr || !shared(p)) return false;
-    auto it = std::find_if(t->words.begin(), t->words.end(), [&](const Word& w) { return w.p == p; });
+    auto it =
+        std::find_if(t->words.begin(), t->words.end(), [&](const Word& w) { return w.p == p; });
     if (it != t->words.end()) {
       it->v = value;
     } else {

@@ -28,10 +28,10 @@ namespace strata::device {
 /// The host emulation's weak-memory model (tests/cuda-emu/emu.hpp): x86 orders stores and loads
 /// far more than a GPU does, so without it a missing release or acquire passes in host threads.
 /// When set, the host twins of storeVec16 and loadVec16 (the data the kernels hand to peers) and
-/// of the packet words (storeWord, storeWordPair, loadWord, loadWordPair) ask it first, and every release (storeRelease, redAddRelease, fetchAdd, fenceSystem) and
-/// acquire (loadAcquire, fetchAdd, fenceSystem) tells it. It answers only for the emulation's
-/// kernel threads; everything else passes through. Null (the default) costs one load and
-/// branch per call.
+/// of the packet words (storeWord, storeWordPair, loadWord, loadWordPair) ask it first, and
+/// every release (storeRelease, redAddRelease, fetchAdd, fenceSystem) and acquire (loadAcquire,
+/// fetchAdd, fenceSystem) tells it. It answers only for the emulation's kernel threads;
+/// everything else passes through. Null (the default) costs one load and branch per call.
 class WeakMemory {
  public:
   /// Takes a 16-byte store of ordinary data (true) or leaves it to the caller (false).
