@@ -19,7 +19,7 @@ struct Tuning {
   uint64_t oneShotMax = 16 << 10;  ///< allReduce bytes per rank up to which one-shot LL8 runs
   uint64_t twoShotMax = 2 << 20;   ///< ... two-shot LL16 (above: direct)
   uint64_t packetsMax = 64 << 10;  ///< other ops: bytes per rank and peer for LL8
-  uint64_t staging = 8 << 20;      ///< bytes of the staging area (direct algorithms' chunk)
+  uint64_t staging = 8 << 20;      ///< bytes of the direct algorithms' staging (2 chunks)
   uint32_t maxBlocks = 32;
   uint32_t threads = 512;
   uint64_t netChunk = 512 << 10;  ///< bytes of a bounce slot of the cross-host network step
