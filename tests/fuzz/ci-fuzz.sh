@@ -4,8 +4,9 @@
 # targets, nothing else), and runs each for a bounded time (run-fuzzers.sh).
 #
 # Usage: tests/fuzz/ci-fuzz.sh [BUILD_DIR [SECONDS_PER_TARGET]]   (default build-fuzz 20)
-# Environment: FUZZ_JOBS (targets at a time, default half the CPUs), FUZZ_KEEP (see
-# run-fuzzers.sh).
+# Environment: FUZZ_JOBS (targets at a time, default one per CPU: each target is one
+# single-threaded libFuzzer process that runs for its seconds whatever else runs), FUZZ_KEEP
+# (see run-fuzzers.sh).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -34,7 +35,7 @@ ninja -C "$build" fuzz-targets
 echo "ci-fuzz: configured and built in $((SECONDS - t)) s"
 
 if [[ -z ${FUZZ_JOBS:-} ]]; then
-  FUZZ_JOBS=$(($(nproc) / 2))
+  FUZZ_JOBS=$(nproc)
   ((FUZZ_JOBS >= 1)) || FUZZ_JOBS=1
   export FUZZ_JOBS
 fi
