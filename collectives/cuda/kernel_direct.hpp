@@ -98,6 +98,11 @@ STRATA_HOST_DEVICE STRATA_DEVICE_INLINE uint64_t stagingUnits(const ScratchLayou
                                                               int perRank) {
   return l.staging / 16 / static_cast<uint64_t>(regions) / static_cast<uint64_t>(perRank);
 }
+/// Rank r's staging region `index`, the regions `units` 16-byte units each.
+STRATA_HOST_DEVICE STRATA_DEVICE_INLINE char* stagingRegion(const KernelArgs& a, int r,
+                                                            uint64_t index, uint64_t units) {
+  return staging(a, r) + index * units * 16;
+}
 /// allReduce's regions: inputs of chunks j even, odd; results of chunks j even, odd.
 constexpr int kAllReduceRegions = 4;
 /// The other direct collectives': chunks j even, odd.
@@ -115,35 +120,34 @@ STRATA_HOST_DEVICE void allReduceDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
   const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
   const uint64_t chunk = stagingUnits(a.layout, kAllReduceRegions, 1);
-  auto input = [&](int r, uint64_t c0) { return staging(a, r) + ((c0 / chunk) & 1) * chunk * 16; };
-  auto results = [&](int r, uint64_t c0) {
-    return staging(a, r) + (2 + ((c0 / chunk) & 1)) * chunk * 16;
-  };
   auto sliceOf = [&](uint64_t c0) {
     return Slice::of(ctx, chunk, units - c0 < chunk ? units - c0 : chunk);
   };
   if (units == 0) return;
-  stage(ctx, input(a.rank, 0), a.send, 0, sliceOf(0), bytes);
+  stage(ctx, stagingRegion(a, a.rank, 0, chunk), a.send, 0, sliceOf(0), bytes);
   if (!peerBarrier(ctx, a, w)) return;  // chunk 0 staged
-  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+  for (uint64_t c0 = 0, h = 0; c0 < units; c0 += chunk, h ^= 1) {
     const Slice slice = sliceOf(c0);
     const Slice own = slice.part(a.rank, a.nranks);
     withRedOp(a.op, [&]<RedOp Op>() {
       for (uint64_t i = own.begin + ctx.thread(); i < own.end; i += ctx.threads()) {
         const device::Vec16 out = foldRanksVecLoaded<T, Op>(
-            a, [&](int r) { return device::loadVec16(input(r, c0) + i * 16); });
+            a, [&](int r) { return device::loadVec16(stagingRegion(a, r, h, chunk) + i * 16); });
         storeUnit16(a.recv, (c0 + i) * 16, bytes, out);
         for (int k = 1; k < a.nranks; ++k) {
-          device::storeVec16(results((a.rank + k) % a.nranks, c0) + i * 16, out);
+          device::storeVec16(stagingRegion(a, (a.rank + k) % a.nranks, 2 + h, chunk) + i * 16, out);
         }
       }
     });
     const uint64_t next = c0 + chunk;
-    if (next < units) stage(ctx, input(a.rank, next), a.send, next, sliceOf(next), bytes);
+    if (next < units) {
+      stage(ctx, stagingRegion(a, a.rank, h ^ 1, chunk), a.send, next, sliceOf(next), bytes);
+    }
     if (!peerBarrier(ctx, a, w)) return;  // chunk c0 pushed, the next one staged
+    const char* results = stagingRegion(a, a.rank, 2 + h, chunk);
     for (int k = 1; k < a.nranks; ++k) {
       const int s = (a.rank + k) % a.nranks;
-      unstage(ctx, a.recv, results(a.rank, c0), c0, slice.part(s, a.nranks), bytes);
+      unstage(ctx, a.recv, results, c0, slice.part(s, a.nranks), bytes);
     }
   }
 }
@@ -155,23 +159,22 @@ STRATA_HOST_DEVICE void reduceScatterDirect(Ctx& ctx, const KernelArgs& a) {
   const Waiter w = makeWaiter<Ctx>(a);
   const uint64_t bytes = a.bytes(), units = (bytes + 15) / 16;
   const uint64_t chunk = stagingUnits(a.layout, kCopyRegions, a.nranks);
+  const uint64_t half = chunk * a.nranks;  // units of a staging half
   const char* in = static_cast<const char*>(a.send);
-  auto half = [&](int r, uint64_t c0) {
-    return staging(a, r) + ((c0 / chunk) & 1) * chunk * a.nranks * 16;
-  };
-  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+  for (uint64_t c0 = 0, h = 0; c0 < units; c0 += chunk, h ^= 1) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
-    char* mine = half(a.rank, c0);
+    char* mine = stagingRegion(a, a.rank, h, half);
     for (int s = 0; s < a.nranks; ++s) {
       stage(ctx, mine + s * chunk * 16, in + a.sendBlock(s), c0, slice, bytes);
     }
     if (!peerBarrier(ctx, a, w)) return;  // staged; the peers are done with chunk j - 2
     withRedOp(a.op, [&]<RedOp Op>() {
       for (uint64_t i = slice.begin + ctx.thread(); i < slice.end; i += ctx.threads()) {
-        storeUnit16(a.recv, (c0 + i) * 16, bytes, foldRanksVecLoaded<T, Op>(a, [&](int r) {
-                      return device::loadVec16(half(r, c0) + (a.rank * chunk + i) * 16);
-                    }));
+        storeUnit16(
+            a.recv, (c0 + i) * 16, bytes, foldRanksVecLoaded<T, Op>(a, [&](int r) {
+              return device::loadVec16(stagingRegion(a, r, h, half) + (a.rank * chunk + i) * 16);
+            }));
       }
     });
   }
@@ -189,13 +192,11 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
   const uint64_t chunk = stagingUnits(a.layout, kCopyRegions, pieces);
   // Broadcast: the root meets every peer, a peer only the root.
   const int only = k == CopyKind::Broadcast && a.rank != a.peer ? a.peer : -1;
-  auto half = [&](int r, uint64_t c0) {
-    return staging(a, r) + ((c0 / chunk) & 1) * chunk * pieces * 16;
-  };
-  for (uint64_t c0 = 0; c0 < units; c0 += chunk) {
+  const uint64_t half = chunk * static_cast<uint64_t>(pieces);  // units of a staging half
+  for (uint64_t c0 = 0, h = 0; c0 < units; c0 += chunk, h ^= 1) {
     const uint64_t cu = units - c0 < chunk ? units - c0 : chunk;
     const Slice slice = Slice::of(ctx, chunk, cu);
-    char* mine = half(a.rank, c0);
+    char* mine = stagingRegion(a, a.rank, h, half);
     for (int q = 0; q < a.nranks; ++q) {
       const char* src = copySource(k, a, q);
       if (q == a.rank || src == nullptr) continue;
@@ -218,7 +219,7 @@ STRATA_HOST_DEVICE void copyDirect(Ctx& ctx, CopyKind k, const KernelArgs& a) {
       const int q = (a.rank + k2) % a.nranks;
       char* dst = copyTarget(k, a, q);
       if (dst == nullptr) continue;
-      const char* theirs = half(q, c0) + (perPeer ? a.rank * chunk * 16 : 0);
+      const char* theirs = stagingRegion(a, q, h, half) + (perPeer ? a.rank * chunk * 16 : 0);
       unstage(ctx, dst, theirs, c0, slice, bytes);
     }
   }
